@@ -1,0 +1,91 @@
+"""Seed 003's scaling rules: keep the per-core batch constant and rescale steps and learning rate.
+
+Pure Python. The result reaches every training process as environment variables, so moving a
+stack from ``v3-8`` to ``v3-32`` rescales the run by changing one config value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+LearningRateScaling = Literal["none", "linear", "sqrt"]
+LEARNING_RATE_SCALINGS: tuple[LearningRateScaling, ...] = ("none", "linear", "sqrt")
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """What one training workload is told: its batch, its length and its learning rate."""
+
+    per_core_batch_size: int
+    cores: int
+    global_batch_size: int
+    train_steps: Optional[int]
+    """Set when the run is sized by total examples; None when it is sized by epochs."""
+    epochs: Optional[int]
+    learning_rate: Optional[float]
+
+    def environment(self) -> dict[str, str]:
+        """The environment variables every training process of the workload receives."""
+        env = {
+            "PER_CORE_BATCH_SIZE": str(self.per_core_batch_size),
+            "GLOBAL_BATCH_SIZE": str(self.global_batch_size),
+        }
+        if self.train_steps is not None:
+            env["TRAIN_STEPS"] = str(self.train_steps)
+        if self.epochs is not None:
+            env["EPOCHS"] = str(self.epochs)
+        if self.learning_rate is not None:
+            env["LEARNING_RATE"] = repr(self.learning_rate)
+        return env
+
+
+def plan_training(
+    *,
+    per_core_batch_size: int,
+    cores: int,
+    total_examples: Optional[int] = None,
+    epochs: Optional[int] = None,
+    base_learning_rate: Optional[float] = None,
+    learning_rate_scaling: LearningRateScaling = "none",
+    reference_cores: int = 8,
+) -> TrainingPlan:
+    """Scale a run to ``cores`` TensorCores.
+
+    - global batch = per-core batch x cores (seed 003: 1024 on v2-8 becomes 4096 on v2-32);
+    - with ``total_examples``, steps = ceil(total_examples / global batch). Rounding up means the
+      run never sees fewer examples than asked; it sees at most one global batch more;
+    - with ``epochs``, the step count is the trainer's business and is not scaled;
+    - the learning rate is ``base_learning_rate`` as tuned at ``reference_cores``, scaled by the
+      ratio of global batches: linearly, by its square root, or not at all.
+    """
+    for label, value in (
+        ("per_core_batch_size", per_core_batch_size),
+        ("cores", cores),
+        ("reference_cores", reference_cores),
+    ):
+        if value < 1:
+            raise ValueError(f"{label} must be a positive integer, got {value}")
+    if (total_examples is None) == (epochs is None):
+        raise ValueError("give exactly one of total_examples and epochs")
+    if total_examples is not None and total_examples < 1:
+        raise ValueError(f"total_examples must be a positive integer, got {total_examples}")
+    if epochs is not None and epochs < 1:
+        raise ValueError(f"epochs must be a positive integer, got {epochs}")
+    if learning_rate_scaling not in LEARNING_RATE_SCALINGS:
+        raise ValueError(
+            f"learning_rate_scaling must be one of {', '.join(LEARNING_RATE_SCALINGS)}, "
+            f"got {learning_rate_scaling!r}"
+        )
+
+    global_batch = per_core_batch_size * cores
+    steps = math.ceil(total_examples / global_batch) if total_examples is not None else None
+
+    learning_rate: Optional[float] = None
+    if base_learning_rate is not None:
+        ratio = cores / reference_cores
+        factor = {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[learning_rate_scaling]
+        learning_rate = base_learning_rate * factor
+
+    return TrainingPlan(per_core_batch_size, cores, global_batch, steps, epochs, learning_rate)

@@ -1,0 +1,348 @@
+"""Run the real stack program without the cloud or the Pulumi CLI, and record what it declares.
+
+Used by ``python -m infra.plan`` and by the tests. It reads ``Pulumi.yaml`` and
+``Pulumi.<stack>.yaml`` the way the CLI does (project defaults, namespacing, value encoding), runs
+``infra/__main__.py`` under the Pulumi SDK's mocks, and records every resource registration with
+its inputs exactly as the engine would receive them and its resource options.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import runpy
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pulumi
+import yaml
+from google.protobuf import json_format
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import rpc, settings
+from pulumi.runtime.stack import run_in_stack
+from pulumi.runtime.sync_await import _sync_await
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class ProjectFileError(Exception):
+    """Pulumi.yaml or a stack file is missing or malformed."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Project and stack files
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Project:
+    name: str
+    root: Path
+    program_dir: Path
+    declarations: dict[str, Any]
+
+
+def load_project(root: Path = REPO_ROOT) -> Project:
+    path = root / "Pulumi.yaml"
+    document = _read_yaml(path)
+    if not isinstance(document, dict) or not document.get("name"):
+        raise ProjectFileError(f"{path}: not a Pulumi project file (no 'name')")
+    main = document.get("main") or "."
+    return Project(
+        name=str(document["name"]),
+        root=root,
+        program_dir=(root / main).resolve(),
+        declarations=dict(document.get("config") or {}),
+    )
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ProjectFileError(f"{path} does not exist") from None
+    except yaml.YAMLError as exc:
+        raise ProjectFileError(f"{path} is not valid YAML: {exc}") from None
+
+
+SECRET_PLACEHOLDER = "[secret]"
+
+
+def _encode(value: Any) -> str:
+    """How the CLI hands a config value to the program: plain text for scalars, JSON for
+    objects and lists (which ``Config.get_object`` parses back)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value)
+
+
+def _strip_secrets(value: Any, found: list[bool]) -> Any:
+    # Offline there is no key to decrypt `secure:` values; stand in a placeholder, remember it.
+    if isinstance(value, dict):
+        if set(value) == {"secure"}:
+            found.append(True)
+            return SECRET_PLACEHOLDER
+        return {k: _strip_secrets(v, found) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strip_secrets(v, found) for v in value]
+    return value
+
+
+def _qualify(project: str, key: str) -> str:
+    return key if ":" in key else f"{project}:{key}"
+
+
+_TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool) or v in ("true", "false"),
+    "array": lambda v: isinstance(v, list),
+}
+
+
+def stack_config(project: Project, stack: str) -> tuple[dict[str, str], list[str], list[str]]:
+    """The config map the CLI would give the program: (values, secret keys, warnings)."""
+    path = project.root / f"Pulumi.{stack}.yaml"
+    document = _read_yaml(path) or {}
+    if not isinstance(document, dict):
+        raise ProjectFileError(f"{path}: expected a mapping with a 'config' key")
+    stack_values = {
+        _qualify(project.name, k): v for k, v in (document.get("config") or {}).items()
+    }
+
+    merged: dict[str, Any] = {}
+    for key, declaration in project.declarations.items():
+        qualified = _qualify(project.name, key)
+        namespaced_by_project = qualified.startswith(project.name + ":")
+        if not isinstance(declaration, dict):
+            merged[qualified] = declaration  # shorthand: a default (or a value, other namespaces)
+            continue
+        if "default" in declaration or "value" in declaration:
+            merged[qualified] = declaration.get("default", declaration.get("value"))
+        elif namespaced_by_project and qualified not in stack_values:
+            raise ProjectFileError(f"Stack '{stack}' is missing configuration value '{key}'")
+        declared_type = declaration.get("type")
+        if declared_type and qualified in stack_values:
+            check = _TYPE_CHECKS.get(declared_type, lambda v: True)
+            if not check(stack_values[qualified]):
+                raise ProjectFileError(
+                    f"Stack '{stack}' with configuration key '{key}' must be of type '{declared_type}'"
+                )
+    merged.update(stack_values)
+
+    values: dict[str, str] = {}
+    secret_keys: list[str] = []
+    warnings: list[str] = []
+    for key, value in merged.items():
+        found: list[bool] = []
+        values[key] = _encode(_strip_secrets(value, found))
+        if found:
+            secret_keys.append(key)
+            warnings.append(
+                f"{key} holds a secret, which the offline plan cannot decrypt; "
+                f"it shows {SECRET_PLACEHOLDER!r} in its place"
+            )
+    return values, secret_keys, warnings
+
+
+# ---------------------------------------------------------------------------------------------
+# Recording what the program registers
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Registration:
+    urn: str
+    type: str
+    name: str
+    parent: str
+    custom: bool
+    inputs: dict[str, Any]
+    options: dict[str, Any]
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "urn": self.urn,
+            "type": self.type,
+            "name": self.name,
+            "parent": self.parent,
+            "custom": self.custom,
+            "inputs": self.inputs,
+            "options": self.options,
+        }
+
+
+def _computed_outputs(type_: str, name: str, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Plausible values for outputs the cloud would compute, so the program's applies run."""
+    project = inputs.get("project") or "mock-project"
+    if type_ == "gcp:storage/bucket:Bucket":
+        return {"url": f"gs://{inputs.get('name', name)}", "selfLink": f"mock://buckets/{name}"}
+    if type_ == "gcp:serviceaccount/account:Account":
+        account = inputs.get("accountId", name)
+        return {
+            "email": f"{account}@{project}.iam.gserviceaccount.com",
+            "member": f"serviceAccount:{account}@{project}.iam.gserviceaccount.com",
+        }
+    if type_ == "gcp:tpu/v2Vm:V2Vm":
+        return {"state": "READY", "health": "HEALTHY"}
+    return {}
+
+
+class PlanMocks(pulumi_mocks.Mocks):
+    def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[Optional[str], dict]:
+        state = dict(args.inputs)
+        state.update(_computed_outputs(args.typ, args.name, args.inputs))
+        return f"{args.name}-id", state
+
+    def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict, Optional[list]]:
+        return {}, None
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    """A mock monitor that also keeps what the engine would see: inputs, parents and options."""
+
+    def __init__(self, mocks: pulumi_mocks.Mocks) -> None:
+        super().__init__(mocks)
+        self.registrations: dict[str, Registration] = {}
+        self.stack_outputs: dict[str, Any] = {}
+
+    def RegisterResource(self, request: Any) -> Any:
+        response = super().RegisterResource(request)
+        if request.type == "pulumi:pulumi:Stack":
+            return response
+        options: dict[str, Any] = {
+            "protect": request.protect if request.HasField("protect") else False,
+            "deleteBeforeReplace": request.deleteBeforeReplace,
+            "retainOnDelete": request.retainOnDelete if request.HasField("retainOnDelete") else False,
+            "dependsOn": sorted(request.dependencies),
+            "ignoreChanges": sorted(request.ignoreChanges),
+            "replacementTrigger": (
+                json_format.MessageToDict(request.replacement_trigger)
+                if request.HasField("replacement_trigger")
+                else None
+            ),
+        }
+        inputs = rpc.deserialize_properties(request.object)
+        self.registrations[response.urn] = Registration(
+            urn=response.urn,
+            type=request.type,
+            name=request.name,
+            parent=request.parent,
+            custom=request.custom,
+            inputs=_plain(inputs),
+            options=options,
+            outputs=_plain(self.resources[response.urn].state),
+        )
+        return response
+
+    def RegisterResourceOutputs(self, request: Any) -> Any:
+        if "::pulumi:pulumi:Stack::" in request.urn:
+            self.stack_outputs = _plain(rpc.deserialize_properties(request.outputs))
+        return super().RegisterResourceOutputs(request)
+
+
+def _plain(value: Any) -> Any:
+    """Protobuf-free, JSON-ready copy (secrets are kept as their plain values offline)."""
+    if isinstance(value, dict):
+        if value.get(rpc._special_sig_key) == rpc._special_secret_sig:
+            return _plain(value.get("value"))
+        return {str(k): _plain(v) for k, v in sorted(value.items())}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Running a program
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ProgramRun:
+    project: str
+    stack: str
+    registrations: list[Registration]
+    outputs: dict[str, Any]
+    warnings: list[str]
+    infos: list[str]
+
+    def by_type(self, type_: str) -> list[Registration]:
+        return [r for r in self.registrations if r.type == type_]
+
+    def one(self, type_: str, name: str) -> Registration:
+        matches = [r for r in self.registrations if r.type == type_ and r.name == name]
+        if len(matches) != 1:
+            raise KeyError(f"{len(matches)} registrations of {type_} named {name!r}")
+        return matches[0]
+
+
+class _Collector(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.warnings: list[str] = []
+        self.infos: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        (self.warnings if record.levelno >= logging.WARNING else self.infos).append(
+            record.getMessage()
+        )
+
+
+def run(
+    body: Callable[[], Any],
+    *,
+    project: str,
+    stack: str,
+    config: dict[str, str] | None = None,
+    secret_keys: list[str] | None = None,
+    preview: bool = False,
+) -> ProgramRun:
+    """Run ``body`` (a program, or a few component constructors) under recording mocks."""
+    logger = logging.getLogger(f"tpu-training.offline.{id(body)}")
+    logger.propagate = False
+    collector = _Collector()
+    logger.handlers = [collector]
+    logger.setLevel(logging.INFO)
+
+    pulumi.runtime.reset_options()
+    pulumi.runtime.set_all_config(dict(config or {}), list(secret_keys or []))
+    mocks = PlanMocks()
+    monitor = RecordingMonitor(mocks)
+    pulumi.runtime.set_mocks(
+        mocks, project=project, stack=stack, preview=preview, logger=logger, monitor=monitor
+    )
+    # set_mocks makes a finished root stack of its own; drop it so run_in_stack makes the root
+    # stack the way the language host does, and stack exports reach RegisterResourceOutputs.
+    settings.ROOT.set(None)
+    try:
+        _sync_await(run_in_stack(body))
+    finally:
+        pulumi.runtime.set_all_config({}, [])
+    registrations = sorted(monitor.registrations.values(), key=lambda r: r.urn)
+    return ProgramRun(
+        project, stack, registrations, monitor.stack_outputs, collector.warnings, collector.infos
+    )
+
+
+def run_program(project: Project, stack: str, preview: bool = False) -> ProgramRun:
+    """Run the project's program (``main`` in Pulumi.yaml) as the language host would: with the
+    program directory first on ``sys.path`` and ``__name__ == "__main__"``."""
+    config, secret_keys, warnings = stack_config(project, stack)
+    program_dir = str(project.program_dir)
+    if program_dir not in sys.path:
+        sys.path.insert(0, program_dir)
+    result = run(
+        lambda: runpy.run_path(str(project.program_dir / "__main__.py"), run_name="__main__"),
+        project=project.name,
+        stack=stack,
+        config=config,
+        secret_keys=secret_keys,
+        preview=preview,
+    )
+    result.warnings[:0] = warnings
+    return result
