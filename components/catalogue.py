@@ -48,9 +48,7 @@ ACCELERATOR_FAMILIES: dict[str, AcceleratorFamily] = {
     for family in (
         # v2 to v5p: two TensorCores per chip, and the suffix counts cores (v3-8 = 4 chips).
         AcceleratorFamily("v2", "v2", "cores", 2, 4, 4, (8, 32, 128, 256, 512)),
-        AcceleratorFamily(
-            "v3", "v3", "cores", 2, 4, 4, (8, 32, 64, 128, 256, 512, 1024, 2048)
-        ),
+        AcceleratorFamily("v3", "v3", "cores", 2, 4, 4, (8, 32, 64, 128, 256, 512, 1024, 2048)),
         AcceleratorFamily(
             "v4",
             "v4",
@@ -62,9 +60,7 @@ ACCELERATOR_FAMILIES: dict[str, AcceleratorFamily] = {
         ),
         AcceleratorFamily("v5p", "v5p", "cores", 2, 4, 4, _v5p_sizes()),
         # v5e and v6e: one TensorCore per chip, and the suffix counts chips; up to 8 chips on one host.
-        AcceleratorFamily(
-            "v5litepod", "v5e", "chips", 1, 4, 8, (1, 4, 8, 16, 32, 64, 128, 256)
-        ),
+        AcceleratorFamily("v5litepod", "v5e", "chips", 1, 4, 8, (1, 4, 8, 16, 32, 64, 128, 256)),
         AcceleratorFamily("v6e", "v6e", "chips", 1, 4, 8, (1, 4, 8, 16, 32, 64, 128, 256)),
     )
 }
@@ -112,9 +108,7 @@ def accelerator_type(name: str) -> AcceleratorType:
     match = _ACCELERATOR_PATTERN.match(name)
     family = ACCELERATOR_FAMILIES.get(match.group(1)) if match else None
     if match is None or family is None:
-        raise CatalogueError(
-            f"unknown accelerator type {name!r}; allowed: {allowed_accelerator_types()}"
-        )
+        raise CatalogueError(f"unknown accelerator type {name!r}; allowed: {allowed_accelerator_types()}")
     size = int(match.group(2))
     if size not in family.sizes:
         raise CatalogueError(
@@ -236,8 +230,7 @@ def describe_valid_topologies(generation: GkeTpuGeneration) -> str:
     if generation.topology_dims == 2:
         return ", ".join(_TOPOLOGIES_2D)
     return (
-        ", ".join(_SMALL_TOPOLOGIES_3D)
-        + f", then AxBxC with every dimension a multiple of 4, A <= B <= C, "
+        ", ".join(_SMALL_TOPOLOGIES_3D) + f", then AxBxC with every dimension a multiple of 4, A <= B <= C, "
         f"at most {generation.max_chips} chips"
     )
 

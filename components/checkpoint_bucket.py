@@ -48,10 +48,13 @@ def _validate(args: CheckpointBucketArgs) -> None:
         problem = label_problem(key, value)
         if problem:
             raise InvalidArgument(f"CheckpointBucketArgs.labels: {problem}")
-    for field in ("noncurrent_version_retention_days", "noncurrent_versions_kept"):
-        value = args.get(field, 1)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise InvalidArgument(f"CheckpointBucketArgs.{field}: must be an integer >= 1, got {value!r}")
+    counts = {
+        "noncurrent_version_retention_days": args.get("noncurrent_version_retention_days", 7),
+        "noncurrent_versions_kept": args.get("noncurrent_versions_kept", 3),
+    }
+    for field, count in counts.items():
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise InvalidArgument(f"CheckpointBucketArgs.{field}: must be an integer >= 1, got {count!r}")
 
 
 class CheckpointBucket(pulumi.ComponentResource):
@@ -120,6 +123,4 @@ class CheckpointBucket(pulumi.ComponentResource):
         self.bucket_name = self.bucket.name
         self.url = self.bucket.url
         self.region = pulumi.Output.from_input(args["region"])
-        self.register_outputs(
-            {"bucket_name": self.bucket_name, "url": self.url, "region": self.region}
-        )
+        self.register_outputs({"bucket_name": self.bucket_name, "url": self.url, "region": self.region})

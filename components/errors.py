@@ -25,6 +25,5 @@ def check_known(where: str, args: Mapping[str, Any], allowed: Iterable[str]) -> 
     for key in args:
         if key not in allowed:
             raise InvalidArgument(
-                f"{where}: unknown argument {key!r}{suggestion(key, allowed)}; "
-                f"allowed: {', '.join(allowed)}"
+                f"{where}: unknown argument {key!r}{suggestion(key, allowed)}; allowed: {', '.join(allowed)}"
             )

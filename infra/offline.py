@@ -44,7 +44,18 @@ class Project:
     declarations: dict[str, Any]
 
 
-def load_project(root: Path = REPO_ROOT) -> Project:
+def find_project_root(start: Path | None = None) -> Path:
+    """The nearest folder from ``start`` (default: the working directory) upwards that holds a
+    Pulumi.yaml, as the CLI finds its project; this repository when there is none."""
+    here = (start or Path.cwd()).absolute()
+    for folder in (here, *here.parents):
+        if (folder / "Pulumi.yaml").is_file():
+            return folder
+    return REPO_ROOT
+
+
+def load_project(root: Path | None = None) -> Project:
+    root = root or find_project_root()
     path = root / "Pulumi.yaml"
     document = _read_yaml(path)
     if not isinstance(document, dict) or not document.get("name"):
@@ -53,7 +64,7 @@ def load_project(root: Path = REPO_ROOT) -> Project:
     return Project(
         name=str(document["name"]),
         root=root,
-        program_dir=(root / main).resolve(),
+        program_dir=(root / main).absolute(),
         declarations=dict(document.get("config") or {}),
     )
 
@@ -110,9 +121,7 @@ def stack_config(project: Project, stack: str) -> tuple[dict[str, str], list[str
     document = _read_yaml(path) or {}
     if not isinstance(document, dict):
         raise ProjectFileError(f"{path}: expected a mapping with a 'config' key")
-    stack_values = {
-        _qualify(project.name, k): v for k, v in (document.get("config") or {}).items()
-    }
+    stack_values = {_qualify(project.name, k): v for k, v in (document.get("config") or {}).items()}
 
     merged: dict[str, Any] = {}
     for key, declaration in project.declarations.items():
@@ -288,9 +297,7 @@ class _Collector(logging.Handler):
         self.infos: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        (self.warnings if record.levelno >= logging.WARNING else self.infos).append(
-            record.getMessage()
-        )
+        (self.warnings if record.levelno >= logging.WARNING else self.infos).append(record.getMessage())
 
 
 def run(

@@ -71,11 +71,7 @@ def render_tree(result: offline.ProgramRun) -> str:
             lines.append(f"{pad}+ {r.type}  {r.name}")
             for key, value in r.inputs.items():
                 lines.append(f"{pad}    {key}: {_short(value)}")
-            flags = [
-                f"{k}={_short(v)}"
-                for k, v in r.options.items()
-                if v not in (None, False, [], {})
-            ]
+            flags = [f"{k}={_short(v)}" for k, v in r.options.items() if v not in (None, False, [], {})]
             if flags:
                 lines.append(f"{pad}    [options] {', '.join(flags)}")
             walk(r.urn, depth + 1)

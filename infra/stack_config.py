@@ -43,9 +43,7 @@ class ConfigError(pulumi.RunError):
 
 class _Model(BaseModel):
     # Frozen: config is read once and never changes. Unknown keys are refused (typos).
-    model_config = ConfigDict(
-        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
-    )
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
 
 Provisioning = Literal["preemptible", "spot", "on-demand", "reserved"]
@@ -120,13 +118,11 @@ class TrainingConfig(_Model):
         return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
     @model_validator(mode="after")
-    def _one_length(self) -> "TrainingConfig":
+    def _one_length(self) -> TrainingConfig:
         if (self.total_examples is None) == (self.epochs is None):
             raise ValueError("set exactly one of totalExamples and epochs")
         if self.learning_rate_scaling != "none" and self.base_learning_rate is None:
-            raise ValueError(
-                f"learningRateScaling {self.learning_rate_scaling!r} needs baseLearningRate"
-            )
+            raise ValueError(f"learningRateScaling {self.learning_rate_scaling!r} needs baseLearningRate")
         return self
 
     def plan_for(self, cores: int) -> TrainingPlan:
@@ -161,7 +157,7 @@ class StackConfig(_Model):
         return labels
 
     @model_validator(mode="after")
-    def _consistent(self) -> "StackConfig":
+    def _consistent(self) -> StackConfig:
         names = [vm.name for vm in self.tpu_vms]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -286,9 +282,7 @@ def load(stack: str | None = None) -> StackConfig:
         if namespace != PROJECT:
             continue
         if short in _RESERVED_KEYS and project_config.get(short) not in (None, "", "{}", "[]"):
-            problems.append(
-                f"{key}: GKE clusters, node pools and jobs are not supported by this version yet"
-            )
+            problems.append(f"{key}: GKE clusters, node pools and jobs are not supported by this version yet")
         elif short not in _PROJECT_KEYS:
             problems.append(
                 f"{key}: unknown key{suggestion(short, allowed_top)}; allowed: "

@@ -1,0 +1,78 @@
+"""Shared helpers: run components or the whole stack program under recording mocks."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import runpy
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from infra import offline
+
+REPO = offline.REPO_ROOT
+INFRA = REPO / "infra"
+
+
+def run_components(body: Callable[[], Any], stack: str = "test") -> offline.ProgramRun:
+    """Run a few component constructors under mocks and return what they registered."""
+    return offline.run(body, project="tpu-training", stack=stack)
+
+
+def dev_config() -> dict[str, Any]:
+    """The dev stack's config as Python values (what Pulumi.yaml + Pulumi.dev.yaml give)."""
+    values, _, _ = offline.stack_config(offline.load_project(REPO), "dev")
+    decoded: dict[str, Any] = {}
+    for key, text in values.items():
+        try:
+            decoded[key] = json.loads(text)
+        except json.JSONDecodeError:
+            decoded[key] = text
+    return decoded
+
+
+def run_stack(config: dict[str, Any], stack: str = "dev") -> offline.ProgramRun:
+    """Run the real infra/__main__.py with this config (Python values, encoded as the CLI does)."""
+    encoded = {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
+    if str(INFRA) not in sys.path:
+        sys.path.insert(0, str(INFRA))
+    return offline.run(
+        lambda: runpy.run_path(str(INFRA / "__main__.py"), run_name="__main__"),
+        project="tpu-training",
+        stack=stack,
+        config=encoded,
+    )
+
+
+@pytest.fixture
+def config() -> dict[str, Any]:
+    """A fresh, mutable copy of the dev stack's config: the known-good baseline."""
+    return copy.deepcopy(dev_config())
+
+
+@pytest.fixture
+def scratch_project(tmp_path: Path) -> Path:
+    """A project folder with this repo's Pulumi.yaml and program, for stack files made up by a
+    test (the plan finds Pulumi.yaml from its working directory, as the CLI does)."""
+    shutil.copy(REPO / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+    (tmp_path / "infra").symlink_to(INFRA, target_is_directory=True)
+    return tmp_path
+
+
+def run_plan(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    """`python -m infra.plan ARGS` in a subprocess, as a user runs it."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run(
+        [sys.executable, "-m", "infra.plan", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

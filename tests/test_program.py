@@ -1,0 +1,183 @@
+"""The whole stack program, the project files and the plan command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import yaml
+from conftest import INFRA, REPO, run_plan
+
+from infra import offline, stack_config
+
+GOLDEN = REPO / "tests" / "golden" / "dev.plan.json"
+
+
+def test_dev_plan_matches_the_golden_file():
+    """The dev stack's full plan (inputs as the engine receives them, and options). Regenerate
+    after an intended change with: UPDATE_GOLDEN=1 pytest tests/test_program.py"""
+    result = run_plan("--json", "-")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    assert document == json.loads(GOLDEN.read_text())
+
+
+def test_dev_stack_reproduces_seed_000_and_its_bucket():
+    values, _, _ = offline.stack_config(offline.load_project(REPO), "dev")
+    (vm,) = json.loads(values["tpu-training:tpuVms"])
+    assert (vm["name"], vm["zone"], vm["acceleratorType"], vm["runtimeVersion"], vm["provisioning"]) == (
+        "demo-tpu",
+        "europe-west4-a",
+        "v3-8",
+        "tpu-vm-tf-2.16.1-pjrt",
+        "preemptible",
+    )
+    document = json.loads(run_plan("--json", "-").stdout)
+    buckets = [r for r in document["resources"] if r["type"] == "gcp:storage/bucket:Bucket"]
+    assert [b["inputs"]["location"] for b in buckets] == ["EUROPE-WEST4"]
+    env = document["outputs"]["trainingEnvironments"]["demo-tpu"]
+    assert env["GLOBAL_BATCH_SIZE"] == "1024" and env["TRAIN_STEPS"] == "98"
+
+
+def test_plan_prints_a_readable_tree():
+    result = run_plan()
+    assert result.returncode == 0, result.stderr
+    assert "+ tpu-training:storage:CheckpointBucket  checkpoints-europe-west4" in result.stdout
+    assert "    + gcp:storage/bucket:Bucket  checkpoints-europe-west4-bucket" in result.stdout
+    assert "[options] protect=true, retainOnDelete=true" in result.stdout
+
+
+def test_plan_json_to_a_file_has_the_documented_shape(tmp_path):
+    target = tmp_path / "plan.json"
+    assert run_plan("--json", str(target)).returncode == 0
+    document = json.loads(target.read_text())
+    assert set(document) == {"project", "stack", "resources", "outputs", "warnings"}
+    resource = document["resources"][0]
+    assert set(resource) == {"urn", "type", "name", "parent", "custom", "inputs", "options"}
+    assert set(resource["options"]) == {
+        "protect",
+        "deleteBeforeReplace",
+        "replacementTrigger",
+        "retainOnDelete",
+        "dependsOn",
+        "ignoreChanges",
+    }
+
+
+def test_config_error_exits_2_with_a_message_and_no_traceback(scratch_project):
+    dev = yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text())
+    dev["config"]["tpu-training:tpuVms"][0]["acceleratorType"] = "v3-9"
+    (scratch_project / "Pulumi.bad.yaml").write_text(yaml.safe_dump(dev))
+    result = run_plan("--stack", "bad", cwd=scratch_project)
+    assert result.returncode == 2
+    assert "tpu-training:tpuVms[0].acceleratorType" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_missing_stack_file_exits_2(scratch_project):
+    result = run_plan("--stack", "nope", cwd=scratch_project)
+    assert result.returncode == 2
+    assert "Pulumi.nope.yaml does not exist" in result.stderr
+
+
+def test_secrets_are_replaced_and_reported(scratch_project):
+    dev = yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text())
+    dev["config"]["tpu-training:labels"] = {"owner": {"secure": "v1:abc"}}
+    (scratch_project / "Pulumi.sec.yaml").write_text(yaml.safe_dump(dev))
+    result = run_plan("--stack", "sec", "--json", "-", cwd=scratch_project)
+    # The placeholder is no valid label value, so the program refuses it: the plan says why.
+    assert result.returncode == 2
+    assert "'[secret]'" in result.stderr
+
+
+def test_program_runs_as_the_language_host_runs_it():
+    """Only infra/ on sys.path, working directory infra/, isolated from the repository root: the
+    components must come from the installed package, exactly as after `pulumi install`."""
+    config, _, _ = offline.stack_config(offline.load_project(REPO), "dev")
+    script = textwrap.dedent(
+        f"""
+        import runpy, sys
+        sys.path.insert(0, {str(INFRA)!r})
+        assert {str(REPO)!r} not in sys.path, sys.path
+        import pulumi
+        from pulumi.runtime import mocks, settings
+        from pulumi.runtime.stack import run_in_stack
+        from pulumi.runtime.sync_await import _sync_await
+
+        registered = []
+        class Mocks(mocks.Mocks):
+            def new_resource(self, args):
+                registered.append(args.typ)
+                return args.name + "-id", dict(args.inputs, url="gs://x")
+            def call(self, args):
+                return {{}}, None
+
+        pulumi.runtime.set_mocks(Mocks(), project="tpu-training", stack="dev", preview=False)
+        settings.ROOT.set(None)
+        _sync_await(run_in_stack(lambda: runpy.run_path({str(INFRA / "__main__.py")!r}, run_name="__main__")))
+        print(sorted(registered))
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PULUMI_CONFIG"] = json.dumps(config)
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", script], cwd=INFRA, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "gcp:storage/bucket:Bucket" in result.stdout
+
+
+def test_components_import_alone_without_infra_or_config(tmp_path):
+    """Other repositories `pip install` this one and import the library; no stack involved."""
+    script = (
+        "import tpu_training_components as t, sys; print(t.CheckpointBucket.__name__); "
+        "print(any('infra' in m or m == 'stack_config' for m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["CheckpointBucket", "False"]
+
+
+def test_components_know_nothing_of_stack_config():
+    for path in (REPO / "components").glob("*.py"):
+        text = path.read_text()
+        assert "pulumi.Config(" not in text, path
+        assert "stack_config" not in text and "import infra" not in text, path
+
+
+def test_pulumi_yaml_declares_and_describes_every_project_key():
+    project = yaml.safe_load((REPO / "Pulumi.yaml").read_text())
+    assert project["name"] == stack_config.PROJECT
+    assert project["main"] == "infra/"
+    assert project["runtime"]["name"] == "python"
+    declared = project["config"]
+    assert set(declared) == set(stack_config._PROJECT_KEYS)
+    for key, declaration in declared.items():
+        assert declaration["description"].strip(), key
+        # Pulumi demands a stack value for any project key without a default.
+        assert "default" in declaration, key
+        # Pulumi's schema types only string/integer/boolean/array: objects stay untyped.
+        assert declaration.get("type") in (None, "string", "integer", "boolean", "array"), key
+
+
+def test_infra_requirements_install_the_pins_and_the_library():
+    lines = [
+        line.strip()
+        for line in (INFRA / "requirements.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert lines == ["-r ../requirements.txt", "-e .."]
+    pins = [
+        line
+        for line in Path(REPO / "requirements.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
+    assert pins and all("==" in line for line in pins), pins
