@@ -19,7 +19,9 @@ from .catalogue import (
 )
 from .checkpoint_bucket import CheckpointBucket, CheckpointBucketArgs
 from .errors import InvalidArgument
+from .identity import TrainingServiceAccount, TrainingServiceAccountArgs
 from .scaling import TrainingPlan, plan_training
+from .tpu_vm import PreemptibleTpuVm, PreemptibleTpuVmArgs
 
 __all__ = [
     "AcceleratorType",
@@ -28,6 +30,10 @@ __all__ = [
     "CheckpointBucketArgs",
     "InvalidArgument",
     "MachineType",
+    "PreemptibleTpuVm",
+    "PreemptibleTpuVmArgs",
+    "TrainingServiceAccount",
+    "TrainingServiceAccountArgs",
     "SliceShape",
     "TrainingPlan",
     "accelerator_type",

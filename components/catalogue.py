@@ -36,6 +36,8 @@ class AcceleratorFamily:
     """Slices of at most this many chips run on one host."""
     sizes: tuple[int, ...]
     """Valid suffixes, in the unit given by ``suffix_counts``."""
+    shielded_vm: bool = True
+    """Whether TPU VMs of this family take Shielded VM secure boot (v4 and later)."""
 
 
 def _v5p_sizes() -> tuple[int, ...]:
@@ -47,8 +49,10 @@ ACCELERATOR_FAMILIES: dict[str, AcceleratorFamily] = {
     family.prefix: family
     for family in (
         # v2 to v5p: two TensorCores per chip, and the suffix counts cores (v3-8 = 4 chips).
-        AcceleratorFamily("v2", "v2", "cores", 2, 4, 4, (8, 32, 128, 256, 512)),
-        AcceleratorFamily("v3", "v3", "cores", 2, 4, 4, (8, 32, 64, 128, 256, 512, 1024, 2048)),
+        AcceleratorFamily("v2", "v2", "cores", 2, 4, 4, (8, 32, 128, 256, 512), shielded_vm=False),
+        AcceleratorFamily(
+            "v3", "v3", "cores", 2, 4, 4, (8, 32, 64, 128, 256, 512, 1024, 2048), shielded_vm=False
+        ),
         AcceleratorFamily(
             "v4",
             "v4",

@@ -198,12 +198,20 @@ def _computed_outputs(type_: str, name: str, inputs: dict[str, Any]) -> dict[str
             "member": f"serviceAccount:{account}@{project}.iam.gserviceaccount.com",
         }
     if type_ == "gcp:tpu/v2Vm:V2Vm":
-        return {"state": "READY", "health": "HEALTHY"}
+        return {"state": "(unknown offline)", "health": "(unknown offline)"}
     return {}
 
 
 class PlanMocks(pulumi_mocks.Mocks):
+    def __init__(self, previous_outputs: Optional[dict[str, Any]] = None) -> None:
+        # What a reference to this stack reads: its outputs from the last update. Offline there
+        # was none, unless a caller says otherwise.
+        self.previous_outputs = dict(previous_outputs or {})
+
     def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[Optional[str], dict]:
+        if args.typ == "pulumi:pulumi:StackReference":
+            name = args.inputs.get("name", args.name)
+            return name, {"name": name, "outputs": self.previous_outputs, "secretOutputNames": []}
         state = dict(args.inputs)
         state.update(_computed_outputs(args.typ, args.name, args.inputs))
         return f"{args.name}-id", state
@@ -308,6 +316,7 @@ def run(
     config: dict[str, str] | None = None,
     secret_keys: list[str] | None = None,
     preview: bool = False,
+    previous_outputs: dict[str, Any] | None = None,
 ) -> ProgramRun:
     """Run ``body`` (a program, or a few component constructors) under recording mocks."""
     logger = logging.getLogger(f"tpu-training.offline.{id(body)}")
@@ -318,7 +327,7 @@ def run(
 
     pulumi.runtime.reset_options()
     pulumi.runtime.set_all_config(dict(config or {}), list(secret_keys or []))
-    mocks = PlanMocks()
+    mocks = PlanMocks(previous_outputs)
     monitor = RecordingMonitor(mocks)
     pulumi.runtime.set_mocks(
         mocks, project=project, stack=stack, preview=preview, logger=logger, monitor=monitor

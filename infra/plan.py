@@ -1,9 +1,11 @@
 """Show what `pulumi up` would create for a stack, without a cloud account or the Pulumi CLI.
 
-    python -m infra.plan [--stack NAME] [--json PATH|-]
+    python -m infra.plan [--stack NAME] [--json PATH|-] [--live]
 
 Runs the real stack program under the Pulumi SDK's mocks with the stack's config files and prints
-every resource it registers. Touches no network. Exit status: 0 on success, 2 when the
+every resource it registers. Touches no network, unless --live: then the program reads the live
+TPU nodes through the Cloud TPU API (or the endpoint in TPU_API_ENDPOINT) exactly as `pulumi up`
+does, and shows the recovery decisions. Exit status: 0 on success, 2 when the
 configuration (or a project file) is invalid, with the reason on stderr.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -34,6 +37,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="also write the plan as JSON to PATH ('-' for standard output, which then holds only the JSON)",
     )
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="read live TPU node state (Cloud TPU API, or TPU_API_ENDPOINT) to show recovery decisions",
+    )
     return parser
 
 
@@ -55,6 +63,10 @@ def _short(value: Any) -> Optional[str]:
     return text if len(text) <= _SHORT else text[: _SHORT - 3] + "..."
 
 
+def _is_default(value: Any) -> bool:
+    return value is None or value is False or value == [] or value == {}
+
+
 def render_tree(result: offline.ProgramRun) -> str:
     """A readable tree: each resource under its parent, with its inputs and non-default options."""
     children: dict[str, list[offline.Registration]] = {}
@@ -70,8 +82,13 @@ def render_tree(result: offline.ProgramRun) -> str:
             pad = "  " * depth
             lines.append(f"{pad}+ {r.type}  {r.name}")
             for key, value in r.inputs.items():
-                lines.append(f"{pad}    {key}: {_short(value)}")
-            flags = [f"{k}={_short(v)}" for k, v in r.options.items() if v not in (None, False, [], {})]
+                if isinstance(value, dict) and len(_short(value) or "") >= _SHORT:
+                    # Show long maps (metadata, labels) one entry a line.
+                    for sub_key, sub_value in value.items():
+                        lines.append(f"{pad}    {key}.{sub_key}: {_short(sub_value)}")
+                else:
+                    lines.append(f"{pad}    {key}: {_short(value)}")
+            flags = [f"{k}={_short(v)}" for k, v in r.options.items() if not _is_default(v)]
             if flags:
                 lines.append(f"{pad}    [options] {', '.join(flags)}")
             walk(r.urn, depth + 1)
@@ -90,6 +107,10 @@ def render_tree(result: offline.ProgramRun) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
+    if args.live:
+        os.environ.pop("TPU_TRAINING_OFFLINE", None)
+    else:
+        os.environ["TPU_TRAINING_OFFLINE"] = "1"
     try:
         project = offline.load_project()
         result = offline.run_program(project, args.stack)

@@ -26,12 +26,13 @@ from pydantic.alias_generators import to_camel
 from tpu_training_components import catalogue, naming
 from tpu_training_components.errors import suggestion
 from tpu_training_components.scaling import LearningRateScaling, TrainingPlan, plan_training
+from tpu_training_components.startup_script import env_name_problem
 
 PROJECT = "tpu-training"
 """The Pulumi project name, and so the namespace of every project config key."""
 
 # Keys of the project namespace this program reads.
-_PROJECT_KEYS = ("labels", "tpuVms", "bucket", "training")
+_PROJECT_KEYS = ("labels", "tpuVms", "bucket", "training", "recovery")
 # Declared for the GKE path; accepted by nothing yet, so a value there is an error, not ignored.
 _RESERVED_KEYS = ("cluster", "nodePools", "jobs")
 
@@ -60,6 +61,18 @@ class TpuVmConfig(_Model):
     train_command: StrictStr = Field(min_length=1)
     setup_command: Optional[StrictStr] = None
     env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    external_ip: StrictBool = False
+    network: Optional[StrictStr] = None
+    subnetwork: Optional[StrictStr] = None
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        for name in env:
+            problem = env_name_problem(name)
+            if problem:
+                raise ValueError(problem)
+        return env
 
     @field_validator("zone")
     @classmethod
@@ -137,6 +150,13 @@ class TrainingConfig(_Model):
         )
 
 
+class RecoveryConfig(_Model):
+    """``tpu-training:recovery``: how `pulumi up` recovers TPU VMs."""
+
+    maintenance_grace_minutes: StrictInt = Field(default=30, ge=0)
+    read_live_state: StrictBool = True
+
+
 class StackConfig(_Model):
     """Everything the stack program needs, validated as a whole."""
 
@@ -146,6 +166,7 @@ class StackConfig(_Model):
     tpu_vms: tuple[TpuVmConfig, ...] = ()
     bucket: BucketConfig = BucketConfig()
     training: Optional[TrainingConfig] = None
+    recovery: RecoveryConfig = RecoveryConfig()
 
     @field_validator("labels")
     @classmethod
@@ -210,6 +231,11 @@ class StackConfig(_Model):
         }
 
     @property
+    def service_account_id(self) -> str:
+        """One training identity per stack."""
+        return naming.bounded_name("tpu-train", naming.label_value(self.stack), limit=30)
+
+    @property
     def common_labels(self) -> dict[str, str]:
         """The project's own labels, then the user's (which win)."""
         return {
@@ -266,6 +292,7 @@ def _allowed_keys() -> dict[str, list[str]]:
         "tpuVms.[]": aliases(TpuVmConfig),
         "bucket": aliases(BucketConfig),
         "training": aliases(TrainingConfig),
+        "recovery": aliases(RecoveryConfig),
     }
 
 

@@ -16,6 +16,12 @@ import pytest
 
 from infra import offline
 
+# No test reads live state unless it says so, and none may look for Google credentials (which
+# would try the GCE metadata server, off this machine): live tests use a loopback endpoint.
+os.environ["TPU_TRAINING_OFFLINE"] = "1"
+os.environ["NO_GCE_CHECK"] = "True"
+os.environ.pop("TPU_API_ENDPOINT", None)
+
 REPO = offline.REPO_ROOT
 INFRA = REPO / "infra"
 
@@ -37,7 +43,9 @@ def dev_config() -> dict[str, Any]:
     return decoded
 
 
-def run_stack(config: dict[str, Any], stack: str = "dev") -> offline.ProgramRun:
+def run_stack(
+    config: dict[str, Any], stack: str = "dev", previous_outputs: dict[str, Any] | None = None
+) -> offline.ProgramRun:
     """Run the real infra/__main__.py with this config (Python values, encoded as the CLI does)."""
     encoded = {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
     if str(INFRA) not in sys.path:
@@ -47,6 +55,7 @@ def run_stack(config: dict[str, Any], stack: str = "dev") -> offline.ProgramRun:
         project="tpu-training",
         stack=stack,
         config=encoded,
+        previous_outputs=previous_outputs,
     )
 
 
@@ -65,9 +74,11 @@ def scratch_project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run_plan(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+def run_plan(
+    *args: str, cwd: Path = REPO, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """`python -m infra.plan ARGS` in a subprocess, as a user runs it."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=str(REPO), **(env or {}))
     return subprocess.run(
         [sys.executable, "-m", "infra.plan", *args],
         cwd=cwd,

@@ -18,7 +18,7 @@ def _refused(config) -> str:
 
 def test_dev_baseline_is_valid(config):
     run = run_stack(config)
-    assert len(run.registrations) == 2
+    assert len(run.registrations) == 7
 
 
 def test_unknown_accelerator_type(config):

@@ -1,0 +1,64 @@
+"""A dedicated, least-privilege service account for training workloads."""
+
+from __future__ import annotations
+
+import re
+from typing import Mapping, Optional, TypedDict
+
+import pulumi
+import pulumi_gcp as gcp
+from typing_extensions import NotRequired
+
+from .errors import InvalidArgument, check_known
+
+_ACCOUNT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
+
+
+class TrainingServiceAccountArgs(TypedDict):
+    account_id: str
+    """Service account id (6-30 lowercase letters, digits, '-')."""
+    buckets: Mapping[str, pulumi.Input[str]]
+    """Buckets the account reads and writes objects in, keyed by a stable short name (e.g. the
+    region); the key names the IAM binding, so keep it stable."""
+    display_name: NotRequired[str]
+    project: NotRequired[pulumi.Input[str]]
+
+
+class TrainingServiceAccount(pulumi.ComponentResource):
+    """A service account with object read/write on the given buckets and nothing project-wide.
+
+    Children: ``{name}-account``, and ``{name}-{key}-objects`` per bucket.
+    """
+
+    email: pulumi.Output[str]
+    member: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: TrainingServiceAccountArgs, opts: Optional[pulumi.ResourceOptions] = None
+    ) -> None:
+        check_known(f"TrainingServiceAccount {name!r}", args, TrainingServiceAccountArgs.__annotations__)
+        if not _ACCOUNT_ID.match(args["account_id"]):
+            raise InvalidArgument(
+                f"TrainingServiceAccount {name!r}: account_id {args['account_id']!r} must be 6-30 "
+                f"lowercase letters, digits or '-', starting with a letter"
+            )
+        super().__init__("tpu-training:iam:TrainingServiceAccount", name, {}, opts)
+        self.account = gcp.serviceaccount.Account(
+            f"{name}-account",
+            account_id=args["account_id"],
+            display_name=args.get("display_name", "TPU training workloads"),
+            project=args.get("project"),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.email = self.account.email
+        self.member = self.account.member
+        for key, bucket in sorted(args["buckets"].items()):
+            gcp.storage.BucketIAMMember(
+                f"{name}-{key}-objects",
+                bucket=bucket,
+                # Read, write, list and delete objects: what checkpointing needs, on this bucket only.
+                role="roles/storage.objectUser",
+                member=self.member,
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+        self.register_outputs({"email": self.email, "member": self.member})

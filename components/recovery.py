@@ -1,0 +1,153 @@
+"""Recovery is a reconcile: decide, from a TPU node's live state, whether `pulumi up` replaces it.
+
+Pure Python. ``pulumi refresh`` leaves a PREEMPTED node in place and ``up`` then sees no diff, so
+the program reads the live nodes itself and bumps a *recovery generation* for each node that must
+be re-created. The generation is the VM's ``replacement_trigger`` and its ``recovery-generation``
+label, so the decision is visible on the node and in every preview.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Literal, Mapping, Optional
+
+GENERATION_LABEL = "recovery-generation"
+
+# Cloud TPU v2 API Node.State values in which a node is working or getting there by itself.
+_WORKING = frozenset({"READY", "CREATING", "STARTING", "RESTARTING", "REPAIRING", "REIMAGING"})
+# Gone for good: GCP does not clean these up, and they never come back on their own.
+_LOST = frozenset({"PREEMPTED", "TERMINATED"})
+# Someone stopped the node on purpose: replacing it would undo a human decision.
+_STOPPED = frozenset({"STOPPED", "STOPPING"})
+_HEALTHY = frozenset({"", "HEALTHY", "HEALTH_UNSPECIFIED"})
+
+_EVENT_TIME = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(\.\d+)?(Z|[+-]\d{2}:\d{2})")
+
+
+@dataclass(frozen=True)
+class LiveNode:
+    """What the Cloud TPU API says of one node."""
+
+    name: str
+    zone: str
+    state: str
+    health: str = ""
+    health_description: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    create_time: str = ""
+
+    @property
+    def generation(self) -> int:
+        """The node's ``recovery-generation`` label; 0 when absent or not a number."""
+        value = self.labels.get(GENERATION_LABEL, "0")
+        return int(value) if value.isdigit() else 0
+
+
+Action = Literal["create", "keep", "replace"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What `pulumi up` does with one VM, and why."""
+
+    name: str
+    action: Action
+    generation: Optional[int]
+    """The generation to declare; None means "the last one this stack deployed"."""
+    reason: str
+    warn: bool = False
+
+    @property
+    def message(self) -> str:
+        verb = {"create": "will be created", "keep": "is kept", "replace": "will be replaced"}
+        generation = "last deployed" if self.generation is None else str(self.generation)
+        return f"{self.name}: {self.reason} -> {verb[self.action]} (recovery generation {generation})"
+
+
+def maintenance_event_time(health_description: str) -> Optional[datetime]:
+    """The time in a description such as "The TPU had a maintenance event at
+    2022-01-26T03:44:36.265703305Z" (seed 001), or None when it carries none."""
+    match = _EVENT_TIME.search(health_description)
+    if match is None:
+        return None
+    seconds, fraction, zone = match.groups()
+    micros = (fraction or ".0")[1:7].ljust(6, "0")  # RFC 3339 allows nanoseconds; Python, micros
+    offset = "+00:00" if zone == "Z" else zone
+    return datetime.fromisoformat(f"{seconds}.{micros}{offset}")
+
+
+def decide(
+    name: str,
+    live: Optional[LiveNode],
+    *,
+    now: datetime,
+    grace: timedelta = timedelta(minutes=30),
+) -> Decision:
+    """The decision table for one VM whose zone the API answered for (see README)."""
+    if live is None:
+        return Decision(name, "create", None, "no such node in its zone")
+    generation = live.generation
+    state, health = live.state, live.health
+    if state in _LOST:
+        return Decision(name, "replace", generation + 1, f"node is {state}")
+    if state in _STOPPED:
+        return Decision(
+            name,
+            "keep",
+            generation,
+            f"node is {state}; someone stopped it on purpose, start it or run "
+            f"`pulumi up --replace <urn>` to re-create it",
+            warn=True,
+        )
+    if health not in _HEALTHY:
+        since = maintenance_event_time(live.health_description)
+        if since is None:
+            return Decision(
+                name,
+                "keep",
+                generation,
+                f"health is {health} with no event time to measure it by; it is kept until "
+                f"replaced by hand (`pulumi up --replace <urn>`)",
+                warn=True,
+            )
+        lasted = now - since
+        if lasted > grace:
+            return Decision(
+                name,
+                "replace",
+                generation + 1,
+                f"health has been {health} since {since.isoformat()} ({_minutes(lasted)}, "
+                f"longer than the {_minutes(grace)} grace period)",
+            )
+        return Decision(
+            name,
+            "keep",
+            generation,
+            f"health is {health} since {since.isoformat()}, within the {_minutes(grace)} grace "
+            f"period; most maintenance events heal by themselves",
+            warn=True,
+        )
+    if state in _WORKING:
+        return Decision(name, "keep", generation, f"node is {state}")
+    return Decision(name, "keep", generation, f"node is {state or 'in no state'}", warn=True)
+
+
+def unreachable(name: str, problem: str) -> Decision:
+    """When the API cannot say: keep the last deployed generation. Never replace on unknown."""
+    return Decision(
+        name,
+        "keep",
+        None,
+        f"TPU API unavailable ({problem}); nothing is replaced on unknown state",
+        warn=True,
+    )
+
+
+def _minutes(delta: timedelta) -> str:
+    return f"{int(delta.total_seconds() // 60)} min"
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)

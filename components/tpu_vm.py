@@ -1,0 +1,183 @@
+"""A preemptible / Spot TPU VM that trains in a retry loop and resumes from its checkpoints."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Mapping, Optional, TypedDict
+
+import pulumi
+import pulumi_gcp as gcp
+from typing_extensions import NotRequired
+
+from . import catalogue
+from .errors import InvalidArgument, check_known
+from .naming import label_problem
+from .recovery import GENERATION_LABEL
+from .startup_script import env_name_problem, render_shutdown_script, render_startup_script
+
+Provisioning = Literal["preemptible", "spot", "on-demand", "reserved"]
+PROVISIONING_MODELS: tuple[str, ...] = ("preemptible", "spot", "on-demand", "reserved")
+
+
+class PreemptibleTpuVmArgs(TypedDict):
+    zone: str
+    """Zone of the TPU VM, e.g. ``europe-west4-a``."""
+    accelerator_type: str
+    """TPU VM accelerator type, e.g. ``v3-8``."""
+    runtime_version: str
+    """TPU software image, e.g. ``tpu-vm-tf-2.16.1-pjrt``."""
+    train_command: str
+    """The training command; it must resume from the latest checkpoint in ``CHECKPOINT_DIR``."""
+    checkpoint_dir: str
+    """``gs://`` prefix for this VM's checkpoints; keep it stable across re-creations."""
+    service_account_email: pulumi.Input[str]
+    """Identity of the VM. Required: the default compute service account is never used."""
+    provisioning: NotRequired[Provisioning]
+    """``preemptible`` (seed 000's ``--preemptible``), ``spot`` (default), ``on-demand`` or
+    ``reserved``."""
+    node_name: NotRequired[str]
+    """TPU node name; the component's name when omitted."""
+    setup_command: NotRequired[Optional[str]]
+    """Run once per boot before training (e.g. install requirements)."""
+    environment: NotRequired[Mapping[str, str]]
+    """Variables for the trainer (``GLOBAL_BATCH_SIZE``, ``TRAIN_STEPS``, ...)."""
+    recovery_generation: NotRequired[pulumi.Input[int]]
+    """Bumped to re-create the VM (see ``recovery``); default 0."""
+    external_ip: NotRequired[bool]
+    """Give the workers external IPs (default False: reach the internet through Cloud NAT)."""
+    network: NotRequired[Optional[str]]
+    """VPC network; the project's default network when omitted."""
+    subnetwork: NotRequired[Optional[str]]
+    """Subnetwork of ``network``."""
+    labels: NotRequired[Mapping[str, str]]
+    """Labels on the node, besides ``recovery-generation``."""
+    project: NotRequired[pulumi.Input[str]]
+    """Google Cloud project; the provider's when omitted."""
+
+
+def _scheduling(provisioning: str) -> Optional[gcp.tpu.V2VmSchedulingConfigArgs]:
+    if provisioning == "preemptible":
+        return gcp.tpu.V2VmSchedulingConfigArgs(preemptible=True)
+    if provisioning == "spot":
+        return gcp.tpu.V2VmSchedulingConfigArgs(spot=True)
+    if provisioning == "reserved":
+        return gcp.tpu.V2VmSchedulingConfigArgs(reserved=True)
+    return None  # on-demand
+
+
+def _validate(name: str, args: PreemptibleTpuVmArgs) -> catalogue.AcceleratorType:
+    where = f"PreemptibleTpuVm {name!r}"
+    check_known(where, args, PreemptibleTpuVmArgs.__annotations__)
+    try:
+        catalogue.region_of_zone(args["zone"])
+        accelerator = catalogue.accelerator_type(args["accelerator_type"])
+    except catalogue.CatalogueError as exc:
+        raise InvalidArgument(f"{where}: {exc}") from None
+    provisioning = args.get("provisioning", "spot")
+    if provisioning not in PROVISIONING_MODELS:
+        raise InvalidArgument(
+            f"{where}: provisioning {provisioning!r} is not one of {', '.join(PROVISIONING_MODELS)}"
+        )
+    if not args["checkpoint_dir"].startswith("gs://"):
+        raise InvalidArgument(f"{where}: checkpoint_dir {args['checkpoint_dir']!r} must start with gs://")
+    for key in args.get("environment", {}):
+        problem = env_name_problem(key)
+        if problem:
+            raise InvalidArgument(f"{where}: {problem}")
+    for key, value in args.get("labels", {}).items():
+        problem = label_problem(key, value)
+        if problem:
+            raise InvalidArgument(f"{where}: {problem}")
+    return accelerator
+
+
+class PreemptibleTpuVm(pulumi.ComponentResource):
+    """A TPU VM whose startup script trains until done, resuming from checkpoints after every
+    preemption, maintenance event or crash; re-created by `pulumi up` when its recovery
+    generation changes.
+
+    Children: ``{name}-vm`` (``gcp.tpu.V2Vm``).
+    """
+
+    node_name: pulumi.Output[str]
+    zone: pulumi.Output[str]
+    state: pulumi.Output[str]
+    """Node state as last read by Pulumi (READY, PREEMPTED, ...)."""
+    health: pulumi.Output[str]
+    checkpoint_uri: pulumi.Output[str]
+    recovery_generation: pulumi.Output[int]
+
+    def __init__(
+        self, name: str, args: PreemptibleTpuVmArgs, opts: Optional[pulumi.ResourceOptions] = None
+    ) -> None:
+        accelerator = _validate(name, args)
+        super().__init__("tpu-training:compute:PreemptibleTpuVm", name, {}, opts)
+
+        node_name = args.get("node_name", name)
+        environment = {"CHECKPOINT_DIR": args["checkpoint_dir"], **args.get("environment", {})}
+        startup = render_startup_script(
+            vm_name=node_name,
+            checkpoint_dir=args["checkpoint_dir"],
+            train_command=args["train_command"],
+            environment={k: v for k, v in environment.items() if k != "CHECKPOINT_DIR"},
+            setup_command=args.get("setup_command"),
+        )
+        generation = pulumi.Output.from_input(args.get("recovery_generation", 0))
+        labels: dict[str, Any] = dict(args.get("labels", {}))
+        labels[GENERATION_LABEL] = generation.apply(str)
+
+        self.vm = gcp.tpu.V2Vm(
+            f"{name}-vm",
+            name=node_name,
+            zone=args["zone"],
+            project=args.get("project"),
+            accelerator_type=args["accelerator_type"],
+            runtime_version=args["runtime_version"],
+            scheduling_config=_scheduling(args.get("provisioning", "spot")),
+            # Never the default compute service account: it is an Editor of the whole project.
+            service_account=gcp.tpu.V2VmServiceAccountArgs(
+                email=args["service_account_email"],
+                # Access is decided by the account's IAM roles, not by OAuth scopes.
+                scopes=["https://www.googleapis.com/auth/cloud-platform"],
+            ),
+            network_config=gcp.tpu.V2VmNetworkConfigArgs(
+                # No public address unless asked for: training reads from and writes to GCS only.
+                enable_external_ips=args.get("external_ip", False),
+                network=args.get("network"),
+                subnetwork=args.get("subnetwork"),
+            ),
+            # Secure boot where the generation supports it (v4 and later).
+            shielded_instance_config=(
+                gcp.tpu.V2VmShieldedInstanceConfigArgs(enable_secure_boot=True)
+                if accelerator.family.shielded_vm
+                else None
+            ),
+            labels=labels,
+            metadata={
+                "startup-script": startup,
+                "shutdown-script": render_shutdown_script(vm_name=node_name),
+            },
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                # A new generation re-creates the node: that is how `pulumi up` recovers it.
+                replacement_trigger=generation,
+                # The node name is fixed, so the old node must go before the new one comes.
+                delete_before_replace=True,
+            ),
+        )
+
+        self.node_name = self.vm.name
+        self.zone = self.vm.zone
+        self.state = self.vm.state
+        self.health = self.vm.health
+        self.checkpoint_uri = pulumi.Output.from_input(args["checkpoint_dir"])
+        self.recovery_generation = generation
+        self.register_outputs(
+            {
+                "node_name": self.node_name,
+                "zone": self.zone,
+                "state": self.state,
+                "health": self.health,
+                "checkpoint_uri": self.checkpoint_uri,
+                "recovery_generation": self.recovery_generation,
+            }
+        )

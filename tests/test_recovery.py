@@ -1,0 +1,190 @@
+"""Recovery is a reconcile: the decision table, the live probe, and the whole stack under it."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from conftest import run_plan, run_stack
+from fake_tpu_api import FakeTpuApi
+from tpu_training_components import recovery
+from tpu_training_components.recovery import LiveNode, decide
+from tpu_training_components.tpu_api import list_live_nodes
+
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
+ZONE = "europe-west4-a"
+VM = "gcp:tpu/v2Vm:V2Vm"
+
+
+def node(state="READY", health="", description="", generation="4"):
+    return LiveNode("demo-tpu", ZONE, state, health, description, {"recovery-generation": generation})
+
+
+def event(minutes_ago: int) -> str:
+    at = (NOW - timedelta(minutes=minutes_ago)).strftime("%Y-%m-%dT%H:%M:%S.123456789Z")
+    return f"The TPU had a maintenance event at {at}"
+
+
+@pytest.mark.parametrize(
+    ("live", "action", "generation", "warn"),
+    [
+        (None, "create", None, False),
+        (node("READY"), "keep", 4, False),
+        (node("READY", "HEALTHY"), "keep", 4, False),
+        (node("CREATING"), "keep", 4, False),
+        (node("STARTING"), "keep", 4, False),
+        (node("RESTARTING"), "keep", 4, False),
+        (node("REPAIRING"), "keep", 4, False),
+        (node("REIMAGING"), "keep", 4, False),
+        (node("PREEMPTED"), "replace", 5, False),
+        (node("TERMINATED"), "replace", 5, False),
+        (node("READY", "UNHEALTHY_MAINTENANCE", event(45)), "replace", 5, False),
+        (node("READY", "TIMEOUT", event(31)), "replace", 5, False),
+        (node("READY", "UNHEALTHY_MAINTENANCE", event(10)), "keep", 4, True),
+        (node("READY", "UNHEALTHY_MAINTENANCE", "no time here"), "keep", 4, True),
+        (node("STOPPED"), "keep", 4, True),
+        (node("STOPPING"), "keep", 4, True),
+        (node("HIDDEN"), "keep", 4, True),
+        (node("PREEMPTED", generation="not-a-number"), "replace", 1, False),
+    ],
+)
+def test_decision_table(live, action, generation, warn):
+    decision = decide("demo-tpu", live, now=NOW, grace=timedelta(minutes=30))
+    assert (decision.action, decision.generation, decision.warn) == (action, generation, warn)
+    assert decision.message.startswith("demo-tpu: ")
+
+
+def test_grace_period_is_configurable():
+    live = node("READY", "UNHEALTHY_MAINTENANCE", event(10))
+    assert decide("demo-tpu", live, now=NOW, grace=timedelta(minutes=5)).action == "replace"
+
+
+def test_unreachable_keeps_the_last_generation():
+    decision = recovery.unreachable("demo-tpu", "ConnectionError: refused")
+    assert (decision.action, decision.generation, decision.warn) == ("keep", None, True)
+    assert "nothing is replaced on unknown state" in decision.message
+
+
+def test_seed_001_event_time_with_nanoseconds():
+    at = recovery.maintenance_event_time(
+        "health: HEALTHY healthDescription: The TPU had a maintenance event at 2022-01-26T03:44:36.265703305Z"
+    )
+    assert at == datetime(2022, 1, 26, 3, 44, 36, 265703, tzinfo=timezone.utc)
+
+
+# --- the probe, through the real google-cloud-tpu client, against a loopback server ---------
+
+
+def test_one_list_call_per_zone_whatever_the_number_of_vms():
+    with FakeTpuApi() as api:
+        for i in range(64):
+            api.add(ZONE, f"vm-{i}", "READY")
+        api.add("us-central2-b", "other", "PREEMPTED", labels={"recovery-generation": "2"})
+        live = list_live_nodes("p", [ZONE, ZONE, "us-central2-b"], endpoint=api.endpoint)
+    assert len(api.calls) == 2 and live.calls == 2
+    assert len(live.nodes) == 65 and not live.failures
+    assert live.nodes[("us-central2-b", "other")].generation == 2
+
+
+def test_api_error_is_a_failure_per_zone():
+    with FakeTpuApi() as api:
+        api.fail_with = 500
+        live = list_live_nodes("p", [ZONE], endpoint=api.endpoint)
+    assert "InternalServerError" in live.failures[ZONE] and not live.nodes
+
+
+def test_api_timeout_is_a_failure():
+    with FakeTpuApi() as api:
+        api.delay_seconds = 1.0
+        live = list_live_nodes("p", [ZONE], endpoint=api.endpoint, timeout=0.2)
+    assert ZONE in live.failures
+
+
+def test_connection_refused_is_a_failure():
+    with FakeTpuApi() as api:
+        endpoint = api.endpoint  # closed when the block ends: nothing listens there afterwards
+    live = list_live_nodes("p", [ZONE], endpoint=endpoint)
+    assert "ConnectionError" in live.failures[ZONE]
+
+
+# --- the whole stack, reading live state --------------------------------------------------------
+
+
+@pytest.fixture
+def live_api(monkeypatch):
+    with FakeTpuApi() as api:
+        monkeypatch.delenv("TPU_TRAINING_OFFLINE", raising=False)
+        monkeypatch.setenv("TPU_API_ENDPOINT", api.endpoint)
+        yield api
+
+
+def _vm(run, name):
+    return run.one(VM, f"{name}-vm")
+
+
+def test_preemption_bumps_one_vm_and_changes_nothing_else(config, live_api):
+    for name in ("vm-b", "vm-c"):
+        config["tpu-training:tpuVms"].append(dict(config["tpu-training:tpuVms"][0], name=name))
+    for name in ("demo-tpu", "vm-b", "vm-c"):
+        live_api.add(
+            ZONE, name, "PREEMPTED" if name == "vm-b" else "READY", labels={"recovery-generation": "3"}
+        )
+    previous = {"recoveryGenerations": {"demo-tpu": 3, "vm-b": 3, "vm-c": 3}}
+
+    live = run_stack(copy.deepcopy(config), previous_outputs=previous)
+    assert len(live_api.calls) == 1  # one zone, one call
+    assert _vm(live, "vm-b").options["replacementTrigger"] == 4
+    assert _vm(live, "vm-b").inputs["labels"]["recovery-generation"] == "4"
+    assert _vm(live, "vm-b").options["deleteBeforeReplace"] is True
+    assert any("vm-b: node is PREEMPTED -> will be replaced (recovery generation 4)" in m for m in live.infos)
+
+    # Against the same stack with every node READY, only vm-b's generation differs.
+    live_api.nodes.clear()
+    for name in ("demo-tpu", "vm-b", "vm-c"):
+        live_api.add(ZONE, name, "READY", labels={"recovery-generation": "3"})
+    steady = run_stack(copy.deepcopy(config), previous_outputs=previous)
+    changed = [
+        r.name
+        for r, s in zip(live.registrations, steady.registrations, strict=True)
+        if (r.inputs, r.options) != (s.inputs, s.options)
+    ]
+    assert changed == ["vm-b-vm"]
+
+
+def test_api_down_keeps_the_last_deployed_generation(config, live_api):
+    live_api.fail_with = 503
+    run = run_stack(config, previous_outputs={"recoveryGenerations": {"demo-tpu": 7}})
+    assert _vm(run, "demo-tpu").options["replacementTrigger"] == 7
+    assert any("TPU API unavailable" in w and "nothing is replaced" in w for w in run.warnings)
+
+
+def test_missing_node_is_created_with_its_last_generation(config, live_api):
+    run = run_stack(config, previous_outputs={"recoveryGenerations": {"demo-tpu": 2}})
+    assert _vm(run, "demo-tpu").options["replacementTrigger"] == 2
+    assert any("no such node in its zone -> will be created" in m for m in run.infos)
+
+
+def test_first_deployment_starts_at_generation_zero(config, live_api):
+    run = run_stack(config)
+    assert _vm(run, "demo-tpu").inputs["labels"]["recovery-generation"] == "0"
+
+
+def test_plan_live_shows_the_bump_and_nothing_else():
+    with FakeTpuApi() as api:
+        api.add(ZONE, "demo-tpu", "PREEMPTED", labels={"recovery-generation": "0"})
+        live = run_plan("--live", "--json", "-", env={"TPU_API_ENDPOINT": api.endpoint})
+        tree = run_plan("--live", env={"TPU_API_ENDPOINT": api.endpoint})
+    offline = json.loads(run_plan("--json", "-").stdout)
+    assert live.returncode == 0, live.stderr
+    document = json.loads(live.stdout)
+    diff = [
+        a["name"]
+        for a, b in zip(document["resources"], offline["resources"], strict=True)
+        if (a["inputs"], a["options"]) != (b["inputs"], b["options"])
+    ]
+    assert diff == ["demo-tpu-vm"]
+    vm = next(r for r in document["resources"] if r["name"] == "demo-tpu-vm")
+    assert vm["options"]["replacementTrigger"] == 1 and vm["options"]["deleteBeforeReplace"] is True
+    assert "info: demo-tpu: node is PREEMPTED -> will be replaced (recovery generation 1)" in tree.stdout
