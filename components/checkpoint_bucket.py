@@ -9,8 +9,8 @@ import pulumi_gcp as gcp
 from typing_extensions import NotRequired
 
 from .catalogue import is_region
-from .errors import InvalidArgument, check_known
-from .naming import bucket_name_problem, label_problem
+from .errors import InvalidArgument, check_known, check_labels
+from .naming import bucket_name_problem
 
 
 class CheckpointBucketArgs(TypedDict):
@@ -44,10 +44,7 @@ def _validate(args: CheckpointBucketArgs) -> None:
     problem = bucket_name_problem(args["bucket_name"])
     if problem:
         raise InvalidArgument(f"CheckpointBucketArgs.bucket_name: {problem}")
-    for key, value in args.get("labels", {}).items():
-        problem = label_problem(key, value)
-        if problem:
-            raise InvalidArgument(f"CheckpointBucketArgs.labels: {problem}")
+    check_labels("CheckpointBucketArgs.labels", args.get("labels", {}))
     counts = {
         "noncurrent_version_retention_days": args.get("noncurrent_version_retention_days", 7),
         "noncurrent_versions_kept": args.get("noncurrent_versions_kept", 3),

@@ -7,6 +7,8 @@ from typing import Any, Iterable, Mapping
 
 import pulumi
 
+from .naming import label_problem
+
 
 class InvalidArgument(pulumi.RunError):
     """A component argument is wrong. Subclasses ``pulumi.RunError`` so the Pulumi CLI prints the
@@ -27,3 +29,11 @@ def check_known(where: str, args: Mapping[str, Any], allowed: Iterable[str]) -> 
             raise InvalidArgument(
                 f"{where}: unknown argument {key!r}{suggestion(key, allowed)}; allowed: {', '.join(allowed)}"
             )
+
+
+def check_labels(where: str, labels: Mapping[str, str]) -> None:
+    """Reject labels Google Cloud would refuse, before anything is declared."""
+    for key, value in labels.items():
+        problem = label_problem(key, value)
+        if problem:
+            raise InvalidArgument(f"{where}: {problem}")

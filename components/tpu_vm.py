@@ -9,8 +9,7 @@ import pulumi_gcp as gcp
 from typing_extensions import NotRequired
 
 from . import catalogue
-from .errors import InvalidArgument, check_known
-from .naming import label_problem
+from .errors import InvalidArgument, check_known, check_labels
 from .recovery import GENERATION_LABEL
 from .startup_script import env_name_problem, render_shutdown_script, render_startup_script
 
@@ -83,10 +82,7 @@ def _validate(name: str, args: PreemptibleTpuVmArgs) -> catalogue.AcceleratorTyp
         problem = env_name_problem(key)
         if problem:
             raise InvalidArgument(f"{where}: {problem}")
-    for key, value in args.get("labels", {}).items():
-        problem = label_problem(key, value)
-        if problem:
-            raise InvalidArgument(f"{where}: {problem}")
+    check_labels(where, args.get("labels", {}))
     return accelerator
 
 
