@@ -109,12 +109,14 @@ class PreemptibleTpuVm(pulumi.ComponentResource):
         super().__init__("tpu-training:compute:PreemptibleTpuVm", name, {}, opts)
 
         node_name = args.get("node_name", name)
-        environment = {"CHECKPOINT_DIR": args["checkpoint_dir"], **args.get("environment", {})}
         startup = render_startup_script(
             vm_name=node_name,
             checkpoint_dir=args["checkpoint_dir"],
             train_command=args["train_command"],
-            environment={k: v for k, v in environment.items() if k != "CHECKPOINT_DIR"},
+            # The script exports CHECKPOINT_DIR itself, from checkpoint_dir.
+            environment={
+                k: v for k, v in args.get("environment", {}).items() if k != "CHECKPOINT_DIR"
+            },
             setup_command=args.get("setup_command"),
         )
         generation = pulumi.Output.from_input(args.get("recovery_generation", 0))
