@@ -114,9 +114,7 @@ class PreemptibleTpuVm(pulumi.ComponentResource):
             checkpoint_dir=args["checkpoint_dir"],
             train_command=args["train_command"],
             # The script exports CHECKPOINT_DIR itself, from checkpoint_dir.
-            environment={
-                k: v for k, v in args.get("environment", {}).items() if k != "CHECKPOINT_DIR"
-            },
+            environment={k: v for k, v in args.get("environment", {}).items() if k != "CHECKPOINT_DIR"},
             setup_command=args.get("setup_command"),
         )
         generation = pulumi.Output.from_input(args.get("recovery_generation", 0))
