@@ -1,0 +1,70 @@
+"""A small JSON HTTP(S) server on loopback, the base of the fake Google and Kubernetes APIs the
+real client libraries talk to in tests. It records every request and can fail or stall them all."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Optional
+
+
+class LoopbackJsonServer:
+    """Subclasses answer ``route(method, path, query, headers)`` with ``(status, body)``."""
+
+    def __init__(self, tls: Optional[tuple[Path, Path]] = None) -> None:
+        self.calls: list[str] = []
+        self.headers: list[dict[str, str]] = []
+        """Each request's headers, names in lower case."""
+        self.fail_with: int | None = None
+        self.delay_seconds = 0.0
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                path, _, query = self.path.partition("?")
+                server.calls.append(path)
+                server.headers.append({k.lower(): v for k, v in self.headers.items()})
+                if server.delay_seconds:
+                    time.sleep(server.delay_seconds)
+                if server.fail_with is not None:
+                    status, body = server.fail_with, {"error": {"code": server.fail_with, "message": "boom"}}
+                else:
+                    status, body = server.route("GET", path, query, dict(self.headers.items()))
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(str(tls[0]), str(tls[1]))
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        self.endpoint = f"{'https' if tls else 'http'}://{self.address}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def route(self, method: str, path: str, query: str, headers: dict[str, str]) -> tuple[int, Any]:
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def not_found() -> tuple[int, Any]:
+    return 404, {"error": {"code": 404, "message": "not found", "status": "NOT_FOUND"}}
