@@ -19,25 +19,37 @@ from .catalogue import (
 )
 from .checkpoint_bucket import CheckpointBucket, CheckpointBucketArgs
 from .errors import InvalidArgument
+from .gke_cluster import GkeTpuCluster, GkeTpuClusterArgs
 from .identity import TrainingServiceAccount, TrainingServiceAccountArgs
+from .node_pool_plan import TpuNodePoolPlan, plan_tpu_node_pool
 from .scaling import TrainingPlan, plan_training
+from .tpu_node_pool import FlexStartTpuNodePool, FlexStartTpuNodePoolArgs
 from .tpu_vm import PreemptibleTpuVm, PreemptibleTpuVmArgs
+from .training_job import TpuTrainingJob, TpuTrainingJobArgs
 
 __all__ = [
     "AcceleratorType",
     "CatalogueError",
     "CheckpointBucket",
     "CheckpointBucketArgs",
+    "FlexStartTpuNodePool",
+    "FlexStartTpuNodePoolArgs",
+    "GkeTpuCluster",
+    "GkeTpuClusterArgs",
     "InvalidArgument",
     "MachineType",
     "PreemptibleTpuVm",
     "PreemptibleTpuVmArgs",
+    "SliceShape",
+    "TpuNodePoolPlan",
+    "TpuTrainingJob",
+    "TpuTrainingJobArgs",
+    "TrainingPlan",
     "TrainingServiceAccount",
     "TrainingServiceAccountArgs",
-    "SliceShape",
-    "TrainingPlan",
     "accelerator_type",
     "machine_type",
+    "plan_tpu_node_pool",
     "plan_training",
     "region_of_zone",
     "slice_shape",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Mapping, Optional, TypedDict
 
 import pulumi
@@ -10,8 +9,7 @@ import pulumi_gcp as gcp
 from typing_extensions import NotRequired
 
 from .errors import InvalidArgument, check_known
-
-_ACCOUNT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
+from .naming import service_account_id_problem
 
 
 class TrainingServiceAccountArgs(TypedDict):
@@ -37,11 +35,9 @@ class TrainingServiceAccount(pulumi.ComponentResource):
         self, name: str, args: TrainingServiceAccountArgs, opts: Optional[pulumi.ResourceOptions] = None
     ) -> None:
         check_known(f"TrainingServiceAccount {name!r}", args, TrainingServiceAccountArgs.__annotations__)
-        if not _ACCOUNT_ID.match(args["account_id"]):
-            raise InvalidArgument(
-                f"TrainingServiceAccount {name!r}: account_id {args['account_id']!r} must be 6-30 "
-                f"lowercase letters, digits or '-', starting with a letter"
-            )
+        problem = service_account_id_problem(args["account_id"])
+        if problem:
+            raise InvalidArgument(f"TrainingServiceAccount {name!r}: {problem}")
         super().__init__("tpu-training:iam:TrainingServiceAccount", name, {}, opts)
         self.account = gcp.serviceaccount.Account(
             f"{name}-account",

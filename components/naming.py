@@ -7,6 +7,7 @@ import re
 
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+_SERVICE_ACCOUNT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{1,61}[a-z0-9]$")
 
 LABEL_KEY_RULE = "a lowercase letter, then up to 62 lowercase letters, digits, '_' or '-'"
@@ -30,6 +31,16 @@ def bucket_name_problem(name: str) -> str | None:
     """Why a Cloud Storage bucket name is not valid, or None when it is."""
     if not _BUCKET_NAME.match(name) or "goog" in name or ".." in name:
         return f"bucket name {name!r} must be {BUCKET_NAME_RULE}"
+    return None
+
+
+def service_account_id_problem(account_id: str) -> str | None:
+    """Why a service account id is not valid, or None when it is."""
+    if not _SERVICE_ACCOUNT_ID.match(account_id):
+        return (
+            f"service account id {account_id!r} must be 6-30 lowercase letters, digits or '-', "
+            f"starting with a letter and ending with a letter or digit"
+        )
     return None
 
 

@@ -1,18 +1,23 @@
-"""Recovery by `pulumi up`: read the live TPU nodes, decide, log why, and hand each VM its
-recovery generation. Use it before declaring ``PreemptibleTpuVm`` resources."""
+"""Recovery by `pulumi up`: read the live TPU nodes and training Jobs, decide, log why, and hand
+each its recovery generation. Use it before declaring ``PreemptibleTpuVm`` and ``TpuTrainingJob``
+resources."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import pulumi
 
+from .job_recovery import decide_job, unreachable_cluster
+from .kube_api import ClusterRef, LiveJobs, list_live_jobs
 from .recovery import Decision, decide, unreachable, utc_now
 from .tpu_api import list_live_nodes
 
 GENERATIONS_OUTPUT = "recoveryGenerations"
 """Stack output holding ``{vm name: generation}``; read back on the next run."""
+JOB_GENERATIONS_OUTPUT = "jobRecoveryGenerations"
+"""Stack output holding ``{job name: generation}``; read back on the next run."""
 
 
 def reconcile_tpu_vms(
@@ -42,19 +47,55 @@ def reconcile_tpu_vms(
     return decisions
 
 
+def reconcile_jobs(
+    cluster: ClusterRef,
+    jobs: Sequence[tuple[str, str]],
+    *,
+    read_live_state: bool = True,
+    read: Callable[[ClusterRef, set[str]], LiveJobs] = list_live_jobs,
+) -> list[Decision]:
+    """Decide for every ``(name, namespace)``: one list call per namespace, then the decision
+    table. With ``read_live_state=False`` (an offline plan) every Job keeps its last generation."""
+    if not read_live_state:
+        return [
+            Decision(name, "keep", None, "live state not read (offline); last generation kept")
+            for name, _ in jobs
+        ]
+    if not jobs:
+        return []
+    live = read(cluster, {namespace for _, namespace in jobs})
+    if live.cluster_absent:
+        return [
+            Decision(name, "create", None, f"cluster {cluster.name} does not exist yet") for name, _ in jobs
+        ]
+    return [
+        unreachable_cluster(name, live.failures[namespace])
+        if namespace in live.failures
+        else decide_job(name, live.jobs.get((namespace, name)))
+        for name, namespace in jobs
+    ]
+
+
 def log_decisions(decisions: Sequence[Decision]) -> None:
     """One line per VM, so a preview in CI says what `up` will do and why."""
     for decision in decisions:
         (pulumi.log.warn if decision.warn else pulumi.log.info)(decision.message)
 
 
-def last_deployed_generations() -> pulumi.Output[dict[str, int]]:
-    """The generations this stack exported on its last successful update, read through a
-    reference to the stack itself; ``{}`` before the first one. This is the "last known" value
-    that an unreachable API or a missing node falls back to, so nothing is replaced on unknown."""
+def previous_state() -> pulumi.StackReference:
+    """A reference to this very stack: its outputs as of its last successful update. Make one
+    per program and read every generation output through it."""
     own = f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
-    reference = pulumi.StackReference(f"{pulumi.get_stack()}-previous-state", stack_name=own)
-    return reference.get_output(GENERATIONS_OUTPUT).apply(
+    return pulumi.StackReference(f"{pulumi.get_stack()}-previous-state", stack_name=own)
+
+
+def last_deployed_generations(
+    reference: pulumi.StackReference, output: str = GENERATIONS_OUTPUT
+) -> pulumi.Output[dict[str, int]]:
+    """The generations this stack exported under ``output`` on its last successful update;
+    ``{}`` before the first one. This is the "last known" value that an unreachable API or a
+    missing node or Job falls back to, so nothing is replaced on unknown."""
+    return reference.get_output(output).apply(
         lambda value: {str(k): int(v) for k, v in (value or {}).items()}
     )
 

@@ -1,0 +1,319 @@
+"""A GKE Standard cluster ready for flex-start TPU node pools, with secure defaults."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Mapping, Optional, TypedDict
+
+import pulumi
+import pulumi_gcp as gcp
+import pulumi_kubernetes as k8s
+from typing_extensions import NotRequired
+
+from . import catalogue
+from .errors import InvalidArgument, check_known, check_labels
+from .naming import service_account_id_problem
+from .node_pool_plan import gke_version_problem
+
+RELEASE_CHANNELS = ("RAPID", "REGULAR", "STABLE")
+# Roles of the nodes' own identity: what GKE's hardening guide grants a custom node service
+# account instead of the project-wide Editor of the default compute account.
+NODE_ROLES = {
+    # Write logs and metrics, read node metadata: everything a node itself needs.
+    "default-node": "roles/container.defaultNodeServiceAccount",
+    # Pull container images from the project's Artifact Registry, read-only.
+    "image-reader": "roles/artifactregistry.reader",
+}
+_CLUSTER_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+_TIME = re.compile(r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
+
+
+class MaintenanceWindow(TypedDict):
+    start_time: str
+    """Start, ``HH:MM`` UTC."""
+    end_time: str
+    """End, ``HH:MM`` UTC, the same or next day; GKE needs windows of at least 4 hours."""
+    recurrence: str
+    """RFC 5545 RRULE, e.g. ``FREQ=WEEKLY;BYDAY=SA,SU``."""
+
+
+DEFAULT_MAINTENANCE_WINDOW: MaintenanceWindow = {
+    "start_time": "02:00",
+    "end_time": "08:00",
+    "recurrence": "FREQ=WEEKLY;BYDAY=SA,SU",
+}
+
+
+class GkeTpuClusterArgs(TypedDict):
+    location: str
+    """Region of the cluster, e.g. ``europe-west4``: a regional control plane survives a zone's
+    maintenance, and every TPU node pool must lie in this region."""
+    project: str
+    """Google Cloud project; also names the Workload Identity pool ``PROJECT.svc.id.goog``."""
+    cluster_name: NotRequired[str]
+    """GKE cluster name; the component's name when omitted."""
+    release_channel: NotRequired[str]
+    """RAPID, REGULAR (default) or STABLE."""
+    min_version: NotRequired[Optional[str]]
+    """Minimum control-plane version; must be at least 1.33.0-gke.1712000 for TPU flex-start.
+    The release channel's default when omitted."""
+    maintenance_window: NotRequired[MaintenanceWindow]
+    """When GKE may upgrade; default weekends 02:00-08:00 UTC."""
+    system_machine_type: NotRequired[str]
+    """Machine type of the CPU system pool (default ``e2-standard-4``)."""
+    system_max_nodes: NotRequired[int]
+    """Upper bound of the system pool across all zones (default 3; the lower bound is 1)."""
+    network: NotRequired[Optional[str]]
+    subnetwork: NotRequired[Optional[str]]
+    master_ipv4_cidr_block: NotRequired[Optional[str]]
+    """Control-plane range for a VPC-peered private cluster; GKE picks (Private Service Connect)
+    when omitted."""
+    node_account_id: NotRequired[str]
+    """Id of the nodes' service account; ``{cluster name}-nodes`` when omitted. Set it when two
+    stacks share a project and a cluster name."""
+    deletion_protection: NotRequired[bool]
+    """Refuse to delete the cluster (default True)."""
+    labels: NotRequired[Mapping[str, str]]
+
+
+def _validate(name: str, args: GkeTpuClusterArgs) -> None:
+    where = f"GkeTpuCluster {name!r}"
+    check_known(where, args, GkeTpuClusterArgs.__annotations__)
+    if not catalogue.is_region(args["location"]):
+        raise InvalidArgument(
+            f"{where}: location {args['location']!r} must be a region such as 'europe-west4' "
+            f"(a regional control plane stays up while a zone is in maintenance)"
+        )
+    cluster_name = args.get("cluster_name", name)
+    if not _CLUSTER_NAME.match(cluster_name):
+        raise InvalidArgument(
+            f"{where}: cluster name {cluster_name!r} must be 1-40 lowercase letters, digits or '-', "
+            f"starting with a letter"
+        )
+    channel = args.get("release_channel", "REGULAR")
+    if channel not in RELEASE_CHANNELS:
+        raise InvalidArgument(
+            f"{where}: release_channel {channel!r} is not one of {', '.join(RELEASE_CHANNELS)}"
+        )
+    version = args.get("min_version")
+    if version is not None:
+        problem = gke_version_problem(version)
+        if problem:
+            raise InvalidArgument(f"{where}: min_version: {problem}")
+    window = args.get("maintenance_window", DEFAULT_MAINTENANCE_WINDOW)
+    for key, value in (("start_time", window["start_time"]), ("end_time", window["end_time"])):
+        if not _TIME.match(value):
+            raise InvalidArgument(f"{where}: maintenance_window.{key} {value!r} must be HH:MM (UTC)")
+    account_problem = service_account_id_problem(args.get("node_account_id", f"{cluster_name[:24]}-nodes"))
+    if account_problem:
+        raise InvalidArgument(f"{where}: node_account_id: {account_problem}")
+    if args.get("system_max_nodes", 3) < 1:
+        raise InvalidArgument(f"{where}: system_max_nodes {args.get('system_max_nodes')} must be at least 1")
+    check_labels(where, args.get("labels", {}))
+
+
+def _rfc3339(hhmm: str) -> str:
+    # GKE reads only the time of day and the length of a recurring window; the date is a fixed
+    # past day so the window is valid from the first run.
+    return f"2025-01-04T{hhmm}:00Z"
+
+
+def gke_kubeconfig(context: str, endpoint: str, ca_certificate: str) -> str:
+    """A kubeconfig for the cluster that authenticates with ``gke-gcloud-auth-plugin`` (as
+    ``gcloud container clusters get-credentials`` writes), so no credential is stored in it.
+    JSON, which is YAML too."""
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": context,
+                    "cluster": {
+                        "server": f"https://{endpoint}",
+                        "certificate-authority-data": ca_certificate,
+                    },
+                }
+            ],
+            "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
+            "current-context": context,
+            "users": [
+                {
+                    "name": context,
+                    "user": {
+                        "exec": {
+                            "apiVersion": "client.authentication.k8s.io/v1beta1",
+                            "command": "gke-gcloud-auth-plugin",
+                            "installHint": "gcloud components install gke-gcloud-auth-plugin",
+                            "provideClusterInfo": True,
+                        }
+                    },
+                }
+            ],
+        },
+        indent=2,
+    )
+
+
+class GkeTpuCluster(pulumi.ComponentResource):
+    """A GKE Standard cluster for TPU training: secure defaults, a small CPU system pool, a
+    dedicated node identity, and a Kubernetes provider for the cluster.
+
+    Children: ``{name}-nodes`` (node service account) with ``{name}-nodes-default-node`` and
+    ``{name}-nodes-image-reader`` role bindings,
+    ``{name}-cluster``, ``{name}-system`` (CPU node pool), ``{name}-k8s`` (Kubernetes provider).
+    """
+
+    cluster_name: pulumi.Output[str]
+    location: pulumi.Output[str]
+    endpoint: pulumi.Output[str]
+    kubeconfig: pulumi.Output[str]
+    workload_pool: pulumi.Output[str]
+    node_service_account_email: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: GkeTpuClusterArgs, opts: Optional[pulumi.ResourceOptions] = None
+    ) -> None:
+        _validate(name, args)
+        super().__init__("tpu-training:gke:GkeTpuCluster", name, {}, opts)
+        project = args["project"]
+        labels = dict(args.get("labels", {}))
+        child = pulumi.ResourceOptions(parent=self)
+
+        # We never use the default compute service account: it is Editor of the whole project.
+        self.node_account = gcp.serviceaccount.Account(
+            f"{name}-nodes",
+            account_id=args.get("node_account_id", f"{args.get('cluster_name', name)[:24]}-nodes"),
+            display_name="GKE nodes of the TPU training cluster",
+            project=project,
+            opts=child,
+        )
+        node_bindings = [
+            gcp.projects.IAMMember(
+                f"{name}-nodes-{key}",
+                project=project,
+                role=role,
+                member=self.node_account.member,
+                opts=child,
+            )
+            for key, role in NODE_ROLES.items()
+        ]
+
+        window = args.get("maintenance_window", DEFAULT_MAINTENANCE_WINDOW)
+        self.cluster = gcp.container.Cluster(
+            f"{name}-cluster",
+            name=args.get("cluster_name", name),
+            location=args["location"],
+            project=project,
+            network=args.get("network"),
+            subnetwork=args.get("subnetwork"),
+            # TPU pools scale to zero, so system pods get their own small pool (below); the
+            # default pool would run with the default compute account, so it goes.
+            remove_default_node_pool=True,
+            initial_node_count=1,
+            min_master_version=args.get("min_version"),
+            # Upgrades arrive tested, and only inside the maintenance window.
+            release_channel=gcp.container.ClusterReleaseChannelArgs(
+                channel=args.get("release_channel", "REGULAR")
+            ),
+            maintenance_policy=gcp.container.ClusterMaintenancePolicyArgs(
+                recurring_window=gcp.container.ClusterMaintenancePolicyRecurringWindowArgs(
+                    start_time=_rfc3339(window["start_time"]),
+                    end_time=_rfc3339(window["end_time"]),
+                    recurrence=window["recurrence"],
+                )
+            ),
+            # Pods get Google identities of their own instead of the node's.
+            workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
+                workload_pool=f"{project}.svc.id.goog"
+            ),
+            # Nodes prove their identity with secure boot and vTPM before they may join.
+            enable_shielded_nodes=True,
+            # Nodes have no public IPs; the control plane keeps its public endpoint for `pulumi up`.
+            private_cluster_config=gcp.container.ClusterPrivateClusterConfigArgs(
+                enable_private_nodes=True,
+                enable_private_endpoint=False,
+                master_ipv4_cidr_block=args.get("master_ipv4_cidr_block"),
+            ),
+            # Private nodes need a VPC-native cluster (alias IP ranges).
+            ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(),
+            # Access is decided by IAM and RBAC, never by the legacy attribute-based policy.
+            enable_legacy_abac=False,
+            # A client certificate is a credential that cannot be revoked.
+            master_auth=gcp.container.ClusterMasterAuthArgs(
+                client_certificate_config=gcp.container.ClusterMasterAuthClientCertificateConfigArgs(
+                    issue_client_certificate=False
+                )
+            ),
+            deletion_protection=args.get("deletion_protection", True),
+            resource_labels=labels,
+            opts=child,
+        )
+
+        self.system_pool = gcp.container.NodePool(
+            f"{name}-system",
+            name="system",
+            cluster=self.cluster.name,
+            location=self.cluster.location,
+            project=project,
+            initial_node_count=1,
+            autoscaling=gcp.container.NodePoolAutoscalingArgs(
+                total_min_node_count=1,
+                total_max_node_count=args.get("system_max_nodes", 3),
+                location_policy="BALANCED",
+            ),
+            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            node_config=gcp.container.NodePoolNodeConfigArgs(
+                machine_type=args.get("system_machine_type", "e2-standard-4"),
+                service_account=self.node_account.email,
+                # Access is decided by the account's IAM roles, not by OAuth scopes.
+                oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"],
+                # Pods see the GKE metadata server, never the node's own credentials.
+                workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
+                    mode="GKE_METADATA"
+                ),
+                shielded_instance_config=gcp.container.NodePoolNodeConfigShieldedInstanceConfigArgs(
+                    enable_secure_boot=True, enable_integrity_monitoring=True
+                ),
+                resource_labels=labels,
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=node_bindings),
+        )
+
+        self.cluster_name = self.cluster.name
+        self.location = self.cluster.location
+        self.endpoint = self.cluster.endpoint
+        # Read from the cluster, so bindings to the pool wait until the cluster has made it.
+        self.workload_pool = self.cluster.workload_identity_config.apply(
+            lambda config: (config.workload_pool if config else None) or f"{project}.svc.id.goog"
+        )
+        self.node_service_account_email = self.node_account.email
+        self.kubeconfig = pulumi.Output.secret(
+            pulumi.Output.all(
+                self.cluster.name,
+                self.cluster.endpoint,
+                self.cluster.master_auth.apply(lambda auth: auth.cluster_ca_certificate),
+            ).apply(
+                lambda values: gke_kubeconfig(
+                    f"gke_{project}_{args['location']}_{values[0]}", values[1], values[2]
+                )
+            )
+        )
+        # Kubernetes objects go through this provider, so they reach this cluster and no other
+        # (never the ambient kubeconfig), and wait until the cluster and its system pool exist.
+        self.provider = k8s.Provider(
+            f"{name}-k8s",
+            kubeconfig=self.kubeconfig,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.system_pool]),
+        )
+        self.register_outputs(
+            {
+                "cluster_name": self.cluster_name,
+                "location": self.location,
+                "endpoint": self.endpoint,
+                "kubeconfig": self.kubeconfig,
+                "workload_pool": self.workload_pool,
+                "node_service_account_email": self.node_service_account_email,
+            }
+        )

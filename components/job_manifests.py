@@ -1,0 +1,189 @@
+"""Kubernetes manifests for a TPU training Job on GKE, as plain dictionaries (seed 002).
+
+Pure Python with no Pulumi import: the ``TpuTrainingJob`` component hands these to
+pulumi-kubernetes, the tests validate them against the Kubernetes OpenAPI schemas and compare them
+with seed 002's examples field by field. Leaf values are passed through untouched, so a caller may
+put a ``pulumi.Output`` where a label value goes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+from .recovery import GENERATION_LABEL
+
+FLEX_START_NODE_LABEL = "cloud.google.com/gke-flex-start"
+ACCELERATOR_NODE_LABEL = "cloud.google.com/gke-tpu-accelerator"
+TOPOLOGY_NODE_LABEL = "cloud.google.com/gke-tpu-topology"
+TPU_RESOURCE = "google.com/tpu"
+WORKLOAD_IDENTITY_ANNOTATION = "iam.gke.io/gcp-service-account"
+SKIP_AWAIT_ANNOTATION = "pulumi.com/skipAwait"
+PART_OF_LABEL = "app.kubernetes.io/part-of"
+PART_OF = "tpu-training"
+"""Every Job this project declares carries ``app.kubernetes.io/part-of: tpu-training``; recovery
+lists Jobs by it."""
+
+TPU_PORTS = (
+    (8471, "tpu-ici"),  # TPU VM communication between the hosts of a slice
+    (8431, "tpu-metrics"),  # TPU runtime metrics (GKE >= 1.27.4-gke.900, JAX >= 0.4.14)
+)
+
+SINGLE_HOST_BACKOFF_LIMIT = 6
+"""Retries of a single-host Job (the Kubernetes default); each retry resumes from the checkpoint."""
+
+# A Job name becomes the `job-name` label (at most 63 characters) and, for an Indexed Job, the
+# start of each Pod's hostname `NAME-INDEX`; 52 leaves room for the index and the Pod suffix.
+MAX_JOB_NAME = 52
+_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def job_name_problem(name: str) -> Optional[str]:
+    """Why ``name`` cannot name a training Job, or None."""
+    if len(name) > MAX_JOB_NAME or not _DNS_LABEL.match(name):
+        return (
+            f"job name {name!r} must be 1-{MAX_JOB_NAME} lowercase letters, digits or '-', "
+            f"starting with a letter and ending with a letter or digit"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class TrainingJobSpec:
+    """What a training Job needs to know about itself and the slice it runs on."""
+
+    name: str
+    namespace: str
+    image: str
+    command: Sequence[str]
+    accelerator_label: str
+    """``cloud.google.com/gke-tpu-accelerator`` of the pool, e.g. ``tpu-v6e-slice``."""
+    topology: str
+    chips_per_vm: int
+    vms: int
+    """VMs in one slice: Pods of the Job, one per VM."""
+    service_account: str
+    """Kubernetes service account the Pods run as."""
+    generation: Any = 0
+    """Recovery generation (an int, or a ``pulumi.Output`` of one): labels the Job and its Pods."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    privileged: bool = False
+    """Seed 002 runs multi-host Pods privileged; current GKE exposes the chips through the TPU
+    device plugin without it, so it is off unless asked for."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def multi_host(self) -> bool:
+        return self.vms > 1
+
+    @property
+    def service_name(self) -> str:
+        """The headless Service of a multi-host Job: the Pods' DNS subdomain."""
+        return self.name
+
+
+def _labels(spec: TrainingJobSpec, *, generation: bool = False) -> dict[str, Any]:
+    labels = {**spec.labels, "app.kubernetes.io/name": spec.name, PART_OF_LABEL: PART_OF}
+    if generation:
+        # Label values are strings; an Output stands for one already.
+        labels[GENERATION_LABEL] = (
+            str(spec.generation) if isinstance(spec.generation, int) else spec.generation
+        )
+    return labels
+
+
+def _metadata(spec: TrainingJobSpec, name: str, *, generation: bool = False) -> dict[str, Any]:
+    # Only the Job and its Pods carry the recovery generation: the service account and the
+    # Service outlive Job replacements, and a changing label would only churn them.
+    return {"name": name, "namespace": spec.namespace, "labels": _labels(spec, generation=generation)}
+
+
+def service_account_manifest(spec: TrainingJobSpec, google_service_account: Any) -> dict[str, Any]:
+    """The Pods' Kubernetes service account, bound by Workload Identity to a Google one."""
+    metadata = _metadata(spec, spec.service_account)
+    metadata["annotations"] = {WORKLOAD_IDENTITY_ANNOTATION: google_service_account}
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata}
+
+
+def headless_service_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
+    """Seed 002's headless Service: stable DNS names for the hosts of a multi-host slice."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(spec, spec.service_name),
+        "spec": {"clusterIP": "None", "selector": {"job-name": spec.name}},
+    }
+
+
+def _container(spec: TrainingJobSpec) -> dict[str, Any]:
+    chips = {TPU_RESOURCE: spec.chips_per_vm}
+    container: dict[str, Any] = {
+        "name": "trainer",
+        "image": spec.image,
+        "command": list(spec.command),
+        "env": [{"name": key, "value": value} for key, value in spec.env.items()],
+        "resources": {"requests": dict(chips), "limits": dict(chips)},
+    }
+    if spec.multi_host:
+        container["ports"] = [{"containerPort": port, "name": name} for port, name in TPU_PORTS]
+    if spec.privileged:
+        container["securityContext"] = {"privileged": True}
+    return container
+
+
+def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
+    """A ``batch/v1`` Job: one Pod for a single-host slice, an Indexed Job of one Pod per VM for
+    a multi-host slice (seed 002)."""
+    metadata = _metadata(spec, spec.name, generation=True)
+    # `pulumi up` returns once the Job is accepted instead of waiting days for it to finish;
+    # recovery reads the Job's state itself on the next run.
+    metadata["annotations"] = {SKIP_AWAIT_ANNOTATION: "true"}
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": spec.service_account,
+        # Never, not seed 002's OnFailure for single-host: a pod failure policy requires it, and
+        # a fresh Pod resumes from the checkpoint as well as a restarted container does.
+        "restartPolicy": "Never",
+        "nodeSelector": {
+            FLEX_START_NODE_LABEL: "true",
+            ACCELERATOR_NODE_LABEL: spec.accelerator_label,
+            TOPOLOGY_NODE_LABEL: spec.topology,
+        },
+        "containers": [_container(spec)],
+    }
+    job_spec: dict[str, Any] = {
+        # A Pod that fails because its node was taken away (flex-start's 7-day limit, maintenance,
+        # preemption, eviction) carries the DisruptionTarget condition: Kubernetes' own way to say
+        # "not the workload's fault". Those failures do not count against backoffLimit; the Job
+        # makes a new Pod, which waits for the autoscaler and resumes from the checkpoint.
+        "podFailurePolicy": {
+            "rules": [
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+            ]
+        },
+        "template": {"metadata": {"labels": _labels(spec, generation=True)}, "spec": pod_spec},
+    }
+    if spec.multi_host:
+        pod_spec["subdomain"] = spec.service_name
+        job_spec.update(
+            {
+                # A slice trains only with all its hosts: one real failure fails the whole Job,
+                # and the next `pulumi up` replaces it (seed 002's backoffLimit: 0).
+                "backoffLimit": 0,
+                "completions": spec.vms,
+                "parallelism": spec.vms,
+                "completionMode": "Indexed",
+            }
+        )
+    else:
+        job_spec["backoffLimit"] = SINGLE_HOST_BACKOFF_LIMIT
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
+
+
+def manifests(spec: TrainingJobSpec, google_service_account: Any) -> list[dict[str, Any]]:
+    """Every object of one training Job, in the order they are applied."""
+    objects = [service_account_manifest(spec, google_service_account)]
+    if spec.multi_host:
+        objects.append(headless_service_manifest(spec))
+    objects.append(job_manifest(spec))
+    return objects

@@ -1,0 +1,110 @@
+"""Recovery is a reconcile, for Kubernetes training Jobs: decide from a Job's live status whether
+`pulumi up` re-creates it.
+
+Pure Python. A failed Job stays failed: Kubernetes never restarts it and pulumi-kubernetes sees no
+diff, so the program reads the live Jobs itself and bumps the *recovery generation* of each failed
+one. The generation is the Job's ``replacement_trigger`` and its ``recovery-generation`` label, so
+the new Job resumes from the same ``CHECKPOINT_DIR``. The decision table is in the README.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from .recovery import GENERATION_LABEL, Decision
+
+
+@dataclass(frozen=True)
+class JobCondition:
+    """One entry of a Job's ``status.conditions`` (batch/v1)."""
+
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class LiveJob:
+    """What the Kubernetes API says of one Job."""
+
+    name: str
+    namespace: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    conditions: tuple[JobCondition, ...] = ()
+    active: int = 0
+    """Pods pending or running."""
+    ready: int = 0
+    succeeded: int = 0
+    failed: int = 0
+
+    @property
+    def generation(self) -> int:
+        """The Job's ``recovery-generation`` label; 0 when absent or not a number."""
+        value = self.labels.get(GENERATION_LABEL, "0")
+        return int(value) if value.isdigit() else 0
+
+    def condition(self, *types: str) -> JobCondition | None:
+        """The first condition of one of ``types`` whose status is True."""
+        for condition in self.conditions:
+            if condition.type in types and condition.status == "True":
+                return condition
+        return None
+
+
+def _explain(condition: JobCondition) -> str:
+    detail = ": ".join(part for part in (condition.reason, condition.message) if part)
+    return f" ({detail})" if detail else ""
+
+
+def decide_job(name: str, live: LiveJob | None) -> Decision:
+    """The decision table for one Job whose namespace the API answered for (see README)."""
+    if live is None:
+        return Decision(name, "create", None, "no such Job in its namespace")
+    generation = live.generation
+    # SuccessCriteriaMet precedes Complete for Jobs with a success policy; both mean done.
+    done = live.condition("Complete", "SuccessCriteriaMet")
+    if done is not None:
+        return Decision(name, "keep", generation, f"Job is {done.type}; a finished training is never re-run")
+    # FailureTarget is set as soon as the Job is bound to fail, before its Pods are gone.
+    failed = live.condition("Failed", "FailureTarget")
+    if failed is not None:
+        return Decision(
+            name,
+            "replace",
+            generation + 1,
+            f"Job has {failed.type}{_explain(failed)}; the new Job resumes from its checkpoint",
+        )
+    suspended = live.condition("Suspended")
+    if suspended is not None:
+        return Decision(
+            name,
+            "keep",
+            generation,
+            "Job is suspended; someone suspended it on purpose, resume it with "
+            '`kubectl patch job ... -p \'{"spec":{"suspend":false}}\'`',
+            warn=True,
+        )
+    if live.active == 0:
+        return Decision(name, "keep", generation, "Job has no Pod yet; it is starting")
+    if live.ready < live.active:
+        return Decision(
+            name,
+            "keep",
+            generation,
+            f"Job has {live.active} Pods, {live.ready} ready; the rest are pending "
+            f"(flex-start provisions nodes on demand)",
+        )
+    return Decision(name, "keep", generation, f"Job is running ({live.active} Pods ready)")
+
+
+def unreachable_cluster(name: str, problem: str) -> Decision:
+    """When the cluster cannot say: keep the last deployed generation. Never replace on unknown."""
+    return Decision(
+        name,
+        "keep",
+        None,
+        f"Kubernetes API unavailable ({problem}); nothing is replaced on unknown state",
+        warn=True,
+    )

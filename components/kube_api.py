@@ -1,0 +1,192 @@
+"""Read live training Jobs through the Kubernetes API (the official ``kubernetes`` client).
+
+One ``list`` call per namespace, never one per Job. Credentials come from ``KUBECONFIG`` when it
+is set; otherwise from the GKE API (``google-cloud-container``: the cluster's endpoint and CA
+certificate) and Application Default Credentials (a bearer token). Any failure (no credentials,
+HTTP error, time-out, refused connection) is reported per namespace, and the caller keeps every
+Job there as it is. A cluster that does not exist yet has no Jobs: that is known, not unknown.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import tempfile
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
+
+from .job_manifests import PART_OF, PART_OF_LABEL
+from .job_recovery import JobCondition, LiveJob
+
+KUBECONFIG_VARIABLE = "KUBECONFIG"
+GKE_ENDPOINT_VARIABLE = "GKE_API_ENDPOINT"
+"""Overrides the GKE API endpoint, e.g. ``http://127.0.0.1:8080`` for a test server; a plain
+``http://`` endpoint is called without Google credentials."""
+_CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
+
+
+@dataclass(frozen=True)
+class ClusterRef:
+    """Which GKE cluster to ask."""
+
+    project: str
+    location: str
+    name: str
+
+    @property
+    def path(self) -> str:
+        return f"projects/{self.project}/locations/{self.location}/clusters/{self.name}"
+
+
+@dataclass
+class LiveJobs:
+    """What the cluster said, namespace by namespace."""
+
+    jobs: dict[tuple[str, str], LiveJob] = field(default_factory=dict)
+    """(namespace, Job name) -> Job, for every namespace that answered."""
+    failures: dict[str, str] = field(default_factory=dict)
+    """namespace -> why it could not be read."""
+    cluster_absent: bool = False
+    """The GKE API says the cluster does not exist (yet): it has no Jobs."""
+    source: str = ""
+    """Where the credentials came from, for the log."""
+    calls: int = 0
+
+
+class ClusterAbsent(Exception):
+    """The GKE API answered that the cluster does not exist."""
+
+
+def _problem(exc: BaseException) -> str:
+    status = getattr(exc, "status", None)
+    if isinstance(status, int):  # the kubernetes client's ApiException: its text spans lines
+        return f"{type(exc).__name__}: HTTP {status} {getattr(exc, 'reason', '') or ''}".strip()
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}"[:200]
+
+
+def make_container_client(endpoint: Optional[str] = None) -> Any:
+    """A ``container_v1.ClusterManagerClient`` on the REST transport; Application Default
+    Credentials unless the endpoint is a plain-HTTP local one."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import container_v1
+
+    endpoint = endpoint or os.environ.get(GKE_ENDPOINT_VARIABLE) or None
+    options = {"api_endpoint": endpoint} if endpoint else {}
+    credentials = AnonymousCredentials() if endpoint and endpoint.startswith("http://") else None
+    return container_v1.ClusterManagerClient(
+        transport="rest", client_options=options, credentials=credentials
+    )
+
+
+def _configuration_from_kubeconfig(path: str) -> Any:
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=path, client_configuration=configuration)
+    return configuration
+
+
+def _configuration_from_gke(
+    cluster: ClusterRef, container_client: Any, credentials: Any, cleanup: ExitStack, timeout: float
+) -> Any:
+    import google.auth
+    import google.auth.transport.requests
+    from google.api_core import exceptions
+    from kubernetes import client
+
+    container_client = container_client or make_container_client()
+    try:
+        described = container_client.get_cluster(name=cluster.path, retry=None, timeout=timeout)
+    except exceptions.NotFound:
+        raise ClusterAbsent(cluster.path) from None
+    if credentials is None:
+        credentials, _ = google.auth.default(scopes=[_CLOUD_PLATFORM])
+    if not credentials.valid:
+        credentials.refresh(google.auth.transport.requests.Request())
+
+    # The client wants the cluster's CA certificate as a file; it lives only while we list.
+    ca_file = cleanup.enter_context(tempfile.NamedTemporaryFile("wb", suffix=".crt"))
+    ca_file.write(base64.b64decode(described.master_auth.cluster_ca_certificate))
+    ca_file.flush()
+
+    configuration = client.Configuration()
+    configuration.host = f"https://{described.endpoint}"
+    configuration.ssl_ca_cert = ca_file.name
+    configuration.api_key = {"authorization": credentials.token}
+    configuration.api_key_prefix = {"authorization": "Bearer"}
+    return configuration
+
+
+def _live_job(job: Any) -> LiveJob:
+    status = job.status
+    conditions = tuple(
+        JobCondition(c.type or "", c.status or "", c.reason or "", c.message or "")
+        for c in (status.conditions if status and status.conditions else [])
+    )
+    return LiveJob(
+        name=job.metadata.name,
+        namespace=job.metadata.namespace,
+        labels=dict(job.metadata.labels or {}),
+        conditions=conditions,
+        active=(status.active or 0) if status else 0,
+        ready=(status.ready or 0) if status else 0,
+        succeeded=(status.succeeded or 0) if status else 0,
+        failed=(status.failed or 0) if status else 0,
+    )
+
+
+def list_live_jobs(
+    cluster: ClusterRef,
+    namespaces: Iterable[str],
+    *,
+    kubeconfig: Optional[str] = None,
+    container_client: Any = None,
+    credentials: Any = None,
+    timeout: float = 15.0,
+) -> LiveJobs:
+    """List this project's Jobs in every namespace, one call per namespace.
+
+    ``kubeconfig`` defaults to ``$KUBECONFIG``; without one, the cluster is found through the
+    GKE API. ``container_client`` and ``credentials`` are seams for tests."""
+    from kubernetes import client
+
+    namespaces = sorted(set(namespaces))
+    result = LiveJobs()
+    if not namespaces:
+        return result
+    kubeconfig = kubeconfig if kubeconfig is not None else os.environ.get(KUBECONFIG_VARIABLE) or None
+    with ExitStack() as cleanup:
+        try:
+            if kubeconfig:
+                result.source = f"{KUBECONFIG_VARIABLE}={kubeconfig}"
+                configuration = _configuration_from_kubeconfig(kubeconfig)
+            else:
+                result.source = f"GKE API ({cluster.path}) and Application Default Credentials"
+                configuration = _configuration_from_gke(
+                    cluster, container_client, credentials, cleanup, timeout
+                )
+        except ClusterAbsent:
+            result.cluster_absent = True
+            return result
+        except Exception as exc:  # noqa: BLE001 - no credentials must never stop or replace anything
+            for namespace in namespaces:
+                result.failures[namespace] = _problem(exc)
+            return result
+        # No automatic retries: a preview must not hang; the next `up` asks again.
+        configuration.retries = False
+        api_client = cleanup.enter_context(client.ApiClient(configuration))
+        batch = client.BatchV1Api(api_client)
+        for namespace in namespaces:
+            result.calls += 1
+            try:
+                listed = batch.list_namespaced_job(
+                    namespace, label_selector=f"{PART_OF_LABEL}={PART_OF}", _request_timeout=timeout
+                )
+                for job in listed.items:
+                    live = _live_job(job)
+                    result.jobs[(namespace, live.name)] = live
+            except Exception as exc:  # noqa: BLE001 - any failure means "unknown", per namespace
+                result.failures[namespace] = _problem(exc)
+    return result

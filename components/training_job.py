@@ -1,0 +1,176 @@
+"""A Kubernetes training Job on a TPU node pool, re-created by `pulumi up` when it has failed."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence, TypedDict
+
+import pulumi
+import pulumi_gcp as gcp
+import pulumi_kubernetes as k8s
+from typing_extensions import NotRequired
+
+from .catalogue import SliceShape
+from .errors import InvalidArgument, check_known, check_labels
+from .job_manifests import (
+    TrainingJobSpec,
+    headless_service_manifest,
+    job_manifest,
+    job_name_problem,
+    service_account_manifest,
+)
+from .startup_script import env_name_problem
+
+CHECKPOINT_VARIABLE = "CHECKPOINT_DIR"
+
+
+class TpuTrainingJobArgs(TypedDict):
+    provider: k8s.Provider
+    """Kubernetes provider of the cluster (``GkeTpuCluster.provider``)."""
+    slice: SliceShape
+    """The slice the Job runs on (``FlexStartTpuNodePool.plan.shape``)."""
+    image: str
+    """Container image of the trainer."""
+    command: Sequence[str]
+    """The training command; it must resume from the latest checkpoint in ``CHECKPOINT_DIR``."""
+    checkpoint_dir: str
+    """``gs://`` prefix for this Job's checkpoints; keep it stable across re-creations."""
+    google_service_account: pulumi.Input[str]
+    """Email of the Google service account the Pods act as (Workload Identity)."""
+    google_service_account_id: pulumi.Input[str]
+    """Its resource id (``projects/P/serviceAccounts/EMAIL``), to grant the binding on."""
+    workload_pool: pulumi.Input[str]
+    """The cluster's Workload Identity pool (``GkeTpuCluster.workload_pool``)."""
+    namespace: NotRequired[str]
+    """Kubernetes namespace (default ``default``); it must exist."""
+    job_name: NotRequired[str]
+    """Name of the Job (and its service account and Service); the component's name when omitted."""
+    environment: NotRequired[Mapping[str, str]]
+    """Variables for the trainer (``GLOBAL_BATCH_SIZE``, ``TRAIN_STEPS``, ...)."""
+    recovery_generation: NotRequired[pulumi.Input[int]]
+    """Bumped to re-create the Job (see ``job_recovery``); default 0."""
+    privileged: NotRequired[bool]
+    """Run the trainer privileged, as seed 002's multi-host example does (default False: the
+    TPU device plugin exposes the chips without it on current GKE)."""
+    labels: NotRequired[Mapping[str, str]]
+    """Labels on every object, besides the project's own."""
+
+
+def _validate(name: str, args: TpuTrainingJobArgs) -> None:
+    where = f"TpuTrainingJob {name!r}"
+    check_known(where, args, TpuTrainingJobArgs.__annotations__)
+    problem = job_name_problem(args.get("job_name", name))
+    if problem:
+        raise InvalidArgument(f"{where}: {problem}")
+    if not args["command"]:
+        raise InvalidArgument(f"{where}: command is empty; give the training command as a list of words")
+    if not args["checkpoint_dir"].startswith("gs://"):
+        raise InvalidArgument(f"{where}: checkpoint_dir {args['checkpoint_dir']!r} must start with gs://")
+    for key in args.get("environment", {}):
+        problem = env_name_problem(key)
+        if problem:
+            raise InvalidArgument(f"{where}: {problem}")
+    check_labels(where, args.get("labels", {}))
+
+
+class TpuTrainingJob(pulumi.ComponentResource):
+    """A training Job on a TPU slice: a single-host ``batch/v1`` Job, or for a multi-host slice a
+    headless Service and an Indexed Job of one Pod per VM (seed 002), with a Kubernetes service
+    account bound to a Google one by Workload Identity.
+
+    Children: ``{name}-workload-identity`` (IAM binding), ``{name}-ksa`` (ServiceAccount),
+    ``{name}-hosts`` (headless Service, multi-host only), ``{name}-job`` (Job).
+    """
+
+    job_name: pulumi.Output[str]
+    namespace: pulumi.Output[str]
+    recovery_generation: pulumi.Output[int]
+    checkpoint_uri: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: TpuTrainingJobArgs, opts: Optional[pulumi.ResourceOptions] = None
+    ) -> None:
+        _validate(name, args)
+        super().__init__("tpu-training:gke:TpuTrainingJob", name, {}, opts)
+        shape = args["slice"]
+        job_name = args.get("job_name", name)
+        namespace = args.get("namespace", "default")
+        generation = pulumi.Output.from_input(args.get("recovery_generation", 0))
+        environment = {
+            # The Job's checkpoints outlive every Job of its name: that is how a new one resumes.
+            CHECKPOINT_VARIABLE: args["checkpoint_dir"],
+            **{k: v for k, v in args.get("environment", {}).items() if k != CHECKPOINT_VARIABLE},
+        }
+        spec = TrainingJobSpec(
+            name=job_name,
+            namespace=namespace,
+            image=args["image"],
+            command=tuple(args["command"]),
+            accelerator_label=shape.accelerator_label,
+            topology=shape.topology,
+            chips_per_vm=shape.machine_type.chips_per_vm,
+            vms=shape.vms,
+            service_account=job_name,
+            generation=generation.apply(str),
+            env=environment,
+            privileged=args.get("privileged", False),
+            labels=dict(args.get("labels", {})),
+        )
+        on_cluster = pulumi.ResourceOptions(parent=self, provider=args["provider"])
+
+        # Only this Job's Kubernetes service account may act as the Google one.
+        self.binding = gcp.serviceaccount.IAMMember(
+            f"{name}-workload-identity",
+            service_account_id=args["google_service_account_id"],
+            role="roles/iam.workloadIdentityUser",
+            member=pulumi.Output.concat(
+                "serviceAccount:", args["workload_pool"], f"[{namespace}/{job_name}]"
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.service_account = _declare(
+            k8s.core.v1.ServiceAccount,
+            f"{name}-ksa",
+            service_account_manifest(spec, args["google_service_account"]),
+            on_cluster,
+        )
+        # The Service's selector names the Job, not one generation of it: it stays across
+        # replacements, and the new Pods get their DNS names again at once.
+        self.service = (
+            _declare(k8s.core.v1.Service, f"{name}-hosts", headless_service_manifest(spec), on_cluster)
+            if spec.multi_host
+            else None
+        )
+        self.job = _declare(
+            k8s.batch.v1.Job,
+            f"{name}-job",
+            job_manifest(spec),
+            pulumi.ResourceOptions.merge(
+                on_cluster,
+                pulumi.ResourceOptions(
+                    # The Pods must be able to reach their checkpoints from the first step.
+                    depends_on=[self.binding, self.service_account],
+                    # A new generation re-creates the Job: that is how `pulumi up` recovers it.
+                    replacement_trigger=generation,
+                    # The Job's name is fixed, so the old Job must go before the new one comes.
+                    delete_before_replace=True,
+                ),
+            ),
+        )
+        self.job_name = pulumi.Output.from_input(job_name)
+        self.namespace = pulumi.Output.from_input(namespace)
+        self.recovery_generation = generation
+        self.checkpoint_uri = pulumi.Output.from_input(args["checkpoint_dir"])
+        self.register_outputs(
+            {
+                "job_name": self.job_name,
+                "namespace": self.namespace,
+                "recovery_generation": self.recovery_generation,
+                "checkpoint_uri": self.checkpoint_uri,
+            }
+        )
+
+
+def _declare(kind: Any, name: str, manifest: Mapping[str, Any], opts: pulumi.ResourceOptions) -> Any:
+    """A pulumi-kubernetes resource from a manifest built by ``job_manifests``."""
+    fields = {key: manifest[key] for key in ("metadata", "spec") if key in manifest}
+    return kind(name, **fields, opts=opts)
