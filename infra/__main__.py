@@ -8,8 +8,18 @@ import os
 from datetime import timedelta
 
 import pulumi
+import pulumi_kubernetes as k8s
 import stack_config
-from tpu_training_components import CheckpointBucket, PreemptibleTpuVm, TrainingServiceAccount, reconcile
+from tpu_training_components import (
+    CheckpointBucket,
+    FlexStartTpuNodePool,
+    GkeTpuCluster,
+    PreemptibleTpuVm,
+    TpuTrainingJob,
+    TrainingServiceAccount,
+    reconcile,
+)
+from tpu_training_components.kube_api import ClusterRef
 
 # `python -m infra.plan` sets this unless --live: an offline plan reads no live state.
 OFFLINE = os.environ.get("TPU_TRAINING_OFFLINE") == "1"
@@ -54,7 +64,10 @@ decisions = reconcile.reconcile_tpu_vms(
     grace=timedelta(minutes=settings.recovery.maintenance_grace_minutes),
 )
 reconcile.log_decisions(decisions)
-previous_generations = reconcile.last_deployed_generations() if settings.tpu_vms else None
+previous_state = reconcile.previous_state() if settings.tpu_vms or settings.jobs else None
+previous_generations = (
+    reconcile.last_deployed_generations(previous_state) if previous_state and settings.tpu_vms else None
+)
 
 tpu_vms = {}
 for vm, decision in zip(settings.tpu_vms, decisions, strict=True):
@@ -82,6 +95,131 @@ for vm, decision in zip(settings.tpu_vms, decisions, strict=True):
         opts=pulumi.ResourceOptions(depends_on=[trainer]),
     )
 
+# --- GKE: cluster, flex-start TPU node pools, training Jobs ----------------------------------
+
+cluster = (
+    GkeTpuCluster(
+        settings.cluster.name,
+        {
+            "location": settings.cluster.location,
+            "project": settings.gcp_project,
+            "release_channel": settings.cluster.release_channel,
+            "min_version": settings.cluster.min_version,
+            "maintenance_window": {
+                "start_time": settings.cluster.maintenance_window.start_time,
+                "end_time": settings.cluster.maintenance_window.end_time,
+                "recurrence": settings.cluster.maintenance_window.recurrence,
+            },
+            "system_machine_type": settings.cluster.system_machine_type,
+            "system_max_nodes": settings.cluster.system_max_nodes,
+            "network": settings.cluster.network,
+            "subnetwork": settings.cluster.subnetwork,
+            "master_ipv4_cidr_block": settings.cluster.master_ipv4_cidr_block,
+            "node_account_id": settings.node_service_account_id,
+            "deletion_protection": settings.cluster.deletion_protection,
+            "labels": settings.common_labels,
+        },
+    )
+    if settings.cluster
+    else None
+)
+
+node_pools = {}
+for pool in settings.node_pools:
+    assert cluster is not None and settings.cluster is not None
+    node_pools[pool.name] = FlexStartTpuNodePool(
+        pool.name,
+        {
+            "cluster": cluster.cluster_name,
+            "cluster_region": settings.cluster.location,
+            "machine_type": pool.machine_type,
+            "topology": pool.topology,
+            "node_locations": list(pool.node_locations),
+            "slices": pool.slices,
+            "flex_start": pool.flex_start,
+            "spot": pool.spot,
+            "reservation": pool.reservation,
+            "max_run_duration": pool.max_run_duration,
+            "service_account_email": cluster.node_service_account_email,
+            "labels": settings.common_labels,
+            "project": settings.gcp_project,
+        },
+        # Nodes may only join once the cluster's system pool is up.
+        opts=pulumi.ResourceOptions(depends_on=[cluster]),
+    )
+
+# The Pods' Google identity: objects in the cluster region's bucket, nothing else.
+pod_identity = (
+    TrainingServiceAccount(
+        "gke-trainer",
+        {
+            "account_id": settings.gke_service_account_id,
+            "project": settings.gcp_project,
+            "buckets": {settings.cluster.location: checkpoint_buckets[settings.cluster.location].bucket_name},
+            "display_name": "TPU training Pods on GKE (Workload Identity)",
+        },
+    )
+    if settings.jobs and settings.cluster
+    else None
+)
+
+namespaces = {
+    name: k8s.core.v1.Namespace(
+        f"namespace-{name}",
+        metadata={"name": name, "labels": {"app.kubernetes.io/part-of": "tpu-training"}},
+        opts=pulumi.ResourceOptions(provider=cluster.provider),
+    )
+    for name in settings.namespaces
+    if cluster is not None
+}
+
+# Recovery is a reconcile for Jobs too: read the live Jobs (one call per namespace), decide, say why.
+job_decisions = (
+    reconcile.reconcile_jobs(
+        ClusterRef(settings.gcp_project, settings.cluster.location, settings.cluster.name),
+        [(job.name, job.namespace) for job in settings.jobs],
+        read_live_state=settings.recovery.read_live_state and not OFFLINE,
+    )
+    if settings.cluster
+    else []
+)
+reconcile.log_decisions(job_decisions)
+previous_job_generations = (
+    reconcile.last_deployed_generations(previous_state, reconcile.JOB_GENERATIONS_OUTPUT)
+    if previous_state and settings.jobs
+    else None
+)
+
+jobs = {}
+for job, job_decision in zip(settings.jobs, job_decisions, strict=True):
+    assert cluster is not None and pod_identity is not None and previous_job_generations is not None
+    job_pool = node_pools[job.node_pool]
+    jobs[job.name] = TpuTrainingJob(
+        job.name,
+        {
+            "provider": cluster.provider,
+            "slice": job_pool.plan.shape,
+            "image": job.image,
+            "command": list(job.command),
+            "checkpoint_dir": settings.job_checkpoint_dir(job),
+            "environment": settings.job_environment(job),
+            "google_service_account": pod_identity.email,
+            "google_service_account_id": pod_identity.account.name,
+            "workload_pool": cluster.workload_pool,
+            "namespace": job.namespace,
+            "recovery_generation": reconcile.generation_for(job_decision, previous_job_generations),
+            "privileged": job.privileged,
+        },
+        # Pods wait for their pool's nodes; the bucket access must exist before training starts.
+        opts=pulumi.ResourceOptions(
+            depends_on=[
+                job_pool,
+                pod_identity,
+                *([namespaces[job.namespace]] if job.namespace in namespaces else []),
+            ]
+        ),
+    )
+
 pulumi.export("checkpointBuckets", {region: b.url for region, b in checkpoint_buckets.items()})
 pulumi.export(
     "trainingEnvironments",
@@ -91,3 +229,32 @@ pulumi.export(
     "tpuVms", {name: {"zone": v.zone, "state": v.state, "health": v.health} for name, v in tpu_vms.items()}
 )
 pulumi.export(reconcile.GENERATIONS_OUTPUT, {name: v.recovery_generation for name, v in tpu_vms.items()})
+if cluster is not None:
+    pulumi.export(
+        "cluster", {"name": cluster.cluster_name, "location": cluster.location, "endpoint": cluster.endpoint}
+    )
+    pulumi.export("kubeconfig", cluster.kubeconfig)
+pulumi.export(
+    "nodePools",
+    {
+        name: {
+            "machineType": p.plan.shape.machine_type.name,
+            "topology": p.plan.shape.topology,
+            "vmsPerSlice": p.plan.shape.vms,
+            "maxNodes": p.plan.max_nodes,
+        }
+        for name, p in node_pools.items()
+    },
+)
+pulumi.export(
+    "jobs",
+    {
+        name: {
+            "namespace": j.namespace,
+            "checkpointDir": j.checkpoint_uri,
+            "environment": settings.job_environment(job),
+        }
+        for (name, j), job in zip(jobs.items(), settings.jobs, strict=True)
+    },
+)
+pulumi.export(reconcile.JOB_GENERATIONS_OUTPUT, {name: j.recovery_generation for name, j in jobs.items()})

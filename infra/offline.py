@@ -186,6 +186,10 @@ class Registration:
         }
 
 
+OFFLINE_CLUSTER_ENDPOINT = "192.0.2.1"
+OFFLINE_CA_CERTIFICATE = "b2ZmbGluZSBwbGFjZWhvbGRlcg=="  # base64 of "offline placeholder"
+
+
 def _computed_outputs(type_: str, name: str, inputs: dict[str, Any]) -> dict[str, Any]:
     """Plausible values for outputs the cloud would compute, so the program's applies run."""
     project = inputs.get("project") or "mock-project"
@@ -193,10 +197,16 @@ def _computed_outputs(type_: str, name: str, inputs: dict[str, Any]) -> dict[str
         return {"url": f"gs://{inputs.get('name', name)}", "selfLink": f"mock://buckets/{name}"}
     if type_ == "gcp:serviceaccount/account:Account":
         account = inputs.get("accountId", name)
+        email = f"{account}@{project}.iam.gserviceaccount.com"
         return {
-            "email": f"{account}@{project}.iam.gserviceaccount.com",
-            "member": f"serviceAccount:{account}@{project}.iam.gserviceaccount.com",
+            "email": email,
+            "member": f"serviceAccount:{email}",
+            "name": f"projects/{project}/serviceAccounts/{email}",
         }
+    if type_ == "gcp:container/cluster:Cluster":
+        # A documentation address (RFC 5737) and a placeholder CA: nothing offline can reach it.
+        master_auth = dict(inputs.get("masterAuth") or {}, clusterCaCertificate=OFFLINE_CA_CERTIFICATE)
+        return {"endpoint": OFFLINE_CLUSTER_ENDPOINT, "masterAuth": master_auth}
     if type_ == "gcp:tpu/v2Vm:V2Vm":
         return {"state": "(unknown offline)", "health": "(unknown offline)"}
     return {}
@@ -252,7 +262,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             parent=request.parent,
             custom=request.custom,
             inputs=_plain(inputs),
-            options=options,
+            options=_plain(options),
             outputs=_plain(self.resources[response.urn].state),
         )
         return response
@@ -271,6 +281,8 @@ def _plain(value: Any) -> Any:
         return {str(k): _plain(v) for k, v in sorted(value.items())}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # the wire carries every number as a double; 4.0 was an int
     return value
 
 

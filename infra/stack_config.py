@@ -25,6 +25,8 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from tpu_training_components import catalogue, naming
 from tpu_training_components.errors import suggestion
+from tpu_training_components.job_manifests import job_name_problem
+from tpu_training_components.node_pool_plan import TpuNodePoolPlan, gke_version_problem, plan_tpu_node_pool
 from tpu_training_components.scaling import LearningRateScaling, TrainingPlan, plan_training
 from tpu_training_components.startup_script import env_name_problem
 
@@ -32,9 +34,9 @@ PROJECT = "tpu-training"
 """The Pulumi project name, and so the namespace of every project config key."""
 
 # Keys of the project namespace this program reads.
-_PROJECT_KEYS = ("labels", "tpuVms", "bucket", "training", "recovery")
-# Declared for the GKE path; accepted by nothing yet, so a value there is an error, not ignored.
-_RESERVED_KEYS = ("cluster", "nodePools", "jobs")
+_PROJECT_KEYS = ("labels", "tpuVms", "bucket", "training", "recovery", "cluster", "nodePools", "jobs")
+# Object keys whose declared default `{}` means "not set".
+_EMPTY_MEANS_UNSET = ("training", "cluster")
 
 
 class ConfigError(pulumi.RunError):
@@ -48,6 +50,14 @@ class _Model(BaseModel):
 
 
 Provisioning = Literal["preemptible", "spot", "on-demand", "reserved"]
+
+
+def _check_env_names(env: dict[str, str]) -> dict[str, str]:
+    for name in env:
+        problem = env_name_problem(name)
+        if problem:
+            raise ValueError(problem)
+    return env
 
 
 class TpuVmConfig(_Model):
@@ -65,14 +75,7 @@ class TpuVmConfig(_Model):
     network: Optional[StrictStr] = None
     subnetwork: Optional[StrictStr] = None
 
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
-        for name in env:
-            problem = env_name_problem(name)
-            if problem:
-                raise ValueError(problem)
-        return env
+    _env_names = field_validator("env")(_check_env_names)
 
     @field_validator("zone")
     @classmethod
@@ -157,6 +160,107 @@ class RecoveryConfig(_Model):
     read_live_state: StrictBool = True
 
 
+class MaintenanceWindowConfig(_Model):
+    """``tpu-training:cluster.maintenanceWindow``: when GKE may upgrade the cluster (UTC)."""
+
+    start_time: StrictStr = Field(default="02:00", pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
+    end_time: StrictStr = Field(default="08:00", pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
+    recurrence: StrictStr = Field(default="FREQ=WEEKLY;BYDAY=SA,SU", pattern=r"^FREQ=")
+
+
+class ClusterConfig(_Model):
+    """``tpu-training:cluster``: the GKE Standard cluster that runs flex-start TPU pools."""
+
+    name: StrictStr = Field(pattern=r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+    location: StrictStr
+    release_channel: Literal["RAPID", "REGULAR", "STABLE"] = "REGULAR"
+    min_version: Optional[StrictStr] = None
+    maintenance_window: MaintenanceWindowConfig = MaintenanceWindowConfig()
+    system_machine_type: StrictStr = "e2-standard-4"
+    system_max_nodes: StrictInt = Field(default=3, ge=1)
+    network: Optional[StrictStr] = None
+    subnetwork: Optional[StrictStr] = None
+    master_ipv4_cidr_block: Optional[StrictStr] = None
+    deletion_protection: StrictBool = True
+
+    @field_validator("location")
+    @classmethod
+    def _is_region(cls, location: str) -> str:
+        if not catalogue.is_region(location):
+            raise ValueError(
+                "must be a region such as 'europe-west4', not a zone: a regional control plane "
+                "stays up while a zone is in maintenance"
+            )
+        return location
+
+    @field_validator("min_version")
+    @classmethod
+    def _flex_start_version(cls, version: str) -> str:
+        problem = gke_version_problem(version)
+        if problem:
+            raise ValueError(problem)
+        return version
+
+
+class NodePoolConfig(_Model):
+    """One entry of ``tpu-training:nodePools``: a TPU slice node pool, flex-start by default."""
+
+    name: StrictStr = Field(pattern=r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+    machine_type: StrictStr
+    topology: StrictStr
+    node_locations: tuple[StrictStr, ...] = Field(min_length=1)
+    slices: StrictInt = Field(default=1, ge=1)
+    max_run_duration: Optional[StrictStr] = None
+    flex_start: StrictBool = True
+    spot: StrictBool = False
+    reservation: Optional[StrictStr] = None
+
+    @field_validator("machine_type")
+    @classmethod
+    def _known_machine_type(cls, value: str) -> str:
+        catalogue.machine_type(value)
+        return value
+
+    def plan(self, cluster_region: str) -> TpuNodePoolPlan:
+        return plan_tpu_node_pool(
+            machine_type=self.machine_type,
+            topology=self.topology,
+            node_locations=self.node_locations,
+            cluster_region=cluster_region,
+            slices=self.slices,
+            flex_start=self.flex_start,
+            spot=self.spot,
+            reservation=self.reservation,
+            max_run_duration=self.max_run_duration,
+        )
+
+
+class JobConfig(_Model):
+    """One entry of ``tpu-training:jobs``: a training Job on one slice of a node pool."""
+
+    name: StrictStr
+    node_pool: StrictStr
+    image: StrictStr = Field(min_length=1)
+    command: tuple[StrictStr, ...] = Field(min_length=1)
+    env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    namespace: StrictStr = Field(default="default", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    privileged: StrictBool = False
+
+    _env_names = field_validator("env")(_check_env_names)
+
+    @field_validator("name")
+    @classmethod
+    def _job_name(cls, name: str) -> str:
+        problem = job_name_problem(name)
+        if problem:
+            raise ValueError(problem)
+        return name
+
+
+def _repeated(names: list[str]) -> list[str]:
+    return sorted({n for n in names if names.count(n) > 1})
+
+
 class StackConfig(_Model):
     """Everything the stack program needs, validated as a whole."""
 
@@ -167,6 +271,9 @@ class StackConfig(_Model):
     bucket: BucketConfig = BucketConfig()
     training: Optional[TrainingConfig] = None
     recovery: RecoveryConfig = RecoveryConfig()
+    cluster: Optional[ClusterConfig] = None
+    node_pools: tuple[NodePoolConfig, ...] = ()
+    jobs: tuple[JobConfig, ...] = ()
 
     @field_validator("labels")
     @classmethod
@@ -179,10 +286,12 @@ class StackConfig(_Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> StackConfig:
-        names = [vm.name for vm in self.tpu_vms]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
+        duplicates = _repeated([vm.name for vm in self.tpu_vms])
         if duplicates:
             raise ValueError(f"TPU VM names must be unique; repeated: {', '.join(duplicates)}")
+        gke_problems = self._gke_problems()
+        if gke_problems:
+            raise ValueError("\n  - ".join(gke_problems))
         regions = self.regions
         if len(regions) > 1 and self.bucket.name:
             raise ValueError(
@@ -202,33 +311,106 @@ class StackConfig(_Model):
                 raise ValueError(f"{problem}; set tpu-training:bucket.name to choose one")
         return self
 
+    def _gke_problems(self) -> list[str]:
+        """Every problem of the cluster, node pools and jobs together, each naming its key."""
+        problems: list[str] = []
+        pool_names = [pool.name for pool in self.node_pools]
+        for name in _repeated(pool_names):
+            problems.append(f"{PROJECT}:nodePools: node pool names must be unique; repeated: {name}")
+        for name in _repeated([job.name for job in self.jobs]):
+            problems.append(f"{PROJECT}:jobs: job names must be unique; repeated: {name}")
+        for name in sorted({job.name for job in self.jobs} & {vm.name for vm in self.tpu_vms}):
+            problems.append(
+                f"{PROJECT}:jobs: {name!r} also names a TPU VM; each training run needs a name "
+                f"of its own, because the name picks its checkpoint directory"
+            )
+        if self.cluster is None:
+            if self.node_pools or self.jobs:
+                problems.append(
+                    f"{PROJECT}:nodePools and {PROJECT}:jobs need {PROJECT}:cluster "
+                    f"(at least {{name, location}}) to run on"
+                )
+            return problems
+        for index, pool in enumerate(self.node_pools):
+            try:
+                pool.plan(self.cluster.location)
+            except catalogue.CatalogueError as exc:
+                problems.append(f"{PROJECT}:nodePools[{index}] ({pool.name}): {exc}")
+        for index, job in enumerate(self.jobs):
+            if job.node_pool not in pool_names:
+                problems.append(
+                    f"{PROJECT}:jobs[{index}].nodePool = {job.node_pool!r}: no such node pool"
+                    f"{suggestion(job.node_pool, pool_names)}; declared: {', '.join(pool_names) or 'none'}"
+                )
+        return problems
+
     @property
     def regions(self) -> tuple[str, ...]:
-        """Regions with TPUs, sorted: one checkpoint bucket each."""
-        return tuple(sorted({vm.region for vm in self.tpu_vms}))
+        """Regions with TPUs (VMs, and the cluster's), sorted: one checkpoint bucket each."""
+        regions = {vm.region for vm in self.tpu_vms}
+        if self.cluster is not None and self.node_pools:
+            regions.add(self.cluster.location)
+        return tuple(sorted(regions))
 
     def bucket_name(self, region: str) -> str:
         if self.bucket.name:
             return self.bucket.name
         return naming.bounded_name(self.gcp_project, self.stack, "ckpt", region)
 
+    def _checkpoint_dir(self, region: str, run: str) -> str:
+        # Named after the run (a VM or a Job), not after any one instance of it, so one re-created
+        # after preemption or failure finds the checkpoints of the one before.
+        return f"gs://{self.bucket_name(region)}/checkpoints/{run}"
+
+    def _environment(self, checkpoint_dir: str, cores: int, env: dict[str, str]) -> dict[str, str]:
+        # Where to checkpoint, the run's scale, then the user's own variables (which win).
+        plan = self.training.plan_for(cores) if self.training else None
+        return {"CHECKPOINT_DIR": checkpoint_dir, **(plan.environment() if plan else {}), **env}
+
     def checkpoint_dir(self, vm: TpuVmConfig) -> str:
-        """Where a VM's run keeps its checkpoints: named after the VM, not after any one instance
-        of it, so a VM re-created after preemption finds the checkpoints of the one before."""
-        return f"gs://{self.bucket_name(vm.region)}/checkpoints/{vm.name}"
+        """Where a VM's run keeps its checkpoints, in the bucket of the VM's region."""
+        return self._checkpoint_dir(vm.region, vm.name)
 
     def training_plan(self, vm: TpuVmConfig) -> Optional[TrainingPlan]:
         return self.training.plan_for(vm.accelerator.cores) if self.training else None
 
     def training_environment(self, vm: TpuVmConfig) -> dict[str, str]:
-        """The environment every training process of the VM receives: the run's scale, where to
-        checkpoint, then the user's own variables (which win)."""
-        plan = self.training_plan(vm)
-        return {
-            "CHECKPOINT_DIR": self.checkpoint_dir(vm),
-            **(plan.environment() if plan else {}),
-            **vm.env,
-        }
+        """The environment every training process of the VM receives."""
+        return self._environment(self.checkpoint_dir(vm), vm.accelerator.cores, vm.env)
+
+    # GKE ------------------------------------------------------------------------------------
+
+    def pool_plan(self, pool: NodePoolConfig) -> TpuNodePoolPlan:
+        assert self.cluster is not None  # validated: pools need a cluster
+        return pool.plan(self.cluster.location)
+
+    def job_pool(self, job: JobConfig) -> NodePoolConfig:
+        return next(pool for pool in self.node_pools if pool.name == job.node_pool)
+
+    def job_checkpoint_dir(self, job: JobConfig) -> str:
+        """Where a Job's run keeps its checkpoints, in the bucket of the cluster's region."""
+        assert self.cluster is not None
+        return self._checkpoint_dir(self.cluster.location, job.name)
+
+    def job_environment(self, job: JobConfig) -> dict[str, str]:
+        """The environment of every Pod of the Job, scaled to one slice of its pool."""
+        cores = self.pool_plan(self.job_pool(job)).shape.cores
+        return self._environment(self.job_checkpoint_dir(job), cores, job.env)
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        """Namespaces of the Jobs, other than ``default``: the stack creates them."""
+        return tuple(sorted({job.namespace for job in self.jobs} - {"default"}))
+
+    @property
+    def gke_service_account_id(self) -> str:
+        """The Google identity of the stack's training Pods (Workload Identity)."""
+        return naming.bounded_name("tpu-gke", naming.label_value(self.stack), limit=30)
+
+    @property
+    def node_service_account_id(self) -> str:
+        """The Google identity of the cluster's nodes."""
+        return naming.bounded_name("gke-nodes", naming.label_value(self.stack), limit=30)
 
     @property
     def service_account_id(self) -> str:
@@ -293,6 +475,10 @@ def _allowed_keys() -> dict[str, list[str]]:
         "bucket": aliases(BucketConfig),
         "training": aliases(TrainingConfig),
         "recovery": aliases(RecoveryConfig),
+        "cluster": aliases(ClusterConfig),
+        "cluster.maintenanceWindow": aliases(MaintenanceWindowConfig),
+        "nodePools.[]": aliases(NodePoolConfig),
+        "jobs.[]": aliases(JobConfig),
     }
 
 
@@ -308,9 +494,7 @@ def load(stack: str | None = None) -> StackConfig:
         namespace, _, short = key.partition(":")
         if namespace != PROJECT:
             continue
-        if short in _RESERVED_KEYS and project_config.get(short) not in (None, "", "{}", "[]"):
-            problems.append(f"{key}: GKE clusters, node pools and jobs are not supported by this version yet")
-        elif short not in _PROJECT_KEYS:
+        if short not in _PROJECT_KEYS:
             problems.append(
                 f"{key}: unknown key{suggestion(short, allowed_top)}; allowed: "
                 + ", ".join(f"{PROJECT}:{k}" for k in allowed_top)
@@ -323,7 +507,7 @@ def load(stack: str | None = None) -> StackConfig:
     for key in _PROJECT_KEYS:
         text = project_config.get(key)
         # Pulumi.yaml declares `training: {}` as the default: an empty object means "not set".
-        if text is None or (key == "training" and text.strip() == "{}"):
+        if text is None or (key in _EMPTY_MEANS_UNSET and text.strip() == "{}"):
             continue
         try:
             raw[key] = json.loads(text)

@@ -20,7 +20,11 @@ from infra import offline
 # would try the GCE metadata server, off this machine): live tests use a loopback endpoint.
 os.environ["TPU_TRAINING_OFFLINE"] = "1"
 os.environ["NO_GCE_CHECK"] = "True"
-os.environ.pop("TPU_API_ENDPOINT", None)
+for variable in ("TPU_API_ENDPOINT", "GKE_API_ENDPOINT", "KUBECONFIG"):
+    os.environ.pop(variable, None)
+# Never the developer's own Application Default Credentials: a live test that forgets its
+# loopback endpoint fails on missing credentials instead of reaching a real project.
+os.environ["GOOGLE_APPLICATION_CREDENTIALS"] = str(Path(__file__).parent / "no-such-credentials.json")
 
 REPO = offline.REPO_ROOT
 INFRA = REPO / "infra"

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 from conftest import INFRA, REPO, run_plan
 
-from infra import offline, stack_config
+from infra import offline, plan, stack_config
 
 GOLDEN = REPO / "tests" / "golden" / "dev.plan.json"
 
@@ -43,6 +43,57 @@ def test_dev_stack_reproduces_seed_000_and_its_bucket():
     assert [b["inputs"]["location"] for b in buckets] == ["EUROPE-WEST4"]
     env = document["outputs"]["trainingEnvironments"]["demo-tpu"]
     assert env["GLOBAL_BATCH_SIZE"] == "1024" and env["TRAIN_STEPS"] == "98"
+
+
+def test_dev_stack_declares_seed_002_multi_host_flex_start_pool():
+    """The issue's "done when": min 0 / max 4 / flex-start / no reservation / compact 4x4 /
+    no auto-repair, in a zone that offers v6e."""
+    document = json.loads(run_plan("--json", "-").stdout)
+    (pool,) = [r for r in document["resources"] if r["name"] == "v6e-4x4-pool"]
+    inputs = pool["inputs"]
+    assert inputs["nodeConfig"]["machineType"] == "ct6e-standard-4t"
+    assert inputs["nodeLocations"] == ["europe-west4-a"]
+    assert inputs["autoscaling"] == {"locationPolicy": "ANY", "minNodeCount": 0, "maxNodeCount": 4}
+    assert inputs["initialNodeCount"] == 0
+    assert inputs["nodeConfig"]["flexStart"] is True
+    assert inputs["nodeConfig"]["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
+    assert inputs["placementPolicy"] == {"type": "COMPACT", "tpuTopology": "4x4"}
+    assert inputs["management"]["autoRepair"] is False
+    (job,) = [r for r in document["resources"] if r["type"] == "kubernetes:batch/v1:Job"]
+    assert (job["inputs"]["spec"]["completions"], job["inputs"]["spec"]["parallelism"]) == (4, 4)
+    assert document["outputs"]["jobs"]["train-v6e"]["environment"]["GLOBAL_BATCH_SIZE"] == "2048"
+    (component,) = [r for r in document["resources"] if r["type"] == "tpu-training:gke:TpuTrainingJob"]
+    assert pool["urn"] in component["options"]["dependsOn"]  # Pods wait for their pool
+
+
+def test_plan_writes_every_kubernetes_object_as_valid_yaml(tmp_path):
+    import kubernetes_validate
+
+    target = tmp_path / "manifests"
+    target.mkdir()
+    (target / "mine.yaml").write_text("kind: Mine\n")  # not ours: left alone
+    (target / "job-default-gone.yaml").write_text(plan.MANIFEST_HEADER + "kind: Job\n")  # ours, stale
+    result = run_plan("--manifests", str(target))
+    assert result.returncode == 0, result.stderr
+    assert "3 Kubernetes manifests written to" in result.stdout
+    written = sorted(p.name for p in target.glob("*.yaml"))
+    assert written == [
+        "job-default-train-v6e.yaml",
+        "mine.yaml",
+        "service-default-train-v6e.yaml",
+        "serviceaccount-default-train-v6e.yaml",
+    ]
+    for name in written:
+        if name != "mine.yaml":
+            manifest = yaml.safe_load((target / name).read_text())
+            kubernetes_validate.validate(manifest, "1.33.0", strict=True)
+    job = yaml.safe_load((target / "job-default-train-v6e.yaml").read_text())
+    assert job["spec"]["template"]["spec"]["nodeSelector"] == {
+        "cloud.google.com/gke-flex-start": "true",
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+        "cloud.google.com/gke-tpu-topology": "4x4",
+    }
+    assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"google.com/tpu": 4}
 
 
 def test_plan_prints_a_readable_tree():

@@ -1,0 +1,184 @@
+"""GKE config: a known-good baseline (the dev stack) and one mutation per rule. Every refusal
+names the key, shows the value and says what is allowed, before any resource is declared."""
+
+from __future__ import annotations
+
+import pulumi
+import pytest
+from conftest import run_stack
+
+POOLS = "tpu-training:nodePools"
+JOBS = "tpu-training:jobs"
+CLUSTER = "tpu-training:cluster"
+
+
+def _refused(config) -> str:
+    with pytest.raises(pulumi.RunError) as err:
+        run_stack(config)
+    return str(err.value)
+
+
+def test_topology_not_offered_for_the_generation(config):
+    config[POOLS][0]["topology"] = "2x2x2"
+    message = _refused(config)
+    assert "tpu-training:nodePools[0] (v6e-4x4)" in message
+    assert "'2x2x2' has 3 dimensions but v6e (ct6e-standard-4t) slices have 2" in message
+    assert "valid: 1x1, 2x2, 2x4, 4x4" in message
+
+
+def test_topology_of_the_right_shape_but_not_offered(config):
+    config[POOLS][0]["topology"] = "4x2"
+    assert "topology '4x2' is not offered for v6e" in _refused(config)
+
+
+def test_chips_not_divisible_into_whole_vms(config):
+    config[POOLS][0]["machineType"] = "ct5p-hightpu-4t"
+    config[POOLS][0]["topology"] = "1x1x1"
+    assert "1 chips, which ct5p-hightpu-4t (4 chips per VM) cannot divide into whole VMs" in _refused(config)
+
+
+def test_eight_chip_machine_type_is_single_host_only(config):
+    config[POOLS][0]["machineType"] = "ct6e-standard-8t"
+    assert "ct6e-standard-8t has 8 chips per VM and is single-host only" in _refused(config)
+
+
+def test_unknown_machine_type_lists_the_known_ones(config):
+    config[POOLS][0]["machineType"] = "ct6e-standard-2t"
+    message = _refused(config)
+    assert 'tpu-training:nodePools[0].machineType = "ct6e-standard-2t"' in message
+    assert "allowed: ct4p-hightpu-4t" in message
+
+
+def test_flex_start_with_spot(config):
+    config[POOLS][0]["spot"] = True
+    assert "flexStart and spot exclude each other" in _refused(config)
+
+
+def test_flex_start_with_a_reservation(config):
+    config[POOLS][0]["reservation"] = "my-reservation"
+    assert "flexStart cannot consume reservation 'my-reservation'" in _refused(config)
+
+
+def test_spot_without_flex_start_is_fine(config):
+    config[POOLS][0].update(flexStart=False, spot=True)
+    run = run_stack(config)
+    pool = run.one("gcp:container/nodePool:NodePool", "v6e-4x4-pool")
+    assert pool.inputs["nodeConfig"]["spot"] is True
+    assert "flexStart" not in pool.inputs["nodeConfig"]
+
+
+def test_a_reservation_without_flex_start_is_consumed_by_name(config):
+    config[POOLS][0].update(flexStart=False, reservation="my-reservation")
+    pool = run_stack(config).one("gcp:container/nodePool:NodePool", "v6e-4x4-pool")
+    assert pool.inputs["nodeConfig"]["reservationAffinity"] == {
+        "consumeReservationType": "SPECIFIC_RESERVATION",
+        "key": "compute.googleapis.com/reservation-name",
+        "values": ["my-reservation"],
+    }
+
+
+def test_node_location_outside_the_cluster_region(config):
+    config[POOLS][0]["nodeLocations"] = ["us-east5-b"]
+    message = _refused(config)
+    assert "node location 'us-east5-b' is outside the cluster's region 'europe-west4'" in message
+
+
+def test_multi_host_slice_in_two_zones(config):
+    config[POOLS][0]["nodeLocations"] = ["europe-west4-a", "europe-west4-b"]
+    assert "must sit in one zone" in _refused(config)
+
+
+def test_single_host_pool_may_span_zones(config):
+    config[POOLS][0].update(topology="2x2", nodeLocations=["europe-west4-a", "europe-west4-b"])
+    pool = run_stack(config).one("gcp:container/nodePool:NodePool", "v6e-4x4-pool")
+    assert pool.inputs["nodeLocations"] == ["europe-west4-a", "europe-west4-b"]
+
+
+@pytest.mark.parametrize("value", ["8d", "1w", "forever", "0h"])
+def test_max_run_duration_beyond_seven_days_or_malformed(config, value):
+    config[POOLS][0]["maxRunDuration"] = value
+    message = _refused(config)
+    assert f"maxRunDuration {value!r}" in message
+
+
+def test_max_run_duration_is_passed_in_seconds(config):
+    config[POOLS][0]["maxRunDuration"] = "72h"
+    pool = run_stack(config).one("gcp:container/nodePool:NodePool", "v6e-4x4-pool")
+    assert pool.inputs["nodeConfig"]["maxRunDuration"] == "259200s"
+
+
+def test_cluster_location_must_be_a_region(config):
+    config[CLUSTER]["location"] = "europe-west4-a"
+    message = _refused(config)
+    assert 'tpu-training:cluster.location = "europe-west4-a": must be a region' in message
+
+
+def test_cluster_version_too_old_for_tpu_flex_start(config):
+    config[CLUSTER]["minVersion"] = "1.33.0-gke.1000"
+    message = _refused(config)
+    assert "older than 1.33.0-gke.1712000, the first with TPU flex-start" in message
+
+
+@pytest.mark.parametrize("version", ["1.34", "1.33.0-gke.1712000", "1.33.5"])
+def test_cluster_versions_new_enough(config, version):
+    config[CLUSTER]["minVersion"] = version
+    cluster = run_stack(config).one("gcp:container/cluster:Cluster", "tpu-dev-cluster")
+    assert cluster.inputs["minMasterVersion"] == version
+
+
+def test_release_channel_lists_the_choices(config):
+    config[CLUSTER]["releaseChannel"] = "FAST"
+    assert "'RAPID', 'REGULAR' or 'STABLE'" in _refused(config)
+
+
+def test_pools_without_a_cluster(config):
+    del config[CLUSTER]
+    assert "nodePools and tpu-training:jobs need tpu-training:cluster" in _refused(config)
+
+
+def test_job_on_an_unknown_pool_suggests_the_right_one(config):
+    config[JOBS][0]["nodePool"] = "v6e-4x"
+    message = _refused(config)
+    assert "tpu-training:jobs[0].nodePool = 'v6e-4x': no such node pool (did you mean 'v6e-4x4'?)" in message
+
+
+def test_job_and_vm_may_not_share_a_name(config):
+    config[JOBS][0]["name"] = "demo-tpu"
+    assert "'demo-tpu' also names a TPU VM" in _refused(config)
+
+
+def test_duplicate_pool_and_job_names(config):
+    config[POOLS].append(dict(config[POOLS][0]))
+    config[JOBS].append(dict(config[JOBS][0]))
+    message = _refused(config)
+    assert "node pool names must be unique; repeated: v6e-4x4" in message
+    assert "job names must be unique; repeated: train-v6e" in message
+
+
+def test_job_name_too_long_for_pod_hostnames(config):
+    config[JOBS][0]["name"] = "a" * 53
+    assert "must be 1-52 lowercase letters" in _refused(config)
+
+
+def test_job_command_must_be_a_list(config):
+    config[JOBS][0]["command"] = "python3 train.py"
+    assert "tpu-training:jobs[0].command" in _refused(config)
+
+
+def test_job_env_names_are_checked(config):
+    config[JOBS][0]["env"] = {"1BAD": "x"}
+    assert "tpu-training:jobs[0].env" in _refused(config)
+
+
+def test_unknown_pool_key_suggests_the_right_one(config):
+    config[POOLS][0]["topolgy"] = "4x4"
+    message = _refused(config)
+    assert "tpu-training:nodePools[0].topolgy: unknown key (did you mean 'topology'?)" in message
+
+
+def test_empty_cluster_object_means_no_cluster(config):
+    config[CLUSTER] = {}
+    config[POOLS] = []
+    config[JOBS] = []
+    run = run_stack(config)
+    assert not run.by_type("gcp:container/cluster:Cluster")
