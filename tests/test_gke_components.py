@@ -408,3 +408,19 @@ def test_job_arguments_are_checked():
 
     with pytest.raises(InvalidArgument, match="job name 'Job_1' must be 1-52 lowercase letters"):
         run_components(body)
+
+
+# --- the README's examples run, so they cannot rot ---------------------------------------------
+
+
+def _readme_examples() -> list[str]:
+    from conftest import REPO
+
+    text = (REPO / "README.md").read_text()
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+@pytest.mark.parametrize("example", _readme_examples(), ids=lambda e: e.splitlines()[-1][:40])
+def test_readme_example_runs(example):
+    run = run_components(lambda: exec(compile(example, "README.md", "exec"), {}))
+    assert run.registrations
