@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from .recovery import GENERATION_LABEL, Decision
+from .recovery import GENERATION_LABEL, Decision, unreachable
 
 
 @dataclass(frozen=True)
@@ -101,10 +101,4 @@ def decide_job(name: str, live: LiveJob | None) -> Decision:
 
 def unreachable_cluster(name: str, problem: str) -> Decision:
     """When the cluster cannot say: keep the last deployed generation. Never replace on unknown."""
-    return Decision(
-        name,
-        "keep",
-        None,
-        f"Kubernetes API unavailable ({problem}); nothing is replaced on unknown state",
-        warn=True,
-    )
+    return unreachable(name, problem, api="Kubernetes API")

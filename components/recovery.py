@@ -134,13 +134,13 @@ def decide(
     return Decision(name, "keep", generation, f"node is {state or 'in no state'}", warn=True)
 
 
-def unreachable(name: str, problem: str) -> Decision:
+def unreachable(name: str, problem: str, api: str = "TPU API") -> Decision:
     """When the API cannot say: keep the last deployed generation. Never replace on unknown."""
     return Decision(
         name,
         "keep",
         None,
-        f"TPU API unavailable ({problem}); nothing is replaced on unknown state",
+        f"{api} unavailable ({problem}); nothing is replaced on unknown state",
         warn=True,
     )
 

@@ -7,7 +7,7 @@ a single resource, so bad input never leaves a half-applied change behind.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 import pulumi
 from pydantic import (
@@ -50,6 +50,19 @@ class _Model(BaseModel):
 
 
 Provisioning = Literal["preemptible", "spot", "on-demand", "reserved"]
+
+
+def _no_problem(problem_of: Callable[[str], Optional[str]]) -> Callable[[str], str]:
+    """A field validator from a ``*_problem`` function of the library: the value, or its problem
+    as the error."""
+
+    def check(value: str) -> str:
+        problem = problem_of(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    return check
 
 
 def _check_env_names(env: dict[str, str]) -> dict[str, str]:
@@ -108,13 +121,7 @@ class BucketConfig(_Model):
     protect: StrictBool = True
     retain_on_delete: StrictBool = True
 
-    @field_validator("name")
-    @classmethod
-    def _valid_name(cls, name: str) -> str:
-        problem = naming.bucket_name_problem(name)
-        if problem:
-            raise ValueError(problem)
-        return name
+    _valid_name = field_validator("name")(_no_problem(naming.bucket_name_problem))
 
 
 class TrainingConfig(_Model):
@@ -193,13 +200,7 @@ class ClusterConfig(_Model):
             )
         return location
 
-    @field_validator("min_version")
-    @classmethod
-    def _flex_start_version(cls, version: str) -> str:
-        problem = gke_version_problem(version)
-        if problem:
-            raise ValueError(problem)
-        return version
+    _flex_start_version = field_validator("min_version")(_no_problem(gke_version_problem))
 
 
 class NodePoolConfig(_Model):
@@ -248,13 +249,7 @@ class JobConfig(_Model):
 
     _env_names = field_validator("env")(_check_env_names)
 
-    @field_validator("name")
-    @classmethod
-    def _job_name(cls, name: str) -> str:
-        problem = job_name_problem(name)
-        if problem:
-            raise ValueError(problem)
-        return name
+    _job_name = field_validator("name")(_no_problem(job_name_problem))
 
 
 def _repeated(names: list[str]) -> list[str]:

@@ -63,6 +63,15 @@ def run_stack(
     )
 
 
+def refused(config: dict[str, Any]) -> str:
+    """The message of the error the stack program stops with for this config."""
+    import pulumi
+
+    with pytest.raises(pulumi.RunError) as err:
+        run_stack(config)
+    return str(err.value)
+
+
 @pytest.fixture
 def config() -> dict[str, Any]:
     """A fresh, mutable copy of the dev stack's config: the known-good baseline."""

@@ -3,19 +3,13 @@ names the key, shows the value and says what is allowed, before any resource is 
 
 from __future__ import annotations
 
-import pulumi
 import pytest
+from conftest import refused as _refused
 from conftest import run_stack
 
 POOLS = "tpu-training:nodePools"
 JOBS = "tpu-training:jobs"
 CLUSTER = "tpu-training:cluster"
-
-
-def _refused(config) -> str:
-    with pytest.raises(pulumi.RunError) as err:
-        run_stack(config)
-    return str(err.value)
 
 
 def test_topology_not_offered_for_the_generation(config):

@@ -3,17 +3,11 @@ that names the key, shows the value and says what is allowed, before any resourc
 
 from __future__ import annotations
 
-import pulumi
 import pytest
+from conftest import refused as _refused
 from conftest import run_stack
 
 VMS = "tpu-training:tpuVms"
-
-
-def _refused(config) -> str:
-    with pytest.raises(pulumi.RunError) as err:
-        run_stack(config)
-    return str(err.value)
 
 
 def test_dev_baseline_is_valid(config):
