@@ -4,10 +4,12 @@
 
 Runs the real stack program under the Pulumi SDK's mocks with the stack's config files and prints
 every resource it registers. Touches no network, unless --live: then the program reads the live
-TPU nodes through the Cloud TPU API (or the endpoint in TPU_API_ENDPOINT) exactly as `pulumi up`
-does, and shows the recovery decisions. --manifests writes every Kubernetes object as a YAML
-file, for reading or `kubectl apply --dry-run=server -f DIR`. Exit status: 0 on success, 2 when the
-configuration (or a project file) is invalid, with the reason on stderr.
+TPU nodes through the Cloud TPU API (or the endpoint in TPU_API_ENDPOINT) and the live training
+Jobs through the Kubernetes API (KUBECONFIG, or the GKE API and Application Default
+Credentials) exactly as `pulumi up` does, and shows the recovery decisions. --manifests writes
+every Kubernetes object as a YAML file, for reading or `kubectl apply --dry-run=server -f DIR`.
+Exit status: 0 on success, 2 when the configuration (or a project file) is invalid, with the
+reason on stderr.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--live",
         action="store_true",
-        help="read live TPU node state (Cloud TPU API, or TPU_API_ENDPOINT) to show recovery decisions",
+        help="read live TPU nodes (Cloud TPU API, or TPU_API_ENDPOINT) and training Jobs (KUBECONFIG, "
+        "or the GKE API) to show recovery decisions",
     )
     return parser
 
