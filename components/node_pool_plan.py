@@ -20,6 +20,10 @@ FLEX_START_MAX_RUN_SECONDS = 7 * 24 * 3600
 """Flex-start nodes live at most seven days (seed 002)."""
 
 
+# Generations whose multi-host slices GKE places with a workload policy, not COMPACT placement.
+WORKLOAD_POLICY_GENERATIONS = frozenset({"tpu7x"})
+
+
 class NodePoolError(CatalogueError):
     """An invalid node pool combination; the message says what was given and what is allowed."""
 
@@ -119,6 +123,12 @@ def plan_tpu_node_pool(
             )
     if len(set(zones)) != len(zones):
         raise NodePoolError(f"nodeLocations {list(zones)} repeats a zone")
+    if shape.multi_host and shape.machine_type.generation.name in WORKLOAD_POLICY_GENERATIONS:
+        raise NodePoolError(
+            f"a multi-host {shape.machine_type.generation.name} slice ({topology}) is placed by a "
+            f"workload policy, not COMPACT placement, which this version does not declare yet; "
+            f"use a single-host topology ({shape.machine_type.name} takes 2x2x1)"
+        )
     if shape.multi_host and len(zones) > 1:
         raise NodePoolError(
             f"a {topology} slice of {machine_type} spans {shape.vms} VMs, which must sit in one "

@@ -133,7 +133,7 @@ def test_multi_host_pool_is_compact():
         ("ct6e-standard-8t", "2x4", 1),
         ("ct5lp-hightpu-4t", "8x8", 16),
         ("ct4p-hightpu-4t", "2x2x4", 4),
-        ("tpu7x-standard-4t", "4x4x4", 16),
+        ("tpu7x-standard-4t", "2x2x1", 1),
     ],
 )
 def test_max_nodes_is_vms_per_slice(machine_type, topology, max_nodes):
@@ -141,6 +141,11 @@ def test_max_nodes_is_vms_per_slice(machine_type, topology, max_nodes):
     assert inputs["autoscaling"] == {"locationPolicy": "ANY", "maxNodeCount": max_nodes, "minNodeCount": 0}
     assert inputs["initialNodeCount"] == 0
     assert inputs["nodeConfig"]["flexStart"] is True
+
+
+def test_multi_host_tpu7x_is_refused_rather_than_placed_wrongly():
+    with pytest.raises(InvalidArgument, match="placed by a workload policy, not COMPACT placement"):
+        _pool("4x4x4", "tpu7x-standard-4t")
 
 
 def test_bad_pool_is_refused_before_anything_is_declared():
