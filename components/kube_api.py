@@ -148,8 +148,8 @@ def list_live_jobs(
 ) -> LiveJobs:
     """List this project's Jobs in every namespace, one call per namespace.
 
-    ``kubeconfig`` defaults to ``$KUBECONFIG``; without one, the cluster is found through the
-    GKE API. ``container_client`` and ``credentials`` are seams for tests."""
+    ``kubeconfig`` defaults to ``$KUBECONFIG``; without one (or with ``""``), the cluster is
+    found through the GKE API. ``container_client`` and ``credentials`` are seams for tests."""
     from kubernetes import client
 
     namespaces = sorted(set(namespaces))
