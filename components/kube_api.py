@@ -18,6 +18,7 @@ from typing import Any, Iterable, Optional
 
 from .job_manifests import PART_OF, PART_OF_LABEL
 from .job_recovery import JobCondition, LiveJob
+from .recovery import failure_summary
 
 KUBECONFIG_VARIABLE = "KUBECONFIG"
 GKE_ENDPOINT_VARIABLE = "GKE_API_ENDPOINT"
@@ -56,14 +57,6 @@ class LiveJobs:
 
 class ClusterAbsent(Exception):
     """The GKE API answered that the cluster does not exist."""
-
-
-def _problem(exc: BaseException) -> str:
-    status = getattr(exc, "status", None)
-    if isinstance(status, int):  # the kubernetes client's ApiException: its text spans lines
-        return f"{type(exc).__name__}: HTTP {status} {getattr(exc, 'reason', '') or ''}".strip()
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}"[:200]
 
 
 def make_container_client(endpoint: Optional[str] = None) -> Any:
@@ -172,7 +165,7 @@ def list_live_jobs(
             return result
         except Exception as exc:  # noqa: BLE001 - no credentials must never stop or replace anything
             for namespace in namespaces:
-                result.failures[namespace] = _problem(exc)
+                result.failures[namespace] = failure_summary(exc)
             return result
         # No automatic retries: a preview must not hang; the next `up` asks again.
         configuration.retries = False
@@ -188,5 +181,5 @@ def list_live_jobs(
                     live = _live_job(job)
                     result.jobs[(namespace, live.name)] = live
             except Exception as exc:  # noqa: BLE001 - any failure means "unknown", per namespace
-                result.failures[namespace] = _problem(exc)
+                result.failures[namespace] = failure_summary(exc)
     return result

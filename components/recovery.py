@@ -145,6 +145,15 @@ def unreachable(name: str, problem: str, api: str = "TPU API") -> Decision:
     )
 
 
+def failure_summary(exc: BaseException) -> str:
+    """One short line for why a live-state probe failed, for ``unreachable``'s message."""
+    status = getattr(exc, "status", None)
+    if isinstance(status, int):  # the kubernetes client's ApiException: its text spans lines
+        return f"{type(exc).__name__}: HTTP {status} {getattr(exc, 'reason', '') or ''}".strip()
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}"[:200]
+
+
 def _minutes(delta: timedelta) -> str:
     return f"{int(delta.total_seconds() // 60)} min"
 

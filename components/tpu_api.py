@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from .recovery import LiveNode
+from .recovery import LiveNode, failure_summary
 
 ENDPOINT_VARIABLE = "TPU_API_ENDPOINT"
 """Overrides the API endpoint, e.g. ``http://127.0.0.1:8080`` for an emulator or a test server;
@@ -41,11 +41,6 @@ def make_client(endpoint: Optional[str] = None) -> Any:
     return tpu_v2.TpuClient(transport="rest", client_options=options, credentials=credentials)
 
 
-def _problem(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text}"[:200]
-
-
 def list_live_nodes(
     project: str,
     zones: Iterable[str],
@@ -64,7 +59,7 @@ def list_live_nodes(
             client = make_client(endpoint)
         except Exception as exc:  # noqa: BLE001 - no credentials must never stop or replace anything
             for zone in zones:
-                result.failures[zone] = _problem(exc)
+                result.failures[zone] = failure_summary(exc)
             return result
     for zone in zones:
         result.calls += 1
@@ -85,5 +80,5 @@ def list_live_nodes(
                     create_time=node.create_time.isoformat() if node.create_time else "",
                 )
         except Exception as exc:  # noqa: BLE001 - any failure means "unknown", reported per zone
-            result.failures[zone] = _problem(exc)
+            result.failures[zone] = failure_summary(exc)
     return result
