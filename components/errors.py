@@ -8,6 +8,7 @@ from typing import Any, Iterable, Mapping
 import pulumi
 
 from .naming import label_problem
+from .startup_script import env_name_problem
 
 
 class InvalidArgument(pulumi.RunError):
@@ -35,5 +36,19 @@ def check_labels(where: str, labels: Mapping[str, str]) -> None:
     """Reject labels Google Cloud would refuse, before anything is declared."""
     for key, value in labels.items():
         problem = label_problem(key, value)
+        if problem:
+            raise InvalidArgument(f"{where}: {problem}")
+
+
+def check_checkpoint_dir(where: str, checkpoint_dir: str) -> None:
+    """Checkpoints live in Cloud Storage: refuse anything but a ``gs://`` prefix."""
+    if not checkpoint_dir.startswith("gs://"):
+        raise InvalidArgument(f"{where}: checkpoint_dir {checkpoint_dir!r} must start with gs://")
+
+
+def check_environment(where: str, environment: Mapping[str, str]) -> None:
+    """Reject environment variable names a shell or a container would refuse."""
+    for key in environment:
+        problem = env_name_problem(key)
         if problem:
             raise InvalidArgument(f"{where}: {problem}")

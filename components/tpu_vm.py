@@ -9,9 +9,9 @@ import pulumi_gcp as gcp
 from typing_extensions import NotRequired
 
 from . import catalogue
-from .errors import InvalidArgument, check_known, check_labels
+from .errors import InvalidArgument, check_checkpoint_dir, check_environment, check_known, check_labels
 from .recovery import GENERATION_LABEL
-from .startup_script import env_name_problem, render_shutdown_script, render_startup_script
+from .startup_script import render_shutdown_script, render_startup_script
 
 Provisioning = Literal["preemptible", "spot", "on-demand", "reserved"]
 PROVISIONING_MODELS: tuple[str, ...] = ("preemptible", "spot", "on-demand", "reserved")
@@ -76,12 +76,8 @@ def _validate(name: str, args: PreemptibleTpuVmArgs) -> catalogue.AcceleratorTyp
         raise InvalidArgument(
             f"{where}: provisioning {provisioning!r} is not one of {', '.join(PROVISIONING_MODELS)}"
         )
-    if not args["checkpoint_dir"].startswith("gs://"):
-        raise InvalidArgument(f"{where}: checkpoint_dir {args['checkpoint_dir']!r} must start with gs://")
-    for key in args.get("environment", {}):
-        problem = env_name_problem(key)
-        if problem:
-            raise InvalidArgument(f"{where}: {problem}")
+    check_checkpoint_dir(where, args["checkpoint_dir"])
+    check_environment(where, args.get("environment", {}))
     check_labels(where, args.get("labels", {}))
     return accelerator
 

@@ -10,7 +10,7 @@ import pulumi_kubernetes as k8s
 from typing_extensions import NotRequired
 
 from .catalogue import SliceShape
-from .errors import InvalidArgument, check_known, check_labels
+from .errors import InvalidArgument, check_checkpoint_dir, check_environment, check_known, check_labels
 from .job_manifests import (
     TrainingJobSpec,
     headless_service_manifest,
@@ -18,7 +18,6 @@ from .job_manifests import (
     job_name_problem,
     service_account_manifest,
 )
-from .startup_script import env_name_problem
 
 CHECKPOINT_VARIABLE = "CHECKPOINT_DIR"
 
@@ -63,12 +62,8 @@ def _validate(name: str, args: TpuTrainingJobArgs) -> None:
         raise InvalidArgument(f"{where}: {problem}")
     if not args["command"]:
         raise InvalidArgument(f"{where}: command is empty; give the training command as a list of words")
-    if not args["checkpoint_dir"].startswith("gs://"):
-        raise InvalidArgument(f"{where}: checkpoint_dir {args['checkpoint_dir']!r} must start with gs://")
-    for key in args.get("environment", {}):
-        problem = env_name_problem(key)
-        if problem:
-            raise InvalidArgument(f"{where}: {problem}")
+    check_checkpoint_dir(where, args["checkpoint_dir"])
+    check_environment(where, args.get("environment", {}))
     check_labels(where, args.get("labels", {}))
 
 
