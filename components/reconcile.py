@@ -20,6 +20,13 @@ JOB_GENERATIONS_OUTPUT = "jobRecoveryGenerations"
 """Stack output holding ``{job name: generation}``; read back on the next run."""
 
 
+def _not_read(names: Sequence[str]) -> list[Decision]:
+    # An offline plan reads nothing, and so changes nothing.
+    return [
+        Decision(name, "keep", None, "live state not read (offline); last generation kept") for name in names
+    ]
+
+
 def reconcile_tpu_vms(
     project: str,
     vms: Sequence[tuple[str, str]],
@@ -32,10 +39,7 @@ def reconcile_tpu_vms(
     """Decide for every ``(name, zone)``: one API list call per zone, then the decision table.
     With ``read_live_state=False`` (an offline plan) every VM keeps its last generation."""
     if not read_live_state:
-        return [
-            Decision(name, "keep", None, "live state not read (offline); last generation kept")
-            for name, _ in vms
-        ]
+        return _not_read([name for name, _ in vms])
     live = list_live_nodes(project, {zone for _, zone in vms}, client=client)
     now = now or utc_now()
     decisions = []
@@ -57,10 +61,7 @@ def reconcile_jobs(
     """Decide for every ``(name, namespace)``: one list call per namespace, then the decision
     table. With ``read_live_state=False`` (an offline plan) every Job keeps its last generation."""
     if not read_live_state:
-        return [
-            Decision(name, "keep", None, "live state not read (offline); last generation kept")
-            for name, _ in jobs
-        ]
+        return _not_read([name for name, _ in jobs])
     if not jobs:
         return []
     live = read(cluster, {namespace for _, namespace in jobs})
