@@ -69,6 +69,10 @@ previous_generations = (
     reconcile.last_deployed_generations(previous_state) if previous_state and settings.tpu_vms else None
 )
 
+# Computed once: each VM's and Job's environment goes to its resource and to a stack output.
+training_environments = {vm.name: settings.training_environment(vm) for vm in settings.tpu_vms}
+job_environments = {job.name: settings.job_environment(job) for job in settings.jobs}
+
 tpu_vms = {}
 for vm, decision in zip(settings.tpu_vms, decisions, strict=True):
     assert trainer is not None and previous_generations is not None
@@ -82,7 +86,7 @@ for vm, decision in zip(settings.tpu_vms, decisions, strict=True):
             "train_command": vm.train_command,
             "setup_command": vm.setup_command,
             "checkpoint_dir": settings.checkpoint_dir(vm),
-            "environment": settings.training_environment(vm),
+            "environment": training_environments[vm.name],
             "service_account_email": trainer.email,
             "recovery_generation": reconcile.generation_for(decision, previous_generations),
             "external_ip": vm.external_ip,
@@ -202,7 +206,7 @@ for job, job_decision in zip(settings.jobs, job_decisions, strict=True):
             "image": job.image,
             "command": list(job.command),
             "checkpoint_dir": settings.job_checkpoint_dir(job),
-            "environment": settings.job_environment(job),
+            "environment": job_environments[job.name],
             "google_service_account": pod_identity.email,
             "google_service_account_id": pod_identity.account.name,
             "workload_pool": cluster.workload_pool,
@@ -221,10 +225,7 @@ for job, job_decision in zip(settings.jobs, job_decisions, strict=True):
     )
 
 pulumi.export("checkpointBuckets", {region: b.url for region, b in checkpoint_buckets.items()})
-pulumi.export(
-    "trainingEnvironments",
-    {vm.name: settings.training_environment(vm) for vm in settings.tpu_vms},
-)
+pulumi.export("trainingEnvironments", training_environments)
 pulumi.export(
     "tpuVms", {name: {"zone": v.zone, "state": v.state, "health": v.health} for name, v in tpu_vms.items()}
 )
@@ -252,9 +253,9 @@ pulumi.export(
         name: {
             "namespace": j.namespace,
             "checkpointDir": j.checkpoint_uri,
-            "environment": settings.job_environment(job),
+            "environment": job_environments[name],
         }
-        for (name, j), job in zip(jobs.items(), settings.jobs, strict=True)
+        for name, j in jobs.items()
     },
 )
 pulumi.export(reconcile.JOB_GENERATIONS_OUTPUT, {name: j.recovery_generation for name, j in jobs.items()})
