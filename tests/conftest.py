@@ -63,6 +63,15 @@ def run_stack(
     )
 
 
+def changed_registrations(before: offline.ProgramRun, after: offline.ProgramRun) -> list[str]:
+    """Names of the resources whose inputs or options differ between two runs of one stack."""
+    return [
+        a.name
+        for a, b in zip(before.registrations, after.registrations, strict=True)
+        if (a.inputs, a.options) != (b.inputs, b.options)
+    ]
+
+
 def refused(config: dict[str, Any]) -> str:
     """The message of the error the stack program stops with for this config."""
     import pulumi

@@ -7,7 +7,7 @@ import copy
 import socket
 
 import pytest
-from conftest import run_stack
+from conftest import changed_registrations, run_stack
 from fake_kube_api import FakeGkeApi, FakeKubernetesApi, job, self_signed_certificate
 from google.oauth2.credentials import Credentials
 from tpu_training_components import reconcile
@@ -233,12 +233,7 @@ def test_failed_job_is_replaced_alone(gke_only, live_cluster):
     live_cluster.add("default", job("train-v6e", generation=3, active=4, ready=4))
     live_cluster.add("default", job("other-run", generation=3, active=4, ready=4))
     steady = run_stack(copy.deepcopy(gke_only), previous_outputs=previous)
-    changed = [
-        r.name
-        for r, s in zip(failed.registrations, steady.registrations, strict=True)
-        if (r.inputs, r.options) != (s.inputs, s.options)
-    ]
-    assert changed == ["train-v6e-job"]
+    assert changed_registrations(failed, steady) == ["train-v6e-job"]
 
 
 def test_complete_job_keeps_its_generation(gke_only, live_cluster):

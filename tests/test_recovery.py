@@ -7,7 +7,7 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from conftest import run_plan, run_stack
+from conftest import changed_registrations, run_plan, run_stack
 from fake_tpu_api import FakeTpuApi
 from tpu_training_components import recovery
 from tpu_training_components.recovery import LiveNode, decide
@@ -145,12 +145,7 @@ def test_preemption_bumps_one_vm_and_changes_nothing_else(config, live_api):
     for name in ("demo-tpu", "vm-b", "vm-c"):
         live_api.add(ZONE, name, "READY", labels={"recovery-generation": "3"})
     steady = run_stack(copy.deepcopy(config), previous_outputs=previous)
-    changed = [
-        r.name
-        for r, s in zip(live.registrations, steady.registrations, strict=True)
-        if (r.inputs, r.options) != (s.inputs, s.options)
-    ]
-    assert changed == ["vm-b-vm"]
+    assert changed_registrations(live, steady) == ["vm-b-vm"]
 
 
 def test_api_down_keeps_the_last_deployed_generation(config, live_api):
