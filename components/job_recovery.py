@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from .recovery import GENERATION_LABEL, Decision, unreachable
+from .recovery import GENERATION_LABEL, Decision, gone, unreachable
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def _explain(condition: JobCondition) -> str:
 def decide_job(name: str, live: LiveJob | None) -> Decision:
     """The decision table for one Job whose namespace the API answered for (see README)."""
     if live is None:
-        return Decision(name, "create", None, "no such Job in its namespace")
+        return gone(name, "no such Job in its namespace")
     generation = live.generation
     # SuccessCriteriaMet precedes Complete for Jobs with a success policy; both mean done.
     done = live.condition("Complete", "SuccessCriteriaMet")

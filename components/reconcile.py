@@ -102,7 +102,10 @@ def last_deployed_generations(
 
 
 def generation_for(decision: Decision, previous: pulumi.Output[dict[str, int]]) -> pulumi.Input[int]:
-    """The decision's generation, or the last deployed one (0 if none) when it keeps that."""
+    """The decision's generation; or the last deployed one (0 if none) when it keeps that; or,
+    for a resource gone from the cloud, the last deployed one + 1 (0 if it was never deployed)."""
     if decision.generation is not None:
         return decision.generation
+    if decision.after_last_deployed:
+        return previous.apply(lambda gens: gens[decision.name] + 1 if decision.name in gens else 0)
     return previous.apply(lambda gens: gens.get(decision.name, 0))

@@ -58,12 +58,25 @@ class Decision:
     """The generation to declare; None means "the last one this stack deployed"."""
     reason: str
     warn: bool = False
+    after_last_deployed: bool = False
+    """Declare the last deployed generation + 1 (0 when this stack never deployed it): the
+    resource is gone from the cloud but may still be in the stack's state, where only a new
+    replacement trigger makes a plain `pulumi up` (without --refresh) create it again."""
 
     @property
     def message(self) -> str:
         verb = {"create": "will be created", "keep": "is kept", "replace": "will be replaced"}
-        generation = "last deployed" if self.generation is None else str(self.generation)
+        if self.after_last_deployed:
+            generation = "last deployed + 1"
+        else:
+            generation = "last deployed" if self.generation is None else str(self.generation)
         return f"{self.name}: {self.reason} -> {verb[self.action]} (recovery generation {generation})"
+
+
+def gone(name: str, reason: str) -> Decision:
+    """A VM or Job that the API says does not exist: create it, with a new generation when the
+    stack deployed it before (see ``Decision.after_last_deployed``)."""
+    return Decision(name, "create", None, reason, after_last_deployed=True)
 
 
 def maintenance_event_time(health_description: str) -> Optional[datetime]:
@@ -87,7 +100,7 @@ def decide(
 ) -> Decision:
     """The decision table for one VM whose zone the API answered for (see README)."""
     if live is None:
-        return Decision(name, "create", None, "no such node in its zone")
+        return gone(name, "no such node in its zone")
     generation = live.generation
     state, health = live.state, live.health
     if state in _LOST:

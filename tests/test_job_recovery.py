@@ -253,7 +253,17 @@ def test_cluster_down_keeps_the_last_deployed_generation(gke_only, live_cluster)
     )
 
 
-def test_absent_job_is_created_with_its_last_generation(gke_only, live_cluster):
+def test_absent_job_gets_a_new_generation_so_a_plain_up_recreates_it(gke_only, live_cluster):
+    """Deleted by hand: still in the stack's state, so only a new trigger makes `pulumi up`
+    (without --refresh) create it again."""
     run = run_stack(gke_only, previous_outputs={"jobRecoveryGenerations": {"train-v6e": 2}})
-    assert _job(run).options["replacementTrigger"] == 2
-    assert any("no such Job in its namespace -> will be created" in m for m in run.infos)
+    assert _job(run).options["replacementTrigger"] == 3
+    assert any(
+        "no such Job in its namespace -> will be created (recovery generation last deployed + 1)" in m
+        for m in run.infos
+    )
+
+
+def test_absent_job_never_deployed_starts_at_zero(gke_only, live_cluster):
+    run = run_stack(gke_only, previous_outputs={"jobRecoveryGenerations": {}})
+    assert _job(run).options["replacementTrigger"] == 0

@@ -155,10 +155,17 @@ def test_api_down_keeps_the_last_deployed_generation(config, live_api):
     assert any("TPU API unavailable" in w and "nothing is replaced" in w for w in run.warnings)
 
 
-def test_missing_node_is_created_with_its_last_generation(config, live_api):
+def test_node_gone_from_the_cloud_gets_a_new_generation(config, live_api):
+    """Deleted outside Pulumi (or by GCP): the node is still in the stack's state, where a plain
+    `pulumi up` (no --refresh) sees no diff. A new trigger makes it replace: the provider's
+    delete of an absent node succeeds (a 404 on delete counts as deleted), then it is created."""
     run = run_stack(config, previous_outputs={"recoveryGenerations": {"demo-tpu": 2}})
-    assert _vm(run, "demo-tpu").options["replacementTrigger"] == 2
-    assert any("no such node in its zone -> will be created" in m for m in run.infos)
+    assert _vm(run, "demo-tpu").options["replacementTrigger"] == 3
+    assert _vm(run, "demo-tpu").inputs["labels"]["recovery-generation"] == "3"
+    assert any(
+        "no such node in its zone -> will be created (recovery generation last deployed + 1)" in m
+        for m in run.infos
+    )
 
 
 def test_first_deployment_starts_at_generation_zero(config, live_api):
