@@ -21,6 +21,7 @@ from .checkpoint_bucket import CheckpointBucket, CheckpointBucketArgs
 from .errors import InvalidArgument
 from .gke_cluster import GkeTpuCluster, GkeTpuClusterArgs
 from .identity import TrainingServiceAccount, TrainingServiceAccountArgs
+from .network import TrainingNetwork, TrainingNetworkArgs
 from .node_pool_plan import TpuNodePoolPlan, plan_tpu_node_pool
 from .scaling import TrainingPlan, plan_training
 from .tpu_node_pool import FlexStartTpuNodePool, FlexStartTpuNodePoolArgs
@@ -44,6 +45,8 @@ __all__ = [
     "TpuNodePoolPlan",
     "TpuTrainingJob",
     "TpuTrainingJobArgs",
+    "TrainingNetwork",
+    "TrainingNetworkArgs",
     "TrainingPlan",
     "TrainingServiceAccount",
     "TrainingServiceAccountArgs",

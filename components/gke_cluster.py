@@ -13,6 +13,7 @@ from typing_extensions import NotRequired
 
 from . import catalogue
 from .errors import InvalidArgument, check_known, check_labels
+from .maintenance_window import MaintenanceWindowError, RecurringWindow, recurring_window
 from .naming import service_account_id_problem
 from .node_pool_plan import gke_version_problem
 
@@ -26,16 +27,23 @@ NODE_ROLES = {
     "image-reader": "roles/artifactregistry.reader",
 }
 _CLUSTER_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
-_TIME = re.compile(r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
+
+UPGRADE_EXCLUSION_SCOPES = ("NO_MINOR_OR_NODE_UPGRADES", "NO_MINOR_UPGRADES", "NONE")
+"""Scopes of the cluster's standing maintenance exclusion (GKE ``MaintenanceExclusionOptions``);
+NONE declares no exclusion."""
+DEFAULT_UPGRADE_EXCLUSION_START = "2025-12-01T00:00:00Z"
+"""A fixed start, so the exclusion never changes between runs (Cluster Toolkit's TPU flex-start
+example uses this date)."""
 
 
 class MaintenanceWindow(TypedDict):
     start_time: str
     """Start, ``HH:MM`` UTC."""
     end_time: str
-    """End, ``HH:MM`` UTC, the same or next day; GKE needs windows of at least 4 hours."""
+    """End, ``HH:MM`` UTC; an end not after the start is on the next day (``22:00``-``04:00``)."""
     recurrence: str
-    """RFC 5545 RRULE, e.g. ``FREQ=WEEKLY;BYDAY=SA,SU``."""
+    """RFC 5545 RRULE, e.g. ``FREQ=WEEKLY;BYDAY=SA,SU``. GKE needs at least 48 hours of windows
+    in every 32 days, counting only windows of 4 hours or more."""
 
 
 DEFAULT_MAINTENANCE_WINDOW: MaintenanceWindow = {
@@ -64,8 +72,21 @@ class GkeTpuClusterArgs(TypedDict):
     """Machine type of the CPU system pool (default ``e2-standard-4``)."""
     system_max_nodes: NotRequired[int]
     """Upper bound of the system pool across all zones (default 3; the lower bound is 1)."""
-    network: NotRequired[Optional[str]]
-    subnetwork: NotRequired[Optional[str]]
+    upgrade_exclusion_scope: NotRequired[str]
+    """What the standing maintenance exclusion holds back: ``NO_MINOR_OR_NODE_UPGRADES``
+    (default: no node upgrades at all, so GKE never drains a training slice to upgrade it; the
+    control plane still gets patches), ``NO_MINOR_UPGRADES`` (node patches allowed) or ``NONE``."""
+    upgrade_exclusion_start: NotRequired[str]
+    """RFC 3339 start of the exclusion (default 2025-12-01T00:00:00Z); it lasts until the end of
+    support of the cluster's version."""
+    network: NotRequired[Optional[pulumi.Input[str]]]
+    """VPC network (name or id); the project's ``default`` network when omitted, which must then
+    give private nodes Private Google Access and, for images outside Google, Cloud NAT."""
+    subnetwork: NotRequired[Optional[pulumi.Input[str]]]
+    pods_range_name: NotRequired[Optional[pulumi.Input[str]]]
+    """Secondary range of ``subnetwork`` for Pod IPs; GKE creates one when omitted."""
+    services_range_name: NotRequired[Optional[pulumi.Input[str]]]
+    """Secondary range of ``subnetwork`` for Service IPs; GKE creates one when omitted."""
     master_ipv4_cidr_block: NotRequired[Optional[str]]
     """Control-plane range for a VPC-peered private cluster; GKE picks (Private Service Connect)
     when omitted."""
@@ -77,7 +98,7 @@ class GkeTpuClusterArgs(TypedDict):
     labels: NotRequired[Mapping[str, str]]
 
 
-def _validate(name: str, args: GkeTpuClusterArgs) -> None:
+def _validate(name: str, args: GkeTpuClusterArgs) -> RecurringWindow:
     where = f"GkeTpuCluster {name!r}"
     check_known(where, args, GkeTpuClusterArgs.__annotations__)
     if not catalogue.is_region(args["location"]):
@@ -102,21 +123,40 @@ def _validate(name: str, args: GkeTpuClusterArgs) -> None:
         if problem:
             raise InvalidArgument(f"{where}: min_version: {problem}")
     window = args.get("maintenance_window", DEFAULT_MAINTENANCE_WINDOW)
-    for key, value in (("start_time", window["start_time"]), ("end_time", window["end_time"])):
-        if not _TIME.match(value):
-            raise InvalidArgument(f"{where}: maintenance_window.{key} {value!r} must be HH:MM (UTC)")
+    try:
+        recurring = recurring_window(window["start_time"], window["end_time"], window["recurrence"])
+    except MaintenanceWindowError as exc:
+        raise InvalidArgument(f"{where}: maintenance_window: {exc}") from None
+    scope = args.get("upgrade_exclusion_scope", UPGRADE_EXCLUSION_SCOPES[0])
+    if scope not in UPGRADE_EXCLUSION_SCOPES:
+        raise InvalidArgument(
+            f"{where}: upgrade_exclusion_scope {scope!r} is not one of {', '.join(UPGRADE_EXCLUSION_SCOPES)}"
+        )
     account_problem = service_account_id_problem(args.get("node_account_id", f"{cluster_name[:24]}-nodes"))
     if account_problem:
         raise InvalidArgument(f"{where}: node_account_id: {account_problem}")
     if args.get("system_max_nodes", 3) < 1:
         raise InvalidArgument(f"{where}: system_max_nodes {args.get('system_max_nodes')} must be at least 1")
     check_labels(where, args.get("labels", {}))
+    return recurring
 
 
-def _rfc3339(hhmm: str) -> str:
-    # GKE reads only the time of day and the length of a recurring window; the date is a fixed
-    # past day so the window is valid from the first run.
-    return f"2025-01-04T{hhmm}:00Z"
+def _upgrade_exclusions(
+    scope: str, start: str
+) -> Optional[list[gcp.container.ClusterMaintenancePolicyMaintenanceExclusionArgs]]:
+    if scope == "NONE":
+        return None
+    return [
+        gcp.container.ClusterMaintenancePolicyMaintenanceExclusionArgs(
+            exclusion_name="training-slices",
+            start_time=start,
+            exclusion_options=gcp.container.ClusterMaintenancePolicyMaintenanceExclusionExclusionOptionsArgs(
+                scope=scope,
+                # Renewed by GKE with every minor version, so it never silently runs out.
+                end_time_behavior="UNTIL_END_OF_SUPPORT",
+            ),
+        )
+    ]
 
 
 def gke_kubeconfig(context: str, endpoint: str, ca_certificate: str) -> str:
@@ -175,7 +215,7 @@ class GkeTpuCluster(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: GkeTpuClusterArgs, opts: Optional[pulumi.ResourceOptions] = None
     ) -> None:
-        _validate(name, args)
+        window = _validate(name, args)
         super().__init__("tpu-training:gke:GkeTpuCluster", name, {}, opts)
         project = args["project"]
         labels = dict(args.get("labels", {}))
@@ -200,7 +240,7 @@ class GkeTpuCluster(pulumi.ComponentResource):
             for key, role in NODE_ROLES.items()
         ]
 
-        window = args.get("maintenance_window", DEFAULT_MAINTENANCE_WINDOW)
+        window_start, window_end = window.rfc3339()
         self.cluster = gcp.container.Cluster(
             f"{name}-cluster",
             name=args.get("cluster_name", name),
@@ -219,10 +259,17 @@ class GkeTpuCluster(pulumi.ComponentResource):
             ),
             maintenance_policy=gcp.container.ClusterMaintenancePolicyArgs(
                 recurring_window=gcp.container.ClusterMaintenancePolicyRecurringWindowArgs(
-                    start_time=_rfc3339(window["start_time"]),
-                    end_time=_rfc3339(window["end_time"]),
-                    recurrence=window["recurrence"],
-                )
+                    start_time=window_start, end_time=window_end, recurrence=window.recurrence
+                ),
+                # A release channel keeps node auto-upgrade on ("cannot be disabled", GKE
+                # ReleaseChannel reference), and an upgrade drains and re-creates a TPU slice under
+                # a running training. A standing exclusion of node upgrades keeps them away, as
+                # Cluster Toolkit's TPU flex-start blueprint does
+                # (examples/gke-consumption-options/dws-flex-start/gke-tpu-v6e).
+                maintenance_exclusions=_upgrade_exclusions(
+                    args.get("upgrade_exclusion_scope", UPGRADE_EXCLUSION_SCOPES[0]),
+                    args.get("upgrade_exclusion_start", DEFAULT_UPGRADE_EXCLUSION_START),
+                ),
             ),
             # Pods get Google identities of their own instead of the node's.
             workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
@@ -237,7 +284,10 @@ class GkeTpuCluster(pulumi.ComponentResource):
                 master_ipv4_cidr_block=args.get("master_ipv4_cidr_block"),
             ),
             # Private nodes need a VPC-native cluster (alias IP ranges).
-            ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(),
+            ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(
+                cluster_secondary_range_name=args.get("pods_range_name"),
+                services_secondary_range_name=args.get("services_range_name"),
+            ),
             # Access is decided by IAM and RBAC, never by the legacy attribute-based policy.
             enable_legacy_abac=False,
             # A client certificate is a credential that cannot be revoked.

@@ -12,11 +12,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
+from .node_pool_plan import NODE_POOL_LABEL
 from .recovery import GENERATION_LABEL
 
-FLEX_START_NODE_LABEL = "cloud.google.com/gke-flex-start"
-ACCELERATOR_NODE_LABEL = "cloud.google.com/gke-tpu-accelerator"
-TOPOLOGY_NODE_LABEL = "cloud.google.com/gke-tpu-topology"
 TPU_RESOURCE = "google.com/tpu"
 WORKLOAD_IDENTITY_ANNOTATION = "iam.gke.io/gcp-service-account"
 SKIP_AWAIT_ANNOTATION = "pulumi.com/skipAwait"
@@ -57,14 +55,16 @@ class TrainingJobSpec:
     namespace: str
     image: str
     command: Sequence[str]
-    accelerator_label: str
-    """``cloud.google.com/gke-tpu-accelerator`` of the pool, e.g. ``tpu-v6e-slice``."""
-    topology: str
+    node_selector: Mapping[str, str]
+    """Node labels of the pool's nodes (``TpuNodePoolPlan.node_selector``): capacity type,
+    ``cloud.google.com/gke-tpu-accelerator`` and ``cloud.google.com/gke-tpu-topology``."""
     chips_per_vm: int
     vms: int
     """VMs in one slice: Pods of the Job, one per VM."""
     service_account: str
     """Kubernetes service account the Pods run as."""
+    node_pools: Sequence[str] = ()
+    """GKE node pools the Pods may run on (``TpuNodePoolPlan.pool_names``); any when empty."""
     generation: Any = 0
     """Recovery generation (an int, or a ``pulumi.Output`` of one): labels the Job and its Pods."""
     env: Mapping[str, str] = field(default_factory=dict)
@@ -132,6 +132,26 @@ def _container(spec: TrainingJobSpec) -> dict[str, Any]:
     return container
 
 
+def _affinity(spec: TrainingJobSpec) -> dict[str, Any]:
+    affinity: dict[str, Any] = {}
+    if spec.node_pools:
+        # Only the pools declared for this Job: another pool of the same shape (another stack's,
+        # or one kept for other work) is not this Job's capacity.
+        in_pools = {"key": NODE_POOL_LABEL, "operator": "In", "values": list(spec.node_pools)}
+        required = {"nodeSelectorTerms": [{"matchExpressions": [in_pools]}]}
+        affinity["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": required}
+    if spec.multi_host and len(spec.node_pools) > 1:
+        # Each multi-host slice is a node pool of its own: all the Job's Pods must land in the
+        # same one, or its hosts would not share an interconnect (xpk does the same with JobSet's
+        # exclusive-topology `cloud.google.com/gke-nodepool`, src/xpk/core/scheduling.py).
+        affinity["podAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"job-name": spec.name}}, "topologyKey": NODE_POOL_LABEL}
+            ]
+        }
+    return affinity
+
+
 def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
     """A ``batch/v1`` Job: one Pod for a single-host slice, an Indexed Job of one Pod per VM for
     a multi-host slice (seed 002)."""
@@ -144,13 +164,12 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
         # Never, not seed 002's OnFailure for single-host: a pod failure policy requires it, and
         # a fresh Pod resumes from the checkpoint as well as a restarted container does.
         "restartPolicy": "Never",
-        "nodeSelector": {
-            FLEX_START_NODE_LABEL: "true",
-            ACCELERATOR_NODE_LABEL: spec.accelerator_label,
-            TOPOLOGY_NODE_LABEL: spec.topology,
-        },
+        "nodeSelector": dict(spec.node_selector),
         "containers": [_container(spec)],
     }
+    affinity = _affinity(spec)
+    if affinity:
+        pod_spec["affinity"] = affinity
     job_spec: dict[str, Any] = {
         # A Pod that fails because its node was taken away (flex-start's 7-day limit, maintenance,
         # preemption, eviction) carries the DisruptionTarget condition: Kubernetes' own way to say

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional, Sequence
 
 from .catalogue import CatalogueError, SliceShape, region_of_zone, slice_shape
+from .tpu_availability import flex_start_problem, zone_warning
 
 FLEX_START_MIN_GKE_VERSION = "1.33.0-gke.1712000"
 """The first GKE version with flex-start for TPU node pools."""
@@ -23,6 +24,25 @@ FLEX_START_MAX_RUN_SECONDS = 7 * 24 * 3600
 # Generations whose multi-host slices GKE places with a workload policy, not COMPACT placement.
 WORKLOAD_POLICY_GENERATIONS = frozenset({"tpu7x"})
 
+# Node labels GKE sets, by which a Pod picks the capacity its pool was provisioned with:
+# - flex-start: GKE "Run a small batch workload with flex-start" selects
+#   `cloud.google.com/gke-flex-start: "true"`, and Cluster Toolkit's TPU flex-start test lists TPU
+#   nodes by it (tools/cloud-build/.../test-gke-tpu-flex-autoscaling.yml);
+# - Spot: GKE "Spot VMs" and xpk 1.16.0 (src/xpk/core/capacity.py:184) `cloud.google.com/gke-spot`;
+# - a reservation: GKE "Consuming reserved zonal resources" and xpk 1.16.0 (capacity.py:188)
+#   `cloud.google.com/reservation-name: NAME`.
+# On-demand nodes carry none of these, so an on-demand pool's Pods select none.
+FLEX_START_NODE_LABEL = "cloud.google.com/gke-flex-start"
+SPOT_NODE_LABEL = "cloud.google.com/gke-spot"
+RESERVATION_NODE_LABEL = "cloud.google.com/reservation-name"
+ACCELERATOR_NODE_LABEL = "cloud.google.com/gke-tpu-accelerator"
+TOPOLOGY_NODE_LABEL = "cloud.google.com/gke-tpu-topology"
+NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
+
+MAX_NODE_POOL_NAME = 40
+"""GKE node pool names: 1-40 lowercase letters, digits or '-', starting with a letter."""
+_NODE_POOL_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
 
 class NodePoolError(CatalogueError):
     """An invalid node pool combination; the message says what was given and what is allowed."""
@@ -32,6 +52,8 @@ class NodePoolError(CatalogueError):
 class TpuNodePoolPlan:
     """Every setting of one TPU node pool, derived from its slice shape and provisioning."""
 
+    name: str
+    """GKE name of the pool of the first slice; the others add ``-1``, ``-2``, ..."""
     shape: SliceShape
     slices: int
     node_locations: tuple[str, ...]
@@ -49,12 +71,70 @@ class TpuNodePoolPlan:
 
     @property
     def max_nodes(self) -> int:
-        """VMs per slice times slices (seed 002: ``ct6e-standard-4t`` + ``4x4`` -> 4)."""
+        """Nodes of all slices together: VMs per slice times slices (seed 002:
+        ``ct6e-standard-4t`` + ``4x4`` -> 4)."""
         return self.shape.vms * self.slices
 
     @property
     def multi_host(self) -> bool:
         return self.shape.multi_host
+
+    @property
+    def pool_names(self) -> tuple[str, ...]:
+        """GKE node pools of this plan. A multi-host pool holds exactly one slice, so N slices
+        are N pools, as xpk (``{cluster}-np-{i}``, src/xpk/core/nodepool.py) and Cluster Toolkit
+        (``count = max(num_node_pools, num_slices)``, modules/compute/gke-node-pool) make them.
+        The first keeps the plain name, so going from 1 to N slices leaves a running slice alone.
+        Single-host slices are one VM each: one pool holds all of them."""
+        if not self.multi_host:
+            return (self.name,)
+        return (self.name, *(f"{self.name}-{index}" for index in range(1, self.slices)))
+
+    @property
+    def max_nodes_per_pool(self) -> int:
+        """The autoscaler's ceiling of each pool: one slice's VMs for a multi-host pool, all the
+        slices' VMs for the single-host pool."""
+        return self.shape.vms if self.multi_host else self.slices
+
+    @property
+    def zonal_limits(self) -> bool:
+        """Whether the limits are per zone. GKE applies ``min/max_node_count`` in *each* zone of
+        the pool, so a pool over several zones would multiply its cap; there the limits are the
+        pool's totals (``total_*``). A pool in one zone keeps per-zone limits, which mean the
+        same and which Cluster Toolkit requires for TPU flex-start ("required to workaround a
+        Terraform provider bug", modules/compute/gke-node-pool/main.tf)."""
+        return len(self.node_locations) == 1
+
+    @property
+    def capacity(self) -> Literal["flex-start", "spot", "reservation", "on-demand"]:
+        if self.flex_start:
+            return "flex-start"
+        if self.spot:
+            return "spot"
+        return "reservation" if self.reservation else "on-demand"
+
+    @property
+    def node_selector(self) -> dict[str, str]:
+        """The node labels a Pod of this pool selects: its capacity type's label (none for
+        on-demand), the TPU accelerator and the topology."""
+        capacity = {
+            "flex-start": {FLEX_START_NODE_LABEL: "true"},
+            "spot": {SPOT_NODE_LABEL: "true"},
+            "reservation": {RESERVATION_NODE_LABEL: self.reservation or ""},
+            "on-demand": {},
+        }[self.capacity]
+        return {
+            **capacity,
+            ACCELERATOR_NODE_LABEL: self.shape.accelerator_label,
+            TOPOLOGY_NODE_LABEL: self.shape.topology,
+        }
+
+    @property
+    def zone_warnings(self) -> tuple[str, ...]:
+        """Zones our availability tables do not list for this generation (and capacity)."""
+        generation = self.shape.machine_type.generation.name
+        found = (zone_warning(generation, zone, flex_start=self.flex_start) for zone in self.node_locations)
+        return tuple(warning for warning in found if warning)
 
     @property
     def placement_topology(self) -> Optional[str]:
@@ -64,9 +144,13 @@ class TpuNodePoolPlan:
 
     @property
     def auto_repair(self) -> bool:
-        """Off for multi-host pools (seed 002's ``--no-enable-autorepair``): repairing one node
-        re-creates the whole slice under a running job."""
-        return not self.multi_host
+        """Off for every flex-start pool (xpk 1.16.0 adds ``--no-enable-autorepair`` to every
+        flex-start pool, src/xpk/core/capacity.py:141; Cluster Toolkit refuses flex-start with
+        auto-repair on, modules/compute/gke-node-pool/main.tf: "enable_flex_start needs node
+        auto_repair set to false"): a repair re-creates nodes, and flex-start capacity may not
+        come back. Off for every multi-host pool too (seed 002): repairing one node re-creates
+        the whole slice under a running job."""
+        return not (self.multi_host or self.flex_start)
 
     @property
     def reservation_affinity(self) -> str:
@@ -96,8 +180,19 @@ def parse_duration(value: str) -> int:
     return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
+def node_pool_name_problem(name: str) -> Optional[str]:
+    """Why ``name`` cannot name a GKE node pool, or None."""
+    if len(name) > MAX_NODE_POOL_NAME or not _NODE_POOL_NAME.match(name):
+        return (
+            f"node pool name {name!r} must be 1-{MAX_NODE_POOL_NAME} lowercase letters, digits or "
+            f"'-', starting with a letter and ending with a letter or digit"
+        )
+    return None
+
+
 def plan_tpu_node_pool(
     *,
+    name: str,
     machine_type: str,
     topology: str,
     node_locations: Sequence[str],
@@ -112,6 +207,10 @@ def plan_tpu_node_pool(
     shape = slice_shape(machine_type, topology)
     if slices < 1:
         raise NodePoolError(f"slices {slices} must be at least 1")
+    if flex_start:
+        problem = flex_start_problem(shape.machine_type.generation.name)
+        if problem:
+            raise NodePoolError(f"{machine_type}: {problem}")
     zones = tuple(node_locations)
     if not zones:
         raise NodePoolError("nodeLocations is empty; give the zone (or zones) the TPU nodes run in")
@@ -151,7 +250,8 @@ def plan_tpu_node_pool(
                 f"maxRunDuration {max_run_duration!r} is longer than flex-start's limit of 7 days "
                 f"({FLEX_START_MAX_RUN_SECONDS}s)"
             )
-    return TpuNodePoolPlan(
+    plan = TpuNodePoolPlan(
+        name=name,
         shape=shape,
         slices=slices,
         node_locations=zones,
@@ -160,6 +260,12 @@ def plan_tpu_node_pool(
         reservation=reservation,
         max_run_seconds=seconds,
     )
+    for pool_name in plan.pool_names:
+        problem = node_pool_name_problem(pool_name)
+        if problem:
+            extra = f" (the pool of slice {plan.pool_names.index(pool_name)})" if pool_name != name else ""
+            raise NodePoolError(f"{problem}{extra}")
+    return plan
 
 
 # --------------------------------------------------------------------------------------------

@@ -29,7 +29,9 @@ class FlexStartTpuNodePoolArgs(TypedDict):
     service_account_email: pulumi.Input[str]
     """Identity of the nodes (``GkeTpuCluster.node_service_account_email``)."""
     slices: NotRequired[int]
-    """Slices the pool may hold at once (default 1); max nodes = VMs per slice x slices."""
+    """Slices the pool may hold at once (default 1). A multi-host slice is a node pool of its own,
+    so N multi-host slices are N GKE node pools; single-host slices share one pool of up to N
+    nodes."""
     flex_start: NotRequired[bool]
     """Provision with flex-start (default True)."""
     spot: NotRequired[bool]
@@ -39,7 +41,8 @@ class FlexStartTpuNodePoolArgs(TypedDict):
     max_run_duration: NotRequired[Optional[str]]
     """Delete nodes after this long, e.g. ``72h``; at most 7 days with flex-start."""
     node_pool_name: NotRequired[str]
-    """GKE node pool name; the component's name when omitted."""
+    """GKE node pool name (of the first slice; further slices add ``-1``, ``-2``, ...); the
+    component's name when omitted."""
     labels: NotRequired[Mapping[str, str]]
     """Labels on the nodes' VMs."""
     project: NotRequired[pulumi.Input[str]]
@@ -52,6 +55,7 @@ def plan_for(name: str, args: FlexStartTpuNodePoolArgs) -> TpuNodePoolPlan:
     check_labels(where, args.get("labels", {}))
     try:
         return plan_tpu_node_pool(
+            name=args.get("node_pool_name", name),
             machine_type=args["machine_type"],
             topology=args["topology"],
             node_locations=args["node_locations"],
@@ -67,19 +71,24 @@ def plan_for(name: str, args: FlexStartTpuNodePoolArgs) -> TpuNodePoolPlan:
 
 
 class FlexStartTpuNodePool(pulumi.ComponentResource):
-    """A TPU slice node pool that starts empty and scales from zero to the slices it may hold.
+    """TPU slice node pools that start empty and scale from zero to the slices they may hold.
 
     Seed 002's flags map to the node pool as: ``--flex-start`` -> ``node_config.flex_start``;
     ``--enable-autoscaling --num-nodes 0 --min-nodes 0 --max-nodes N`` -> ``initial_node_count``
     and ``autoscaling``; ``--reservation-affinity=none`` -> ``NO_RESERVATION``;
     ``--tpu-topology`` -> COMPACT ``placement_policy`` (multi-host only);
-    ``--no-enable-autorepair`` -> ``management.auto_repair`` (multi-host only).
+    ``--no-enable-autorepair`` -> ``management.auto_repair`` (flex-start and multi-host).
 
-    Children: ``{name}-pool`` (``gcp.container.NodePool``).
+    Children: ``{name}-pool`` (``gcp.container.NodePool``) for the first slice, and for further
+    multi-host slices ``{name}-pool-1``, ``{name}-pool-2``, ...
     """
 
     node_pool_name: pulumi.Output[str]
+    """GKE name of the first slice's pool."""
+    node_pool_names: pulumi.Output[list[str]]
+    """GKE names of every pool, one per multi-host slice."""
     max_nodes: pulumi.Output[int]
+    """Nodes of all the pools together."""
     accelerator_label: pulumi.Output[str]
     topology: pulumi.Output[str]
 
@@ -91,64 +100,99 @@ class FlexStartTpuNodePool(pulumi.ComponentResource):
         self.plan = plan
         """The pool's derived settings and slice shape (VMs, chips per VM, labels) for Jobs."""
 
-        reservation = (
-            gcp.container.NodePoolNodeConfigReservationAffinityArgs(
-                consume_reservation_type="SPECIFIC_RESERVATION",
-                key=RESERVATION_NAME_KEY,
-                values=[plan.reservation],
+        self.pools = [
+            _declare_pool(
+                f"{name}-pool" if index == 0 else f"{name}-pool-{index}",
+                pool_name,
+                args,
+                plan,
+                pulumi.ResourceOptions(parent=self),
             )
-            if plan.reservation
-            else gcp.container.NodePoolNodeConfigReservationAffinityArgs(
-                consume_reservation_type=plan.reservation_affinity
-            )
-        )
-        self.pool = gcp.container.NodePool(
-            f"{name}-pool",
-            name=args.get("node_pool_name", name),
-            cluster=args["cluster"],
-            location=args["cluster_region"],
-            project=args.get("project"),
-            node_locations=list(plan.node_locations),
-            initial_node_count=plan.initial_node_count,
-            autoscaling=gcp.container.NodePoolAutoscalingArgs(
-                min_node_count=plan.min_nodes,
-                max_node_count=plan.max_nodes,
-                location_policy=plan.location_policy,
-            ),
-            placement_policy=(
-                gcp.container.NodePoolPlacementPolicyArgs(
-                    type="COMPACT", tpu_topology=plan.placement_topology
-                )
-                if plan.placement_topology
-                else None
-            ),
-            management=gcp.container.NodePoolManagementArgs(auto_repair=plan.auto_repair, auto_upgrade=True),
-            node_config=gcp.container.NodePoolNodeConfigArgs(
-                machine_type=plan.shape.machine_type.name,
-                flex_start=plan.flex_start or None,
-                max_run_duration=plan.max_run_duration,
-                spot=plan.spot or None,
-                reservation_affinity=reservation,
-                service_account=args["service_account_email"],
-                # Access is decided by the account's IAM roles, not by OAuth scopes.
-                oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"],
-                # Training Pods get their own identity through the GKE metadata server.
-                workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
-                    mode="GKE_METADATA"
-                ),
-                resource_labels=dict(args.get("labels", {})),
-            ),
-            opts=pulumi.ResourceOptions(parent=self),
-        )
+            for index, pool_name in enumerate(plan.pool_names)
+        ]
+        self.pool = self.pools[0]
         self.node_pool_name = self.pool.name
+        self.node_pool_names = pulumi.Output.all(*(pool.name for pool in self.pools)).apply(list)
         self.max_nodes = pulumi.Output.from_input(plan.max_nodes)
         self.accelerator_label = pulumi.Output.from_input(plan.shape.accelerator_label)
         self.topology = pulumi.Output.from_input(plan.shape.topology)
         self.register_outputs(
             {
                 "node_pool_name": self.node_pool_name,
+                "node_pool_names": self.node_pool_names,
                 "max_nodes": self.max_nodes,
                 "accelerator_label": self.accelerator_label,
                 "topology": self.topology,
             }
         )
+
+
+def _autoscaling(plan: TpuNodePoolPlan) -> gcp.container.NodePoolAutoscalingArgs:
+    if plan.zonal_limits:
+        return gcp.container.NodePoolAutoscalingArgs(
+            min_node_count=plan.min_nodes,
+            max_node_count=plan.max_nodes_per_pool,
+            location_policy=plan.location_policy,
+        )
+    # Per-zone limits would multiply the cap by the number of zones: state the pool's totals.
+    return gcp.container.NodePoolAutoscalingArgs(
+        total_min_node_count=plan.min_nodes,
+        total_max_node_count=plan.max_nodes_per_pool,
+        location_policy=plan.location_policy,
+    )
+
+
+def _reservation_affinity(plan: TpuNodePoolPlan) -> gcp.container.NodePoolNodeConfigReservationAffinityArgs:
+    if plan.reservation:
+        return gcp.container.NodePoolNodeConfigReservationAffinityArgs(
+            consume_reservation_type="SPECIFIC_RESERVATION",
+            key=RESERVATION_NAME_KEY,
+            values=[plan.reservation],
+        )
+    return gcp.container.NodePoolNodeConfigReservationAffinityArgs(
+        consume_reservation_type=plan.reservation_affinity
+    )
+
+
+def _declare_pool(
+    resource_name: str,
+    pool_name: str,
+    args: FlexStartTpuNodePoolArgs,
+    plan: TpuNodePoolPlan,
+    opts: pulumi.ResourceOptions,
+) -> gcp.container.NodePool:
+    """One GKE node pool: the single-host pool, or the pool of one multi-host slice."""
+    return gcp.container.NodePool(
+        resource_name,
+        name=pool_name,
+        cluster=args["cluster"],
+        location=args["cluster_region"],
+        project=args.get("project"),
+        node_locations=list(plan.node_locations),
+        initial_node_count=plan.initial_node_count,
+        autoscaling=_autoscaling(plan),
+        placement_policy=(
+            gcp.container.NodePoolPlacementPolicyArgs(type="COMPACT", tpu_topology=plan.placement_topology)
+            if plan.placement_topology
+            else None
+        ),
+        # Auto-upgrade stays on: a release channel does not allow it off. The cluster's maintenance
+        # exclusion is what keeps upgrades away from running slices (see GkeTpuCluster).
+        management=gcp.container.NodePoolManagementArgs(auto_repair=plan.auto_repair, auto_upgrade=True),
+        node_config=gcp.container.NodePoolNodeConfigArgs(
+            machine_type=plan.shape.machine_type.name,
+            flex_start=plan.flex_start or None,
+            max_run_duration=plan.max_run_duration,
+            spot=plan.spot or None,
+            reservation_affinity=_reservation_affinity(plan),
+            service_account=args["service_account_email"],
+            # Access is decided by the account's IAM roles, not by OAuth scopes.
+            oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"],
+            # Training Pods get their own identity through the GKE metadata server.
+            workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
+                mode="GKE_METADATA"
+            ),
+            resource_labels=dict(args.get("labels", {})),
+        ),
+        opts=opts,
+    )

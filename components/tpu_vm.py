@@ -43,10 +43,13 @@ class PreemptibleTpuVmArgs(TypedDict):
     """Bumped to re-create the VM (see ``recovery``); default 0."""
     external_ip: NotRequired[bool]
     """Give the workers external IPs (default False: reach the internet through Cloud NAT)."""
-    network: NotRequired[Optional[str]]
-    """VPC network; the project's default network when omitted."""
-    subnetwork: NotRequired[Optional[str]]
-    """Subnetwork of ``network``."""
+    network: NotRequired[Optional[pulumi.Input[str]]]
+    """VPC network (name or id, e.g. ``TrainingNetwork.network_id``); the project's ``default``
+    network when omitted. Without external IPs, it must have Private Google Access (Cloud TPU API
+    ``NetworkConfig``: "If set to false, the specified subnetwork or network should have Private
+    Google Access enabled") and Cloud NAT to install packages."""
+    subnetwork: NotRequired[Optional[pulumi.Input[str]]]
+    """Subnetwork of ``network`` in the VM's region (e.g. ``TrainingNetwork.subnets[region].id``)."""
     labels: NotRequired[Mapping[str, str]]
     """Labels on the node, besides ``recovery-generation``."""
     project: NotRequired[pulumi.Input[str]]

@@ -9,7 +9,6 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 from typing_extensions import NotRequired
 
-from .catalogue import SliceShape
 from .errors import InvalidArgument, check_checkpoint_dir, check_environment, check_known, check_labels
 from .job_manifests import (
     TrainingJobSpec,
@@ -18,6 +17,7 @@ from .job_manifests import (
     job_name_problem,
     service_account_manifest,
 )
+from .node_pool_plan import TpuNodePoolPlan
 
 CHECKPOINT_VARIABLE = "CHECKPOINT_DIR"
 
@@ -25,8 +25,9 @@ CHECKPOINT_VARIABLE = "CHECKPOINT_DIR"
 class TpuTrainingJobArgs(TypedDict):
     provider: k8s.Provider
     """Kubernetes provider of the cluster (``GkeTpuCluster.provider``)."""
-    slice: SliceShape
-    """The slice the Job runs on (``FlexStartTpuNodePool.plan.shape``)."""
+    node_pool: TpuNodePoolPlan
+    """The pool whose slice the Job runs on (``FlexStartTpuNodePool.plan``): its shape, its
+    capacity type and its GKE node pools decide where the Pods go."""
     image: str
     """Container image of the trainer."""
     command: Sequence[str]
@@ -86,7 +87,8 @@ class TpuTrainingJob(pulumi.ComponentResource):
     ) -> None:
         _validate(name, args)
         super().__init__("tpu-training:gke:TpuTrainingJob", name, {}, opts)
-        shape = args["slice"]
+        pool = args["node_pool"]
+        shape = pool.shape
         job_name = args.get("job_name", name)
         namespace = args.get("namespace", "default")
         generation = pulumi.Output.from_input(args.get("recovery_generation", 0))
@@ -100,8 +102,8 @@ class TpuTrainingJob(pulumi.ComponentResource):
             namespace=namespace,
             image=args["image"],
             command=tuple(args["command"]),
-            accelerator_label=shape.accelerator_label,
-            topology=shape.topology,
+            node_selector=pool.node_selector,
+            node_pools=pool.pool_names,
             chips_per_vm=shape.machine_type.chips_per_vm,
             vms=shape.vms,
             service_account=job_name,

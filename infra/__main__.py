@@ -6,6 +6,7 @@ from the installed `tpu_training_components` package (see infra/requirements.txt
 
 import os
 from datetime import timedelta
+from typing import Any, Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -16,6 +17,7 @@ from tpu_training_components import (
     GkeTpuCluster,
     PreemptibleTpuVm,
     TpuTrainingJob,
+    TrainingNetwork,
     TrainingServiceAccount,
     reconcile,
 )
@@ -25,6 +27,34 @@ from tpu_training_components.kube_api import ClusterRef
 OFFLINE = os.environ.get("TPU_TRAINING_OFFLINE") == "1"
 
 settings = stack_config.load()
+for warning in settings.warnings:
+    pulumi.log.warn(warning)
+
+# Private TPU VMs and nodes reach gs://, packages and images only through Private Google Access
+# and Cloud NAT: the stack declares a network that has both, unless told to use yours.
+network = (
+    TrainingNetwork(
+        "network",
+        {
+            "network_name": settings.network_name,
+            "regions": list(settings.network_regions),
+            "gke_region": settings.cluster.location if settings.cluster else None,
+            "iap_ssh": settings.network.iap_ssh,
+            "project": settings.gcp_project,
+        },
+    )
+    if settings.network.create and settings.network_regions
+    else None
+)
+
+
+def network_in(region: str, own: tuple[Optional[str], Optional[str]]) -> tuple[Any, Any]:
+    """The (network, subnetwork) a VM or the cluster in ``region`` uses: the stack's, or its own
+    config's (``network.create: false``)."""
+    if network is None:
+        return own
+    return network.network_id, network.subnets[region].id
+
 
 checkpoint_buckets = {
     region: CheckpointBucket(
@@ -76,6 +106,7 @@ job_environments = {job.name: settings.job_environment(job) for job in settings.
 tpu_vms = {}
 for vm, decision in zip(settings.tpu_vms, decisions, strict=True):
     assert trainer is not None and previous_generations is not None
+    vm_network, vm_subnetwork = network_in(vm.region, (vm.network, vm.subnetwork))
     tpu_vms[vm.name] = PreemptibleTpuVm(
         vm.name,
         {
@@ -90,17 +121,23 @@ for vm, decision in zip(settings.tpu_vms, decisions, strict=True):
             "service_account_email": trainer.email,
             "recovery_generation": reconcile.generation_for(decision, previous_generations),
             "external_ip": vm.external_ip,
-            "network": vm.network,
-            "subnetwork": vm.subnetwork,
+            "network": vm_network,
+            "subnetwork": vm_subnetwork,
             "labels": settings.common_labels,
             "project": settings.gcp_project,
         },
-        # The VM's identity must hold its bucket access before training starts.
-        opts=pulumi.ResourceOptions(depends_on=[trainer]),
+        # The VM's identity must hold its bucket access, and its network a route to Google APIs
+        # and the internet (NAT), before the startup script runs.
+        opts=pulumi.ResourceOptions(depends_on=[trainer, *([network] if network else [])]),
     )
 
 # --- GKE: cluster, flex-start TPU node pools, training Jobs ----------------------------------
 
+cluster_network, cluster_subnetwork = (
+    network_in(settings.cluster.location, (settings.cluster.network, settings.cluster.subnetwork))
+    if settings.cluster
+    else (None, None)
+)
 cluster = (
     GkeTpuCluster(
         settings.cluster.name,
@@ -116,13 +153,19 @@ cluster = (
             },
             "system_machine_type": settings.cluster.system_machine_type,
             "system_max_nodes": settings.cluster.system_max_nodes,
-            "network": settings.cluster.network,
-            "subnetwork": settings.cluster.subnetwork,
+            "network": cluster_network,
+            "subnetwork": cluster_subnetwork,
+            "pods_range_name": network.plan.pods_range_name if network else None,
+            "services_range_name": network.plan.services_range_name if network else None,
+            "upgrade_exclusion_scope": settings.cluster.upgrade_exclusion_scope,
+            "upgrade_exclusion_start": settings.cluster.upgrade_exclusion_start,
             "master_ipv4_cidr_block": settings.cluster.master_ipv4_cidr_block,
             "node_account_id": settings.node_service_account_id,
             "deletion_protection": settings.cluster.deletion_protection,
             "labels": settings.common_labels,
         },
+        # Nodes pull images through the network's NAT from their first boot.
+        opts=pulumi.ResourceOptions(depends_on=[network] if network else []),
     )
     if settings.cluster
     else None
@@ -202,7 +245,7 @@ for job, job_decision in zip(settings.jobs, job_decisions, strict=True):
         job.name,
         {
             "provider": cluster.provider,
-            "slice": job_pool.plan.shape,
+            "node_pool": job_pool.plan,
             "image": job.image,
             "command": list(job.command),
             "checkpoint_dir": settings.job_checkpoint_dir(job),
@@ -243,6 +286,8 @@ pulumi.export(
             "topology": p.plan.shape.topology,
             "vmsPerSlice": p.plan.shape.vms,
             "maxNodes": p.plan.max_nodes,
+            "gkeNodePools": list(p.plan.pool_names),
+            "nodeSelector": p.plan.node_selector,
         }
         for name, p in node_pools.items()
     },

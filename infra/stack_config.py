@@ -7,6 +7,7 @@ a single resource, so bad input never leaves a half-applied change behind.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Callable, Literal, Optional
 
 import pulumi
@@ -26,15 +27,27 @@ from pydantic.alias_generators import to_camel
 from tpu_training_components import catalogue, naming
 from tpu_training_components.errors import suggestion
 from tpu_training_components.job_manifests import job_name_problem
+from tpu_training_components.maintenance_window import MaintenanceWindowError, recurring_window
 from tpu_training_components.node_pool_plan import TpuNodePoolPlan, gke_version_problem, plan_tpu_node_pool
 from tpu_training_components.scaling import LearningRateScaling, TrainingPlan, plan_training
 from tpu_training_components.startup_script import env_name_problem
+from tpu_training_components.tpu_availability import zone_warning
 
 PROJECT = "tpu-training"
 """The Pulumi project name, and so the namespace of every project config key."""
 
 # Keys of the project namespace this program reads.
-_PROJECT_KEYS = ("labels", "tpuVms", "bucket", "training", "recovery", "cluster", "nodePools", "jobs")
+_PROJECT_KEYS = (
+    "labels",
+    "network",
+    "tpuVms",
+    "bucket",
+    "training",
+    "recovery",
+    "cluster",
+    "nodePools",
+    "jobs",
+)
 # Object keys whose declared default `{}` means "not set".
 _EMPTY_MEANS_UNSET = ("training", "cluster")
 
@@ -170,9 +183,25 @@ class RecoveryConfig(_Model):
 class MaintenanceWindowConfig(_Model):
     """``tpu-training:cluster.maintenanceWindow``: when GKE may upgrade the cluster (UTC)."""
 
-    start_time: StrictStr = Field(default="02:00", pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
-    end_time: StrictStr = Field(default="08:00", pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
-    recurrence: StrictStr = Field(default="FREQ=WEEKLY;BYDAY=SA,SU", pattern=r"^FREQ=")
+    start_time: StrictStr = "02:00"
+    end_time: StrictStr = "08:00"
+    recurrence: StrictStr = "FREQ=WEEKLY;BYDAY=SA,SU"
+
+    @model_validator(mode="after")
+    def _accepted_by_gke(self) -> MaintenanceWindowConfig:
+        try:
+            recurring_window(self.start_time, self.end_time, self.recurrence)
+        except MaintenanceWindowError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+
+class NetworkConfig(_Model):
+    """``tpu-training:network``: the VPC the TPU VMs and the cluster use."""
+
+    create: StrictBool = True
+    name: Optional[StrictStr] = Field(default=None, pattern=r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+    iap_ssh: StrictBool = True
 
 
 class ClusterConfig(_Model):
@@ -189,6 +218,12 @@ class ClusterConfig(_Model):
     subnetwork: Optional[StrictStr] = None
     master_ipv4_cidr_block: Optional[StrictStr] = None
     deletion_protection: StrictBool = True
+    upgrade_exclusion_scope: Literal["NO_MINOR_OR_NODE_UPGRADES", "NO_MINOR_UPGRADES", "NONE"] = (
+        "NO_MINOR_OR_NODE_UPGRADES"
+    )
+    upgrade_exclusion_start: StrictStr = Field(
+        default="2025-12-01T00:00:00Z", pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$"
+    )
 
     @field_validator("location")
     @classmethod
@@ -224,6 +259,7 @@ class NodePoolConfig(_Model):
 
     def plan(self, cluster_region: str) -> TpuNodePoolPlan:
         return plan_tpu_node_pool(
+            name=self.name,
             machine_type=self.machine_type,
             topology=self.topology,
             node_locations=self.node_locations,
@@ -252,6 +288,10 @@ class JobConfig(_Model):
     _job_name = field_validator("name")(_no_problem(job_name_problem))
 
 
+SYSTEM_POOL = "system"
+"""The cluster's own CPU pool (``GkeTpuCluster``)."""
+
+
 def _repeated(names: list[str]) -> list[str]:
     return sorted({n for n in names if names.count(n) > 1})
 
@@ -262,6 +302,7 @@ class StackConfig(_Model):
     stack: StrictStr
     gcp_project: StrictStr = Field(min_length=1)
     labels: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    network: NetworkConfig = NetworkConfig()
     tpu_vms: tuple[TpuVmConfig, ...] = ()
     bucket: BucketConfig = BucketConfig()
     training: Optional[TrainingConfig] = None
@@ -306,9 +347,28 @@ class StackConfig(_Model):
                 raise ValueError(f"{problem}; set tpu-training:bucket.name to choose one")
         return self
 
+    def _network_problems(self) -> list[str]:
+        """Per-resource networks only when the stack does not declare its own."""
+        if not self.network.create:
+            return []
+        keys = [
+            f"{PROJECT}:tpuVms[{index}].{key}"
+            for index, vm in enumerate(self.tpu_vms)
+            for key in ("network", "subnetwork")
+            if getattr(vm, key) is not None
+        ]
+        if self.cluster is not None:
+            cluster = self.cluster
+            keys += [f"{PROJECT}:cluster.{key}" for key in ("network", "subnetwork") if getattr(cluster, key)]
+        return [
+            f"{key} is set, but {PROJECT}:network.create is true (the default), so the stack declares "
+            f"the network itself; set {PROJECT}:network.create: false to bring your own"
+            for key in keys
+        ]
+
     def _gke_problems(self) -> list[str]:
         """Every problem of the cluster, node pools and jobs together, each naming its key."""
-        problems: list[str] = []
+        problems: list[str] = self._network_problems()
         pool_names = [pool.name for pool in self.node_pools]
         for name in _repeated(pool_names):
             problems.append(f"{PROJECT}:nodePools: node pool names must be unique; repeated: {name}")
@@ -326,11 +386,26 @@ class StackConfig(_Model):
                     f"(at least {{name, location}}) to run on"
                 )
             return problems
+        # GKE pool name -> (the nodePools entry it comes from, how to name that in a message).
+        gke_pools: dict[str, tuple[Optional[str], str]] = {
+            SYSTEM_POOL: (None, f"{PROJECT}:cluster's CPU system pool")
+        }
         for index, pool in enumerate(self.node_pools):
+            key = f"{PROJECT}:nodePools[{index}]"
             try:
-                pool.plan(self.cluster.location)
+                plan = pool.plan(self.cluster.location)
             except catalogue.CatalogueError as exc:
-                problems.append(f"{PROJECT}:nodePools[{index}] ({pool.name}): {exc}")
+                problems.append(f"{key} ({pool.name}): {exc}")
+                continue
+            for gke_name in plan.pool_names:
+                here = (pool.name, f"a pool of {key} ({pool.name})")
+                owner, described = gke_pools.setdefault(gke_name, here)
+                # Two entries of one name are reported above, as repeated names.
+                if owner != pool.name:
+                    problems.append(
+                        f"{key}.name = {pool.name!r}: its GKE node pool {gke_name!r} is also the "
+                        f"name of {described}; rename the pool"
+                    )
         for index, job in enumerate(self.jobs):
             if job.node_pool not in pool_names:
                 problems.append(
@@ -338,6 +413,43 @@ class StackConfig(_Model):
                     f"{suggestion(job.node_pool, pool_names)}; declared: {', '.join(pool_names) or 'none'}"
                 )
         return problems
+
+    @property
+    def network_name(self) -> str:
+        """The VPC the stack declares: ``tpu-training-<stack>`` unless named."""
+        stack = re.sub(r"[^a-z0-9-]+", "-", self.stack.lower()).strip("-")
+        return self.network.name or naming.bounded_name(PROJECT, stack)
+
+    @property
+    def network_regions(self) -> tuple[str, ...]:
+        """Regions with TPU VMs or the cluster: one subnet, router and NAT each."""
+        regions = {vm.region for vm in self.tpu_vms}
+        if self.cluster is not None:
+            regions.add(self.cluster.location)
+        return tuple(sorted(regions))
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What is valid but may not work, for the plan and `pulumi preview` to show."""
+        found: list[str] = []
+        for index, vm in enumerate(self.tpu_vms):
+            warning = zone_warning(vm.accelerator.generation, vm.zone)
+            if warning:
+                found.append(f"{PROJECT}:tpuVms[{index}].zone: {warning}")
+        if self.cluster is not None:
+            for index, pool in enumerate(self.node_pools):
+                found.extend(
+                    f"{PROJECT}:nodePools[{index}].nodeLocations: {warning}"
+                    for warning in self.pool_plan(pool).zone_warnings
+                )
+        if not self.network.create and self.network_regions:
+            found.append(
+                f"{PROJECT}:network.create is false: the TPU VMs and the cluster use your network "
+                f"(or the project's default one), which must give them Private Google Access (to "
+                f"reach gs:// without external IPs) and Cloud NAT (to install packages and pull "
+                f"images from outside Google), or training never starts"
+            )
+        return tuple(found)
 
     @property
     def regions(self) -> tuple[str, ...]:
@@ -469,6 +581,7 @@ def _allowed_keys() -> dict[str, list[str]]:
         "tpuVms.[]": aliases(TpuVmConfig),
         "bucket": aliases(BucketConfig),
         "training": aliases(TrainingConfig),
+        "network": aliases(NetworkConfig),
         "recovery": aliases(RecoveryConfig),
         "cluster": aliases(ClusterConfig),
         "cluster.maintenanceWindow": aliases(MaintenanceWindowConfig),

@@ -19,7 +19,7 @@ from tpu_training_components import (
     GkeTpuCluster,
     InvalidArgument,
     TpuTrainingJob,
-    slice_shape,
+    plan_tpu_node_pool,
 )
 from tpu_training_components.job_manifests import TrainingJobSpec, manifests
 
@@ -69,7 +69,7 @@ def _declared(flag: str, inputs: dict[str, Any]) -> Any:
     return readers[flag]()
 
 
-def _pool(topology: str, machine_type: str = "ct6e-standard-4t") -> dict[str, Any]:
+def _pool(topology: str, machine_type: str = "ct6e-standard-4t", **extra: Any) -> dict[str, Any]:
     def body() -> None:
         FlexStartTpuNodePool(
             "flex-pool",
@@ -80,6 +80,7 @@ def _pool(topology: str, machine_type: str = "ct6e-standard-4t") -> dict[str, An
                 "topology": topology,
                 "node_locations": ["europe-west4-a"],
                 "service_account_email": "nodes@p.iam.gserviceaccount.com",
+                **extra,  # type: ignore[typeddict-item]
             },
         )
 
@@ -115,10 +116,18 @@ def test_node_pool_matches_seed_002_flag_by_flag(command, topology):
     assert mismatches == {}
 
 
-def test_single_host_pool_has_no_topology_and_keeps_auto_repair():
-    inputs = _pool("2x2")
-    assert "placementPolicy" not in inputs
-    assert inputs["management"]["autoRepair"] is True
+def test_single_host_pool_has_no_topology():
+    assert "placementPolicy" not in _pool("2x2")
+
+
+def test_auto_repair_is_off_on_every_flex_start_pool_and_every_multi_host_pool():
+    """xpk 1.16.0 turns it off on every flex-start pool (capacity.py:141), Cluster Toolkit
+    refuses flex-start with it on; seed 002 turns it off for multi-host slices."""
+    assert _pool("2x2")["management"] == {"autoRepair": False, "autoUpgrade": True}
+    assert _pool("4x4")["management"]["autoRepair"] is False
+    assert _pool("4x4", flex_start=False, spot=True)["management"]["autoRepair"] is False
+    # A single-host Spot pool: one VM per slice, nothing else to tear down; repairs help.
+    assert _pool("2x2", flex_start=False, spot=True)["management"]["autoRepair"] is True
 
 
 def test_multi_host_pool_is_compact():
@@ -132,7 +141,7 @@ def test_multi_host_pool_is_compact():
         ("ct6e-standard-4t", "16x16", 64),
         ("ct6e-standard-8t", "2x4", 1),
         ("ct5lp-hightpu-4t", "8x8", 16),
-        ("ct4p-hightpu-4t", "2x2x4", 4),
+        ("ct5p-hightpu-4t", "2x2x4", 4),
         ("tpu7x-standard-4t", "2x2x1", 1),
     ],
 )
@@ -191,14 +200,21 @@ def _at(document: Any, path: tuple) -> Any:
     return document
 
 
+def _node_selector(topology: str) -> dict[str, str]:
+    return {
+        "cloud.google.com/gke-flex-start": "true",
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+        "cloud.google.com/gke-tpu-topology": topology,
+    }
+
+
 def _spec(topology: str, vms: int, command: tuple[str, ...], image: str, **extra: Any) -> TrainingJobSpec:
     return TrainingJobSpec(
         name="job-1",
         namespace="default",
         image=image,
         command=command,
-        accelerator_label="tpu-v6e-slice",
-        topology=topology,
+        node_selector=_node_selector(topology),
         chips_per_vm=4,
         vms=vms,
         service_account="job-1",
@@ -297,7 +313,13 @@ def _cluster_and_job(vms_topology: str = "4x4") -> Any:
             "job-1",
             {
                 "provider": cluster.provider,
-                "slice": slice_shape("ct6e-standard-4t", vms_topology),
+                "node_pool": plan_tpu_node_pool(
+                    name="v6e",
+                    machine_type="ct6e-standard-4t",
+                    topology=vms_topology,
+                    node_locations=["europe-west4-a"],
+                    cluster_region="europe-west4",
+                ),
                 "image": "trainer:1",
                 "command": ["python3", "train.py"],
                 "checkpoint_dir": "gs://bucket/checkpoints/job-1",
@@ -320,8 +342,8 @@ def test_job_component_declares_exactly_the_pure_manifests():
         namespace="research",
         image="trainer:1",
         command=("python3", "train.py"),
-        accelerator_label="tpu-v6e-slice",
-        topology="4x4",
+        node_selector=_node_selector("4x4"),
+        node_pools=("v6e",),
         chips_per_vm=4,
         vms=4,
         service_account="job-1",
@@ -381,8 +403,13 @@ def test_system_pool_runs_as_the_dedicated_node_account():
         ({"min_version": "1.32"}, "older than 1.33.0-gke.1712000"),
         (
             {"maintenance_window": {"start_time": "25:00", "end_time": "04:00", "recurrence": "FREQ=DAILY"}},
-            "HH:MM",
+            "startTime '25:00' must be HH:MM in UTC",
         ),
+        (
+            {"maintenance_window": {"start_time": "02:00", "end_time": "04:00", "recurrence": "FREQ=DAILY"}},
+            "leaves 0 h of maintenance in some 32-day period",
+        ),
+        ({"upgrade_exclusion_scope": "NO_UPGRADES"}, "upgrade_exclusion_scope 'NO_UPGRADES' is not one of"),
         ({"locaton": "x"}, "unknown argument 'locaton' (did you mean 'location'?)"),
     ],
 )
@@ -401,7 +428,13 @@ def test_job_arguments_are_checked():
             "Job_1",
             {
                 "provider": provider,
-                "slice": slice_shape("ct6e-standard-4t", "2x2"),
+                "node_pool": plan_tpu_node_pool(
+                    name="v6e",
+                    machine_type="ct6e-standard-4t",
+                    topology="2x2",
+                    node_locations=["europe-west4-a"],
+                    cluster_region="europe-west4",
+                ),
                 "image": "i",
                 "command": ["a"],
                 "checkpoint_dir": "gs://b/c",

@@ -72,20 +72,29 @@ def test_a_reservation_without_flex_start_is_consumed_by_name(config):
 
 
 def test_node_location_outside_the_cluster_region(config):
-    config[POOLS][0]["nodeLocations"] = ["us-east5-b"]
+    config[POOLS][0]["nodeLocations"] = ["europe-west4-a"]
     message = _refused(config)
-    assert "node location 'us-east5-b' is outside the cluster's region 'europe-west4'" in message
+    assert "node location 'europe-west4-a' is outside the cluster's region 'us-east5'" in message
 
 
 def test_multi_host_slice_in_two_zones(config):
-    config[POOLS][0]["nodeLocations"] = ["europe-west4-a", "europe-west4-b"]
+    config[POOLS][0]["nodeLocations"] = ["us-east5-a", "us-east5-b"]
     assert "must sit in one zone" in _refused(config)
 
 
-def test_single_host_pool_may_span_zones(config):
-    config[POOLS][0].update(topology="2x2", nodeLocations=["europe-west4-a", "europe-west4-b"])
+def test_single_host_pool_may_span_zones_without_multiplying_its_cap(config):
+    """GKE applies min/max_node_count in each zone: over two zones, 3 slices would become 6
+    nodes. The pool states its totals instead."""
+    config[POOLS][0].update(topology="2x2", slices=3, nodeLocations=["us-east5-a", "us-east5-b"])
     pool = run_stack(config).one("gcp:container/nodePool:NodePool", "v6e-4x4-pool")
-    assert pool.inputs["nodeLocations"] == ["europe-west4-a", "europe-west4-b"]
+    assert pool.inputs["nodeLocations"] == ["us-east5-a", "us-east5-b"]
+    assert pool.inputs["autoscaling"] == {"locationPolicy": "ANY", "totalMinNodeCount": 0, "totalMaxNodeCount": 3}
+
+
+def test_single_host_pool_in_one_zone_keeps_per_zone_limits(config):
+    config[POOLS][0].update(topology="2x2", slices=3)
+    pool = run_stack(config).one("gcp:container/nodePool:NodePool", "v6e-4x4-pool")
+    assert pool.inputs["autoscaling"] == {"locationPolicy": "ANY", "minNodeCount": 0, "maxNodeCount": 3}
 
 
 @pytest.mark.parametrize("value", ["8d", "1w", "forever", "0h"])

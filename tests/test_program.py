@@ -40,19 +40,20 @@ def test_dev_stack_reproduces_seed_000_and_its_bucket():
     )
     document = json.loads(run_plan("--json", "-").stdout)
     buckets = [r for r in document["resources"] if r["type"] == "gcp:storage/bucket:Bucket"]
-    assert [b["inputs"]["location"] for b in buckets] == ["EUROPE-WEST4"]
+    # One bucket beside the TPU VM, one beside the GKE cluster (us-east5: v6e flex-start).
+    assert [b["inputs"]["location"] for b in buckets] == ["EUROPE-WEST4", "US-EAST5"]
     env = document["outputs"]["trainingEnvironments"]["demo-tpu"]
     assert env["GLOBAL_BATCH_SIZE"] == "1024" and env["TRAIN_STEPS"] == "98"
 
 
 def test_dev_stack_declares_seed_002_multi_host_flex_start_pool():
     """The issue's "done when": min 0 / max 4 / flex-start / no reservation / compact 4x4 /
-    no auto-repair, in a zone that offers v6e."""
+    no auto-repair, in a zone Google lists for v6e flex-start."""
     document = json.loads(run_plan("--json", "-").stdout)
     (pool,) = [r for r in document["resources"] if r["name"] == "v6e-4x4-pool"]
     inputs = pool["inputs"]
     assert inputs["nodeConfig"]["machineType"] == "ct6e-standard-4t"
-    assert inputs["nodeLocations"] == ["europe-west4-a"]
+    assert inputs["nodeLocations"] == ["us-east5-a"]
     assert inputs["autoscaling"] == {"locationPolicy": "ANY", "minNodeCount": 0, "maxNodeCount": 4}
     assert inputs["initialNodeCount"] == 0
     assert inputs["nodeConfig"]["flexStart"] is True

@@ -10,6 +10,13 @@ from conftest import run_stack
 VMS = "tpu-training:tpuVms"
 
 
+def _vms_only(config):
+    """The dev config without its GKE part: the TPU VMs alone, in one region."""
+    for key in ("tpu-training:cluster", "tpu-training:nodePools", "tpu-training:jobs"):
+        config.pop(key)
+    return config
+
+
 def test_dev_baseline_is_valid(config):
     run = run_stack(config)
     declared = {r.type for r in run.registrations}
@@ -38,17 +45,20 @@ def test_zone_that_is_not_a_zone(config):
 
 
 def test_bucket_location_outside_the_tpu_region(config):
+    _vms_only(config)
     config["tpu-training:bucket"] = {"location": "us-central1"}
     message = _refused(config)
     assert "bucket.location 'us-central1' differs from the TPUs' region europe-west4" in message
 
 
 def test_bucket_location_in_the_tpu_region_is_fine(config):
+    _vms_only(config)
     config["tpu-training:bucket"] = {"location": "europe-west4"}
     run_stack(config)
 
 
 def test_explicit_bucket_name_with_two_regions(config):
+    _vms_only(config)
     second = dict(config[VMS][0], name="other", zone="us-central2-b")
     config[VMS].append(second)
     config["tpu-training:bucket"] = {"name": "my-checkpoints"}

@@ -1,0 +1,160 @@
+"""GKE's rules for a recurring maintenance window, checked before anything is declared.
+
+Pure Python with no Pulumi import. GKE refuses a cluster whose window gives too little time for
+upgrades; ``pulumi up`` would then fail half-way, after the network and service accounts exist.
+The rules, from GKE's "Maintenance windows and exclusions" documentation
+(https://cloud.google.com/kubernetes-engine/docs/concepts/maintenance-windows-and-exclusions):
+
+- the recurrence is an RFC 5545 RRULE (parsed here with python-dateutil, not by hand);
+- a window must allow at least 48 hours of maintenance in every rolling 32 days;
+- only contiguous availability of at least 4 hours counts towards those 48 hours.
+
+Times are UTC. A window whose end time is not after its start time ends on the next day
+(``22:00``-``04:00``), as GKE reads it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from itertools import islice
+from typing import Optional
+
+from dateutil.rrule import rrule, rrulestr
+
+MIN_AVAILABILITY = timedelta(hours=48)
+ROLLING_PERIOD = timedelta(days=32)
+MIN_CONTIGUOUS = timedelta(hours=4)
+
+# A fixed first day, so the declared window never changes between runs; GKE takes the time of
+# day and the length from it, and the recurrence from the RRULE. 2025-01-04 is a Saturday.
+FIRST_DAY = datetime(2025, 1, 4, tzinfo=timezone.utc)
+# A year of occurrences (plus one rolling period) shows every pattern an RRULE can repeat with
+# (yearly rules repeat within a year too, leap days aside).
+_HORIZON = timedelta(days=366) + ROLLING_PERIOD
+# More windows than hourly ones over the horizon would be: refuse rather than enumerate them.
+_MAX_OCCURRENCES = 24 * 400
+
+_TIME = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
+
+
+class MaintenanceWindowError(ValueError):
+    """A window GKE would refuse; the message says why and what is allowed."""
+
+
+@dataclass(frozen=True)
+class RecurringWindow:
+    """A validated window: its first occurrence and the RRULE that repeats it."""
+
+    start: datetime
+    end: datetime
+    recurrence: str
+
+    @property
+    def length(self) -> timedelta:
+        return self.end - self.start
+
+    def rfc3339(self) -> tuple[str, str]:
+        """Start and end as the GKE API takes them, e.g. ``2025-01-04T22:00:00Z``."""
+        return (self.start.strftime("%Y-%m-%dT%H:%M:%SZ"), self.end.strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+def _time_of_day(key: str, value: str) -> timedelta:
+    match = _TIME.match(value)
+    if match is None:
+        raise MaintenanceWindowError(f"{key} {value!r} must be HH:MM in UTC (00:00 to 23:59)")
+    return timedelta(hours=int(match.group(1)), minutes=int(match.group(2)))
+
+
+def _rule(recurrence: str, start: datetime) -> rrule:
+    text = recurrence.strip()
+    if not text.upper().startswith("FREQ=") or "\n" in text:
+        raise MaintenanceWindowError(
+            f"recurrence {recurrence!r} must be one RFC 5545 RRULE starting with FREQ=, "
+            f"e.g. 'FREQ=WEEKLY;BYDAY=SA,SU' or 'FREQ=DAILY'"
+        )
+    try:
+        parsed = rrulestr(text, dtstart=start)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise MaintenanceWindowError(
+            f"recurrence {recurrence!r} is not a valid RFC 5545 RRULE ({exc}); "
+            f"e.g. 'FREQ=WEEKLY;BYDAY=SA,SU' or 'FREQ=DAILY'"
+        ) from None
+    assert isinstance(parsed, rrule)  # one rule, no RDATE/EXDATE: rrulestr gives an rrule
+    return parsed
+
+
+def _merged(intervals: list[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
+    merged: list[tuple[datetime, datetime]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def least_availability(start: datetime, length: timedelta, rule: rrule) -> Optional[timedelta]:
+    """The least maintenance time GKE counts in any rolling 32 days over a year, or None when
+    the rule recurs more often than hourly (too many windows to count)."""
+    horizon = start + _HORIZON
+    occurrences = list(islice(rule.xafter(start, inc=True), _MAX_OCCURRENCES + 1))
+    if len(occurrences) > _MAX_OCCURRENCES and occurrences[-1] < horizon:
+        return None
+    windows = [
+        (s, e)
+        for s, e in _merged([(o, o + length) for o in occurrences if o < horizon])
+        if e - s >= MIN_CONTIGUOUS
+    ]
+    # Covered time in [t, t + 32 days) is piecewise linear in t: its minimum is where t is a
+    # window's end, or where t + 32 days is a window's start.
+    candidates = sorted(
+        {e for _, e in windows} | {s - ROLLING_PERIOD for s, _ in windows} | {start},
+    )
+    candidates = [t for t in candidates if start <= t <= horizon - ROLLING_PERIOD]
+    starts = [s for s, _ in windows]
+
+    def covered(t: datetime) -> timedelta:
+        until = t + ROLLING_PERIOD
+        first = max(bisect.bisect_right(starts, t) - 1, 0)
+        last = bisect.bisect_left(starts, until)
+        total = timedelta(0)
+        for s, e in windows[first:last]:
+            total += max(timedelta(0), min(e, until) - max(s, t))
+        return total
+
+    if not windows or not candidates:
+        return timedelta(0)
+    return min(covered(t) for t in candidates)
+
+
+def recurring_window(start_time: str, end_time: str, recurrence: str) -> RecurringWindow:
+    """Validate a window as GKE would, or raise ``MaintenanceWindowError``."""
+    start_of_day = _time_of_day("startTime", start_time)
+    end_of_day = _time_of_day("endTime", end_time)
+    if end_of_day == start_of_day:
+        raise MaintenanceWindowError(
+            f"startTime and endTime are both {start_time}: a window needs a length; an endTime "
+            f"before startTime means the next day (e.g. 22:00 to 04:00)"
+        )
+    start = FIRST_DAY + start_of_day
+    # Not after the start: the window ends on the next day.
+    end = FIRST_DAY + end_of_day + (timedelta(days=1) if end_of_day < start_of_day else timedelta(0))
+    rule = _rule(recurrence, start)
+    available = least_availability(start, end - start, rule)
+    if available is None:
+        raise MaintenanceWindowError(
+            f"recurrence {recurrence!r} repeats more often than hourly; GKE windows recur "
+            f"daily, weekly or monthly (e.g. 'FREQ=WEEKLY;BYDAY=SA,SU')"
+        )
+    if available < MIN_AVAILABILITY:
+        hours = available.total_seconds() / 3600
+        raise MaintenanceWindowError(
+            f"{start_time}-{end_time} UTC recurring {recurrence!r} leaves {hours:g} h of "
+            f"maintenance in some 32-day period; GKE requires at least 48 h in every 32 days, "
+            f"counting only stretches of 4 h or more (e.g. 02:00-08:00 with "
+            f"'FREQ=WEEKLY;BYDAY=SA,SU' gives 48 h or more)"
+        )
+    return RecurringWindow(start, end, recurrence.strip())

@@ -1,0 +1,76 @@
+"""Where each TPU generation can be had, and which offer flex-start: data with its sources.
+
+Pure Python with no Pulumi import. Google adds zones and generations over time, so these tables
+go stale: a zone missing here is only a warning (users must never be blocked by our data), while
+flex-start on a generation Google documents as unsupported is an error.
+
+Read on 2026-11-21 from:
+- GKE "About flex-start provisioning" (https://cloud.google.com/kubernetes-engine/docs/concepts/dws):
+  "To run TPUs, use GKE version 1.33.0-gke.1712000 or later. Flex-start supports the following
+  version and zones: [v6e] asia-northeast1-b, us-east5-a, and us-east5-b. [v5e] us-west4-a.
+  [v5p] us-east5-a. TPU v3 and v4 are not supported." Cluster Toolkit has a TPU7x flex-start
+  example (examples/gke-consumption-options/dws-flex-start/gke-tpu-7x) but no zone list.
+- Cloud TPU "TPU regions and zones" (https://cloud.google.com/tpu/docs/regions-zones), for the
+  zones of each generation (multi-tenant zones; single-tenant ones need an arrangement with
+  Google and are not listed).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+AS_OF = "2026-11-21"
+
+# Generations on which GKE offers TPU flex-start. v2 and v3 are not GKE TPU generations at all;
+# v4 is documented as unsupported.
+FLEX_START_GENERATIONS = frozenset({"v5e", "v5p", "v6e", "tpu7x"})
+
+# Zones with flex-start capacity, per generation (GKE "About flex-start provisioning").
+FLEX_START_ZONES: dict[str, frozenset[str]] = {
+    "v5e": frozenset({"us-west4-a"}),
+    "v5p": frozenset({"us-east5-a"}),
+    "v6e": frozenset({"asia-northeast1-b", "us-east5-a", "us-east5-b"}),
+}
+
+# Zones offering each generation (Cloud TPU "TPU regions and zones"; v6e's asia-northeast1-b from
+# the flex-start list above).
+ZONES: dict[str, frozenset[str]] = {
+    "v2": frozenset(
+        {"us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f", "europe-west4-a", "asia-east1-c"}
+    ),
+    "v3": frozenset({"us-central1-a", "us-central1-b", "us-central1-f", "europe-west4-a"}),
+    "v4": frozenset({"us-central2-b"}),
+    "v5e": frozenset(
+        {"us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a", "us-east5-a", "us-east5-b", "us-east5-c"}
+    ),
+    "v5p": frozenset({"us-central1-a", "us-east5-a"}),
+    "v6e": frozenset(
+        {"us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "europe-west4-a", "asia-northeast1-b"}
+    ),
+    "tpu7x": frozenset({"us-central1-c"}),
+}
+
+
+def flex_start_problem(generation: str) -> Optional[str]:
+    """Why flex-start cannot provision this TPU generation, or None when it can."""
+    if generation in FLEX_START_GENERATIONS:
+        return None
+    offered = ", ".join(sorted(FLEX_START_GENERATIONS))
+    return (
+        f"flex-start does not provision TPU {generation} (GKE offers it for {offered}); "
+        f"set flexStart: false and use spot or a reservation, or pick another machine type"
+    )
+
+
+def zone_warning(generation: str, zone: str, *, flex_start: bool = False) -> Optional[str]:
+    """A warning when our tables do not list ``zone`` for the generation (or for its flex-start
+    capacity), or None. Only a warning: the tables may be older than Google's offer."""
+    listed = (FLEX_START_ZONES if flex_start else ZONES).get(generation, frozenset())
+    if zone in listed:
+        return None
+    what = f"TPU {generation} flex-start" if flex_start else f"TPU {generation}"
+    known = ", ".join(sorted(listed)) or "none listed"
+    return (
+        f"zone {zone} is not listed for {what} in our table of {AS_OF} ({known}); "
+        f"check Google's current list before `pulumi up`"
+    )
