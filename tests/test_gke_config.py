@@ -88,7 +88,11 @@ def test_single_host_pool_may_span_zones_without_multiplying_its_cap(config):
     config[POOLS][0].update(topology="2x2", slices=3, nodeLocations=["us-east5-a", "us-east5-b"])
     pool = run_stack(config).one("gcp:container/nodePool:NodePool", "v6e-4x4-pool")
     assert pool.inputs["nodeLocations"] == ["us-east5-a", "us-east5-b"]
-    assert pool.inputs["autoscaling"] == {"locationPolicy": "ANY", "totalMinNodeCount": 0, "totalMaxNodeCount": 3}
+    assert pool.inputs["autoscaling"] == {
+        "locationPolicy": "ANY",
+        "totalMinNodeCount": 0,
+        "totalMaxNodeCount": 3,
+    }
 
 
 def test_single_host_pool_in_one_zone_keeps_per_zone_limits(config):
