@@ -189,3 +189,181 @@ def test_empty_cluster_object_means_no_cluster(config):
     config[JOBS] = []
     run = run_stack(config)
     assert not run.by_type("gcp:container/cluster:Cluster")
+
+
+# --- capacity types, slices and flex-start availability (conformance issue) -----------------------
+
+JOB = "kubernetes:batch/v1:Job"
+POOL = "gcp:container/nodePool:NodePool"
+
+
+def _pod_spec(run) -> dict:
+    return run.one(JOB, "train-v6e-job").inputs["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize(
+    ("capacity", "selected"),
+    [
+        ({}, {"cloud.google.com/gke-flex-start": "true"}),
+        ({"flexStart": False, "spot": True}, {"cloud.google.com/gke-spot": "true"}),
+        ({"flexStart": False, "reservation": "v6e-res"}, {"cloud.google.com/reservation-name": "v6e-res"}),
+        ({"flexStart": False}, {}),  # on-demand nodes carry no capacity label
+    ],
+    ids=["flex-start", "spot", "reservation", "on-demand"],
+)
+def test_pods_select_the_capacity_their_pool_was_provisioned_with(config, capacity, selected):
+    """Every Job selected gke-flex-start, so Pods on Spot, reserved or on-demand pools never
+    scheduled."""
+    config[POOLS][0].update(capacity)
+    pod = _pod_spec(run_stack(config))
+    assert pod["nodeSelector"] == {
+        **selected,
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+        "cloud.google.com/gke-tpu-topology": "4x4",
+    }
+
+
+def test_multi_host_slices_are_one_node_pool_each(config):
+    """A multi-host node pool holds exactly one slice: slices: 3 is three pools of 4 nodes, not
+    one pool of 12."""
+    config[POOLS][0]["slices"] = 3
+    run = run_stack(config)
+    pools = {r.name: r.inputs for r in run.by_type(POOL) if r.name.startswith("v6e-4x4")}
+    assert sorted(pools) == ["v6e-4x4-pool", "v6e-4x4-pool-1", "v6e-4x4-pool-2"]
+    assert [pools[n]["name"] for n in sorted(pools)] == ["v6e-4x4", "v6e-4x4-1", "v6e-4x4-2"]
+    for inputs in pools.values():
+        assert inputs["autoscaling"] == {"locationPolicy": "ANY", "minNodeCount": 0, "maxNodeCount": 4}
+        assert inputs["placementPolicy"] == {"type": "COMPACT", "tpuTopology": "4x4"}
+    assert run.outputs["nodePools"]["v6e-4x4"]["maxNodes"] == 12
+    # The Job may take any of the three slices, but all its Pods take the same one.
+    affinity = _pod_spec(run)["affinity"]
+    terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [
+        {
+            "matchExpressions": [
+                {
+                    "key": "cloud.google.com/gke-nodepool",
+                    "operator": "In",
+                    "values": ["v6e-4x4", "v6e-4x4-1", "v6e-4x4-2"],
+                }
+            ]
+        }
+    ]
+    (together,) = affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert together == {
+        "labelSelector": {"matchLabels": {"job-name": "train-v6e"}},
+        "topologyKey": "cloud.google.com/gke-nodepool",
+    }
+
+
+def test_going_from_one_slice_to_two_leaves_the_running_pool_alone(config):
+    before = run_stack(config).one(POOL, "v6e-4x4-pool")
+    config[POOLS][0]["slices"] = 2
+    after = run_stack(config).one(POOL, "v6e-4x4-pool")
+    assert (before.inputs, before.options) == (after.inputs, after.options)
+
+
+def test_a_slice_pool_may_not_take_another_pools_name(config):
+    config[POOLS][0]["slices"] = 2
+    config[POOLS].append(dict(config[POOLS][0], name="v6e-4x4-1", slices=1))
+    message = _refused(config)
+    assert "tpu-training:nodePools[1].name = 'v6e-4x4-1': its GKE node pool 'v6e-4x4-1' is also" in message
+
+
+def test_a_pool_may_not_be_named_like_the_system_pool(config):
+    config[POOLS][0]["name"] = "system"
+    config[JOBS][0]["nodePool"] = "system"
+    message = _refused(config)
+    assert "tpu-training:nodePools[0].name = 'system'" in message and "system pool" in message
+
+
+def test_slice_pool_names_stay_within_gke_limits(config):
+    config[POOLS][0].update(name="a" * 39, slices=2)
+    config[JOBS][0]["nodePool"] = "a" * 39
+    message = _refused(config)
+    assert f"node pool name '{'a' * 39}-1' must be 1-40" in message and "(the pool of slice 1)" in message
+
+
+def test_flex_start_on_a_generation_without_it_is_refused(config):
+    """ct4p (v4) with flexStart: true, the default, was accepted; GKE: "TPU v3 and v4 are not
+    supported" for flex-start."""
+    config[POOLS][0].update(machineType="ct4p-hightpu-4t", topology="2x2x4")
+    message = _refused(config)
+    assert (
+        "tpu-training:nodePools[0] (v6e-4x4): ct4p-hightpu-4t: flex-start does not provision TPU v4"
+        in message
+    )
+    assert "set flexStart: false" in message
+    config[POOLS][0]["flexStart"] = False
+    config[POOLS][0]["spot"] = True
+    run_stack(config)
+
+
+def test_a_zone_missing_from_the_availability_table_is_a_warning_not_an_error(config):
+    config[CLUSTER]["location"] = "europe-west4"
+    config[POOLS][0]["nodeLocations"] = ["europe-west4-a"]
+    run = run_stack(config)
+    assert any(
+        w.startswith(
+            "tpu-training:nodePools[0].nodeLocations: zone europe-west4-a is not listed for TPU v6e "
+            "flex-start"
+        )
+        for w in run.warnings
+    )
+
+
+def test_the_dev_stack_pool_is_in_a_zone_listed_for_its_flex_start(config):
+    run = run_stack(config)
+    assert not [w for w in run.warnings if "not listed" in w]
+
+
+# --- upgrades and maintenance windows -------------------------------------------------------------
+
+
+def _maintenance(run) -> dict:
+    return run.one("gcp:container/cluster:Cluster", "tpu-dev-cluster").inputs["maintenancePolicy"]
+
+
+def test_node_upgrades_are_excluded_until_end_of_support_by_default(config):
+    (exclusion,) = _maintenance(run_stack(config))["maintenanceExclusions"]
+    assert exclusion == {
+        "exclusionName": "training-slices",
+        "startTime": "2025-12-01T00:00:00Z",
+        "exclusionOptions": {"scope": "NO_MINOR_OR_NODE_UPGRADES", "endTimeBehavior": "UNTIL_END_OF_SUPPORT"},
+    }
+
+
+def test_the_upgrade_exclusion_is_configurable(config):
+    config[CLUSTER]["upgradeExclusionScope"] = "NONE"
+    assert "maintenanceExclusions" not in _maintenance(run_stack(config))
+    config[CLUSTER]["upgradeExclusionScope"] = "NO_UPGRADES"
+    message = _refused(config)
+    assert 'tpu-training:cluster.upgradeExclusionScope = "NO_UPGRADES"' in message
+    assert "'NO_MINOR_OR_NODE_UPGRADES', 'NO_MINOR_UPGRADES' or 'NONE'" in message
+
+
+def test_a_window_across_midnight_ends_the_next_day(config):
+    """It ended before it started, which GKE refuses at `pulumi up`."""
+    config[CLUSTER]["maintenanceWindow"] = {"startTime": "22:00", "endTime": "04:00"}
+    window = _maintenance(run_stack(config))["recurringWindow"]
+    assert (window["startTime"], window["endTime"]) == ("2025-01-04T22:00:00Z", "2025-01-05T04:00:00Z")
+
+
+@pytest.mark.parametrize(
+    ("window", "message"),
+    [
+        ({"startTime": "02:00", "endTime": "06:00"}, "leaves 32 h of maintenance in some 32-day period"),
+        ({"startTime": "02:00", "endTime": "05:00", "recurrence": "FREQ=DAILY"}, "leaves 0 h"),
+        ({"recurrence": "FREQ=MONTHLY;BYMONTHDAY=1"}, "leaves 6 h"),
+        ({"recurrence": "FREQ=WEEKLY;BYDAY=SA,SU;COUNT=4"}, "leaves 0 h"),
+        ({"recurrence": "FREQ=WEEKLY;BYDAY=SATURDAY"}, "is not a valid RFC 5545 RRULE"),
+        ({"recurrence": "every weekend"}, "must be one RFC 5545 RRULE starting with FREQ="),
+        ({"startTime": "02:00", "endTime": "02:00"}, "startTime and endTime are both 02:00"),
+        ({"endTime": "8:00"}, "endTime '8:00' must be HH:MM in UTC"),
+    ],
+)
+def test_windows_gke_would_refuse_are_refused_naming_the_key(config, window, message):
+    config[CLUSTER]["maintenanceWindow"] = window
+    refusal = _refused(config)
+    assert "tpu-training:cluster.maintenanceWindow = " in refusal
+    assert message in refusal

@@ -235,3 +235,25 @@ def test_infra_requirements_install_the_pins_and_the_library():
         if line and not line.startswith("#")
     ]
     assert pins and all("==" in line for line in pins), pins
+
+
+def test_pulumi_yaml_refuses_clis_that_drop_replacement_triggers():
+    """`replacement_trigger` exists from CLI 3.208 and handles Output-valued triggers from 3.226;
+    an older engine ignores it and recovery silently does nothing. `requiredPulumiVersion`
+    (pulumi/pulumi CHANGELOG 3.219.0, PR #21627) makes newer CLIs refuse to run outside it."""
+    import semver
+
+    required = yaml.safe_load((REPO / "Pulumi.yaml").read_text())["requiredPulumiVersion"]
+    assert required == ">=3.226.0"
+    accepts = {
+        v: semver.Version.parse(v).match(required) for v in ("3.208.0", "3.225.9", "3.226.0", "3.272.0")
+    }
+    assert accepts == {"3.208.0": False, "3.225.9": False, "3.226.0": True, "3.272.0": True}
+    # The SDK this repository pins is one such CLI's own version line, or newer.
+    assert semver.Version.parse(pulumi_sdk_version()).match(required)
+
+
+def pulumi_sdk_version() -> str:
+    from importlib.metadata import version
+
+    return version("pulumi")

@@ -127,3 +127,70 @@ def test_every_problem_is_reported_at_once(config):
 def test_a_plain_string_where_an_object_belongs(config):
     config["tpu-training:training"] = "fast please"
     assert "expected a structured value" in _refused(config)
+
+
+# --- the network (conformance issue: private TPU VMs must reach their bucket) ---------------------
+
+NETWORK = "tpu-training:network"
+TPU_VM = "gcp:tpu/v2Vm:V2Vm"
+
+
+def test_tpu_vm_and_cluster_use_the_declared_network_with_google_access_and_nat(config):
+    run = run_stack(config)
+    vm = run.one(TPU_VM, "demo-tpu-vm").inputs["networkConfig"]
+    assert vm["enableExternalIps"] is False
+    subnet = run.one("gcp:compute/subnetwork:Subnetwork", "network-subnet-europe-west4")
+    assert vm["subnetwork"] == f"{subnet.name}-id" and vm["network"] == "network-vpc-id"
+    assert subnet.inputs["privateIpGoogleAccess"] is True
+    nats = {r.inputs["region"] for r in run.by_type("gcp:compute/routerNat:RouterNat")}
+    assert nats == {"europe-west4", "us-east5"}  # one per region in use: the VM's and the cluster's
+    cluster = run.one("gcp:container/cluster:Cluster", "tpu-dev-cluster").inputs
+    assert (cluster["network"], cluster["subnetwork"]) == ("network-vpc-id", "network-subnet-us-east5-id")
+    assert cluster["ipAllocationPolicy"] == {
+        "clusterSecondaryRangeName": "gke-pods",
+        "servicesSecondaryRangeName": "gke-services",
+    }
+    # Both wait for the whole network, NAT included: the startup script and image pulls need it.
+    nat_urns = {r.urn for r in run.by_type("gcp:compute/routerNat:RouterNat")}
+    assert nat_urns <= set(run.one("tpu-training:compute:PreemptibleTpuVm", "demo-tpu").options["dependsOn"])
+    assert nat_urns <= set(run.one("tpu-training:gke:GkeTpuCluster", "tpu-dev").options["dependsOn"])
+
+
+def test_network_is_named_after_the_stack_unless_named(config):
+    run = run_stack(config, stack="dev.eu")
+    assert run.one("gcp:compute/network:Network", "network-vpc").inputs["name"] == "tpu-training-dev-eu"
+    config[NETWORK] = {"name": "ml-vpc", "iapSsh": False}
+    run = run_stack(config)
+    assert run.one("gcp:compute/network:Network", "network-vpc").inputs["name"] == "ml-vpc"
+    assert not [r for r in run.by_type("gcp:compute/firewall:Firewall") if r.name.endswith("iap-ssh")]
+
+
+def test_bringing_your_own_network_warns_that_it_must_reach_google(config):
+    config[NETWORK] = {"create": False}
+    config[VMS][0].update(network="corp-vpc", subnetwork="corp-europe-west4")
+    run = run_stack(config)
+    assert not run.by_type("gcp:compute/network:Network")
+    vm = run.one(TPU_VM, "demo-tpu-vm").inputs["networkConfig"]
+    assert (vm["network"], vm["subnetwork"]) == ("corp-vpc", "corp-europe-west4")
+    assert any("network.create is false" in w and "Private Google Access" in w for w in run.warnings)
+
+
+def test_per_resource_networks_need_create_false(config):
+    config[VMS][0]["network"] = "corp-vpc"
+    config["tpu-training:cluster"]["subnetwork"] = "corp-sub"
+    message = _refused(config)
+    assert "tpu-training:tpuVms[0].network is set, but tpu-training:network.create is true" in message
+    assert "tpu-training:cluster.subnetwork is set" in message
+
+
+@pytest.mark.parametrize(
+    ("network", "message"),
+    [
+        ({"name": "Bad_Name"}, 'tpu-training:network.name = "Bad_Name"'),
+        ({"create": "yes"}, 'tpu-training:network.create = "yes"'),
+        ({"iapSSH": True}, "tpu-training:network.iapSSH: unknown key (did you mean 'iapSsh'?)"),
+    ],
+)
+def test_network_config_is_validated(config, network, message):
+    config[NETWORK] = network
+    assert message in _refused(config)
