@@ -13,7 +13,14 @@ from typing_extensions import NotRequired
 
 from . import catalogue
 from .errors import InvalidArgument, check_known, check_labels
-from .maintenance_window import MaintenanceWindowError, RecurringWindow, recurring_window
+from .maintenance_window import (
+    DEFAULT_UPGRADE_EXCLUSION_START,
+    RFC3339_UTC,
+    UPGRADE_EXCLUSION_SCOPES,
+    MaintenanceWindowError,
+    RecurringWindow,
+    recurring_window,
+)
 from .naming import service_account_id_problem
 from .node_pool_plan import gke_version_problem
 
@@ -27,13 +34,6 @@ NODE_ROLES = {
     "image-reader": "roles/artifactregistry.reader",
 }
 _CLUSTER_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
-
-UPGRADE_EXCLUSION_SCOPES = ("NO_MINOR_OR_NODE_UPGRADES", "NO_MINOR_UPGRADES", "NONE")
-"""Scopes of the cluster's standing maintenance exclusion (GKE ``MaintenanceExclusionOptions``);
-NONE declares no exclusion."""
-DEFAULT_UPGRADE_EXCLUSION_START = "2025-12-01T00:00:00Z"
-"""A fixed start, so the exclusion never changes between runs (Cluster Toolkit's TPU flex-start
-example uses this date)."""
 
 
 class MaintenanceWindow(TypedDict):
@@ -131,6 +131,12 @@ def _validate(name: str, args: GkeTpuClusterArgs) -> RecurringWindow:
     if scope not in UPGRADE_EXCLUSION_SCOPES:
         raise InvalidArgument(
             f"{where}: upgrade_exclusion_scope {scope!r} is not one of {', '.join(UPGRADE_EXCLUSION_SCOPES)}"
+        )
+    start = args.get("upgrade_exclusion_start", DEFAULT_UPGRADE_EXCLUSION_START)
+    if not RFC3339_UTC.match(start):
+        raise InvalidArgument(
+            f"{where}: upgrade_exclusion_start {start!r} must be an RFC 3339 UTC time such as "
+            f"{DEFAULT_UPGRADE_EXCLUSION_START!r}"
         )
     account_problem = service_account_id_problem(args.get("node_account_id", f"{cluster_name[:24]}-nodes"))
     if account_problem:

@@ -9,6 +9,8 @@ The rules, from GKE's "Maintenance windows and exclusions" documentation
 - a window must allow at least 48 hours of maintenance in every rolling 32 days;
 - only contiguous availability of at least 4 hours counts towards those 48 hours.
 
+It also holds the standing maintenance exclusion's choices (``UPGRADE_EXCLUSION_SCOPES``).
+
 Times are UTC. A window whose end time is not after its start time ends on the next day
 (``22:00``-``04:00``), as GKE reads it.
 """
@@ -36,6 +38,14 @@ FIRST_DAY = datetime(2025, 1, 4, tzinfo=timezone.utc)
 _HORIZON = timedelta(days=366) + ROLLING_PERIOD
 # More windows than hourly ones over the horizon would be: refuse rather than enumerate them.
 _MAX_OCCURRENCES = 24 * 400
+
+UPGRADE_EXCLUSION_SCOPES = ("NO_MINOR_OR_NODE_UPGRADES", "NO_MINOR_UPGRADES", "NONE")
+"""Scopes of the cluster's standing maintenance exclusion (GKE ``MaintenanceExclusionOptions``);
+NONE declares no exclusion."""
+RFC3339_UTC = re.compile(r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\dZ$")
+DEFAULT_UPGRADE_EXCLUSION_START = "2025-12-01T00:00:00Z"
+"""A fixed start, so the exclusion never changes between runs (Cluster Toolkit's TPU flex-start
+example uses this date)."""
 
 _TIME = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
 

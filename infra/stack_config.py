@@ -27,7 +27,12 @@ from pydantic.alias_generators import to_camel
 from tpu_training_components import catalogue, naming
 from tpu_training_components.errors import suggestion
 from tpu_training_components.job_manifests import job_name_problem
-from tpu_training_components.maintenance_window import MaintenanceWindowError, recurring_window
+from tpu_training_components.maintenance_window import (
+    DEFAULT_UPGRADE_EXCLUSION_START,
+    RFC3339_UTC,
+    MaintenanceWindowError,
+    recurring_window,
+)
 from tpu_training_components.node_pool_plan import TpuNodePoolPlan, gke_version_problem, plan_tpu_node_pool
 from tpu_training_components.scaling import LearningRateScaling, TrainingPlan, plan_training
 from tpu_training_components.startup_script import env_name_problem
@@ -222,7 +227,7 @@ class ClusterConfig(_Model):
         "NO_MINOR_OR_NODE_UPGRADES"
     )
     upgrade_exclusion_start: StrictStr = Field(
-        default="2025-12-01T00:00:00Z", pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$"
+        default=DEFAULT_UPGRADE_EXCLUSION_START, pattern=RFC3339_UTC.pattern
     )
 
     @field_validator("location")

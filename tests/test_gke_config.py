@@ -367,3 +367,9 @@ def test_windows_gke_would_refuse_are_refused_naming_the_key(config, window, mes
     refusal = _refused(config)
     assert "tpu-training:cluster.maintenanceWindow = " in refusal
     assert message in refusal
+
+
+@pytest.mark.parametrize("start", ["2025-13-01T00:00:00Z", "2025-12-01", "2025-12-01T00:00:00+01:00"])
+def test_upgrade_exclusion_start_must_be_an_rfc3339_utc_time(config, start):
+    config[CLUSTER]["upgradeExclusionStart"] = start
+    assert f'tpu-training:cluster.upgradeExclusionStart = "{start}"' in _refused(config)
