@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import pulumi
 
@@ -30,6 +30,12 @@ def check_known(where: str, args: Mapping[str, Any], allowed: Iterable[str]) -> 
             raise InvalidArgument(
                 f"{where}: unknown argument {key!r}{suggestion(key, allowed)}; allowed: {', '.join(allowed)}"
             )
+
+
+def check_one_of(where: str, key: str, value: Any, allowed: Sequence[str]) -> None:
+    """Reject a value outside a fixed set of choices, listing them."""
+    if value not in allowed:
+        raise InvalidArgument(f"{where}: {key} {value!r} is not one of {', '.join(allowed)}")
 
 
 def check_labels(where: str, labels: Mapping[str, str]) -> None:

@@ -12,7 +12,7 @@ import pulumi_kubernetes as k8s
 from typing_extensions import NotRequired
 
 from . import catalogue
-from .errors import InvalidArgument, check_known, check_labels
+from .errors import InvalidArgument, check_known, check_labels, check_one_of
 from .maintenance_window import (
     DEFAULT_UPGRADE_EXCLUSION_START,
     RFC3339_UTC,
@@ -112,11 +112,7 @@ def _validate(name: str, args: GkeTpuClusterArgs) -> RecurringWindow:
             f"{where}: cluster name {cluster_name!r} must be 1-40 lowercase letters, digits or '-', "
             f"starting with a letter"
         )
-    channel = args.get("release_channel", "REGULAR")
-    if channel not in RELEASE_CHANNELS:
-        raise InvalidArgument(
-            f"{where}: release_channel {channel!r} is not one of {', '.join(RELEASE_CHANNELS)}"
-        )
+    check_one_of(where, "release_channel", args.get("release_channel", "REGULAR"), RELEASE_CHANNELS)
     version = args.get("min_version")
     if version is not None:
         problem = gke_version_problem(version)
@@ -128,10 +124,7 @@ def _validate(name: str, args: GkeTpuClusterArgs) -> RecurringWindow:
     except MaintenanceWindowError as exc:
         raise InvalidArgument(f"{where}: maintenance_window: {exc}") from None
     scope = args.get("upgrade_exclusion_scope", UPGRADE_EXCLUSION_SCOPES[0])
-    if scope not in UPGRADE_EXCLUSION_SCOPES:
-        raise InvalidArgument(
-            f"{where}: upgrade_exclusion_scope {scope!r} is not one of {', '.join(UPGRADE_EXCLUSION_SCOPES)}"
-        )
+    check_one_of(where, "upgrade_exclusion_scope", scope, UPGRADE_EXCLUSION_SCOPES)
     start = args.get("upgrade_exclusion_start", DEFAULT_UPGRADE_EXCLUSION_START)
     if not RFC3339_UTC.match(start):
         raise InvalidArgument(

@@ -8,10 +8,10 @@ put a ``pulumi.Output`` where a label value goes.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
+from .naming import dns_label_problem
 from .node_pool_plan import NODE_POOL_LABEL
 from .recovery import GENERATION_LABEL
 
@@ -34,17 +34,11 @@ SINGLE_HOST_BACKOFF_LIMIT = 6
 # A Job name becomes the `job-name` label (at most 63 characters) and, for an Indexed Job, the
 # start of each Pod's hostname `NAME-INDEX`; 52 leaves room for the index and the Pod suffix.
 MAX_JOB_NAME = 52
-_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
 def job_name_problem(name: str) -> Optional[str]:
     """Why ``name`` cannot name a training Job, or None."""
-    if len(name) > MAX_JOB_NAME or not _DNS_LABEL.match(name):
-        return (
-            f"job name {name!r} must be 1-{MAX_JOB_NAME} lowercase letters, digits or '-', "
-            f"starting with a letter and ending with a letter or digit"
-        )
-    return None
+    return dns_label_problem("job name", name, MAX_JOB_NAME)
 
 
 @dataclass(frozen=True)

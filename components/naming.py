@@ -44,6 +44,20 @@ def service_account_id_problem(account_id: str) -> str | None:
     return None
 
 
+_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def dns_label_problem(what: str, name: str, limit: int) -> str | None:
+    """Why ``name`` cannot name a ``what`` that must be a DNS label of at most ``limit``
+    characters starting with a letter (GKE node pools, Kubernetes Jobs), or None."""
+    if len(name) > limit or not _DNS_LABEL.match(name):
+        return (
+            f"{what} {name!r} must be 1-{limit} lowercase letters, digits or '-', "
+            f"starting with a letter and ending with a letter or digit"
+        )
+    return None
+
+
 def label_value(text: str) -> str:
     """Turn free text (a stack name, say) into a valid label value."""
     cleaned = re.sub(r"[^a-z0-9_-]", "-", text.lower())

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional, Sequence
 
 from .catalogue import CatalogueError, SliceShape, region_of_zone, slice_shape
+from .naming import dns_label_problem
 from .tpu_availability import flex_start_problem, zone_warning
 
 FLEX_START_MIN_GKE_VERSION = "1.33.0-gke.1712000"
@@ -41,7 +42,6 @@ NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
 
 MAX_NODE_POOL_NAME = 40
 """GKE node pool names: 1-40 lowercase letters, digits or '-', starting with a letter."""
-_NODE_POOL_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
 class NodePoolError(CatalogueError):
@@ -182,12 +182,7 @@ def parse_duration(value: str) -> int:
 
 def node_pool_name_problem(name: str) -> Optional[str]:
     """Why ``name`` cannot name a GKE node pool, or None."""
-    if len(name) > MAX_NODE_POOL_NAME or not _NODE_POOL_NAME.match(name):
-        return (
-            f"node pool name {name!r} must be 1-{MAX_NODE_POOL_NAME} lowercase letters, digits or "
-            f"'-', starting with a letter and ending with a letter or digit"
-        )
-    return None
+    return dns_label_problem("node pool name", name, MAX_NODE_POOL_NAME)
 
 
 def plan_tpu_node_pool(

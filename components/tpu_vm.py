@@ -9,7 +9,14 @@ import pulumi_gcp as gcp
 from typing_extensions import NotRequired
 
 from . import catalogue
-from .errors import InvalidArgument, check_checkpoint_dir, check_environment, check_known, check_labels
+from .errors import (
+    InvalidArgument,
+    check_checkpoint_dir,
+    check_environment,
+    check_known,
+    check_labels,
+    check_one_of,
+)
 from .recovery import GENERATION_LABEL
 from .startup_script import render_shutdown_script, render_startup_script
 
@@ -75,10 +82,7 @@ def _validate(name: str, args: PreemptibleTpuVmArgs) -> catalogue.AcceleratorTyp
     except catalogue.CatalogueError as exc:
         raise InvalidArgument(f"{where}: {exc}") from None
     provisioning = args.get("provisioning", "spot")
-    if provisioning not in PROVISIONING_MODELS:
-        raise InvalidArgument(
-            f"{where}: provisioning {provisioning!r} is not one of {', '.join(PROVISIONING_MODELS)}"
-        )
+    check_one_of(where, "provisioning", provisioning, PROVISIONING_MODELS)
     check_checkpoint_dir(where, args["checkpoint_dir"])
     check_environment(where, args.get("environment", {}))
     check_labels(where, args.get("labels", {}))
