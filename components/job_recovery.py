@@ -10,9 +10,9 @@ the new Job resumes from the same ``CHECKPOINT_DIR``. The decision table is in t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Optional
 
-from .recovery import GENERATION_LABEL, Decision, gone, unreachable
+from .recovery import Decision, gone, keep, parse_generation, replace, unreachable
 
 
 @dataclass(frozen=True)
@@ -40,10 +40,9 @@ class LiveJob:
     failed: int = 0
 
     @property
-    def generation(self) -> int:
-        """The Job's ``recovery-generation`` label; 0 when absent or not a number."""
-        value = self.labels.get(GENERATION_LABEL, "0")
-        return int(value) if value.isdigit() else 0
+    def generation(self) -> Optional[int]:
+        """The Job's ``recovery-generation`` label; None when absent or not a plain number."""
+        return parse_generation(self.labels)
 
     def condition(self, *types: str) -> JobCondition | None:
         """The first condition of one of ``types`` whose status is True."""
@@ -66,37 +65,31 @@ def decide_job(name: str, live: LiveJob | None) -> Decision:
     # SuccessCriteriaMet precedes Complete for Jobs with a success policy; both mean done.
     done = live.condition("Complete", "SuccessCriteriaMet")
     if done is not None:
-        return Decision(name, "keep", generation, f"Job is {done.type}; a finished training is never re-run")
+        return keep(name, generation, f"Job is {done.type}; a finished training is never re-run")
     # FailureTarget is set as soon as the Job is bound to fail, before its Pods are gone.
     failed = live.condition("Failed", "FailureTarget")
     if failed is not None:
-        return Decision(
-            name,
-            "replace",
-            generation + 1,
-            f"Job has {failed.type}{_explain(failed)}; the new Job resumes from its checkpoint",
-        )
+        why = f"Job has {failed.type}{_explain(failed)}; the new Job resumes from its checkpoint"
+        return replace(name, generation, why)
     suspended = live.condition("Suspended")
     if suspended is not None:
-        return Decision(
+        return keep(
             name,
-            "keep",
             generation,
             "Job is suspended; someone suspended it on purpose, resume it with "
             '`kubectl patch job ... -p \'{"spec":{"suspend":false}}\'`',
             warn=True,
         )
     if live.active == 0:
-        return Decision(name, "keep", generation, "Job has no Pod yet; it is starting")
+        return keep(name, generation, "Job has no Pod yet; it is starting")
     if live.ready < live.active:
-        return Decision(
+        return keep(
             name,
-            "keep",
             generation,
             f"Job has {live.active} Pods, {live.ready} ready; the rest are pending "
             f"(flex-start provisions nodes on demand)",
         )
-    return Decision(name, "keep", generation, f"Job is running ({live.active} Pods ready)")
+    return keep(name, generation, f"Job is running ({live.active} Pods ready)")
 
 
 def unreachable_cluster(name: str, problem: str) -> Decision:

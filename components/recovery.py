@@ -24,6 +24,17 @@ _STOPPED = frozenset({"STOPPED", "STOPPING"})
 _HEALTHY = frozenset({"", "HEALTHY", "HEALTH_UNSPECIFIED"})
 
 _EVENT_TIME = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(\.\d+)?(Z|[+-]\d{2}:\d{2})")
+# A generation label is plain ASCII decimal: `str.isdigit()` also takes "²", which int() refuses.
+_PLAIN_DECIMAL = re.compile(r"^[0-9]{1,18}$")
+
+
+def parse_generation(labels: Mapping[str, str]) -> Optional[int]:
+    """The ``recovery-generation`` label as a number, or None when it is missing or not a plain
+    decimal number: then nobody knows the generation, and the last deployed one stands."""
+    value = labels.get(GENERATION_LABEL)
+    if not isinstance(value, str) or not _PLAIN_DECIMAL.match(value):
+        return None
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -39,10 +50,9 @@ class LiveNode:
     create_time: str = ""
 
     @property
-    def generation(self) -> int:
-        """The node's ``recovery-generation`` label; 0 when absent or not a number."""
-        value = self.labels.get(GENERATION_LABEL, "0")
-        return int(value) if value.isdigit() else 0
+    def generation(self) -> Optional[int]:
+        """The node's ``recovery-generation`` label; None when absent or not a plain number."""
+        return parse_generation(self.labels)
 
 
 Action = Literal["create", "keep", "replace"]
@@ -73,6 +83,27 @@ class Decision:
         return f"{self.name}: {self.reason} -> {verb[self.action]} (recovery generation {generation})"
 
 
+def keep(name: str, generation: Optional[int], reason: str, *, warn: bool = False) -> Decision:
+    """Keep a live resource at its generation, or at the last deployed one when its label is
+    unreadable (never 0: that would replace a healthy resource)."""
+    if generation is None:
+        return Decision(name, "keep", None, f"{reason}; {_NO_LABEL}", warn=True)
+    return Decision(name, "keep", generation, reason, warn=warn)
+
+
+def replace(name: str, generation: Optional[int], reason: str) -> Decision:
+    """Replace a lost resource: its generation + 1, or the last deployed + 1 when its label is
+    unreadable."""
+    if generation is None:
+        return Decision(name, "replace", None, f"{reason}; {_NO_LABEL}", warn=True, after_last_deployed=True)
+    return Decision(name, "replace", generation + 1, reason)
+
+
+_NO_LABEL = (
+    f"its {GENERATION_LABEL} label is missing or not a plain number, so the last deployed generation counts"
+)
+
+
 def gone(name: str, reason: str) -> Decision:
     """A VM or Job that the API says does not exist: create it, with a new generation when the
     stack deployed it before (see ``Decision.after_last_deployed``)."""
@@ -88,7 +119,10 @@ def maintenance_event_time(health_description: str) -> Optional[datetime]:
     seconds, fraction, zone = match.groups()
     micros = (fraction or ".0")[1:7].ljust(6, "0")  # RFC 3339 allows nanoseconds; Python, micros
     offset = "+00:00" if zone == "Z" else zone
-    return datetime.fromisoformat(f"{seconds}.{micros}{offset}")
+    try:
+        return datetime.fromisoformat(f"{seconds}.{micros}{offset}")
+    except ValueError:  # an impossible date or offset (2026-02-30, +25:00): no time to measure by
+        return None
 
 
 def decide(
@@ -103,12 +137,13 @@ def decide(
         return gone(name, "no such node in its zone")
     generation = live.generation
     state, health = live.state, live.health
+    if state in ("", "STATE_UNSPECIFIED"):
+        return keep(name, None, "the API gave the node no state", warn=True)
     if state in _LOST:
-        return Decision(name, "replace", generation + 1, f"node is {state}")
+        return replace(name, generation, f"node is {state}")
     if state in _STOPPED:
-        return Decision(
+        return keep(
             name,
-            "keep",
             generation,
             f"node is {state}; someone stopped it on purpose, start it or run "
             f"`pulumi up --replace <urn>` to re-create it",
@@ -117,9 +152,8 @@ def decide(
     if health not in _HEALTHY:
         since = maintenance_event_time(live.health_description)
         if since is None:
-            return Decision(
+            return keep(
                 name,
-                "keep",
                 generation,
                 f"health is {health} with no event time to measure it by; it is kept until "
                 f"replaced by hand (`pulumi up --replace <urn>`)",
@@ -127,24 +161,22 @@ def decide(
             )
         lasted = now - since
         if lasted > grace:
-            return Decision(
+            return replace(
                 name,
-                "replace",
-                generation + 1,
+                generation,
                 f"health has been {health} since {since.isoformat()} ({_minutes(lasted)}, "
                 f"longer than the {_minutes(grace)} grace period)",
             )
-        return Decision(
+        return keep(
             name,
-            "keep",
             generation,
             f"health is {health} since {since.isoformat()}, within the {_minutes(grace)} grace "
             f"period; most maintenance events heal by themselves",
             warn=True,
         )
     if state in _WORKING:
-        return Decision(name, "keep", generation, f"node is {state}")
-    return Decision(name, "keep", generation, f"node is {state or 'in no state'}", warn=True)
+        return keep(name, generation, f"node is {state}")
+    return keep(name, generation, f"node is {state}", warn=True)
 
 
 def unreachable(name: str, problem: str, api: str = "TPU API") -> Decision:

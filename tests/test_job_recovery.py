@@ -44,7 +44,6 @@ def live(*conditions: tuple[str, str], active=0, ready=0, generation="4"):
         (live(("Failed", "PodFailurePolicy")), "replace", 5, False),
         (live(("FailureTarget", "BackoffLimitExceeded"), active=2), "replace", 5, False),
         (live(("Suspended", "JobSuspended")), "keep", 4, True),
-        (live(("Failed", "BackoffLimitExceeded"), generation="junk"), "replace", 1, False),
     ],
 )
 def test_decision_table(job_state, action, generation, warn):
@@ -262,6 +261,14 @@ def test_absent_job_gets_a_new_generation_so_a_plain_up_recreates_it(gke_only, l
         "no such Job in its namespace -> will be created (recovery generation last deployed + 1)" in m
         for m in run.infos
     )
+
+
+@pytest.mark.parametrize("label", ["junk", "²", "", "1e3"])
+def test_unreadable_generation_label_never_counts_as_zero(label):
+    running = decide_job("train", live(active=4, ready=4, generation=label))
+    assert (running.action, running.generation, running.warn) == ("keep", None, True)
+    failed = decide_job("train", live(("Failed", "BackoffLimitExceeded"), generation=label))
+    assert (failed.action, failed.generation, failed.after_last_deployed) == ("replace", None, True)
 
 
 def test_absent_job_never_deployed_starts_at_zero(gke_only, live_cluster):

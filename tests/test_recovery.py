@@ -47,13 +47,59 @@ def event(minutes_ago: int) -> str:
         (node("STOPPED"), "keep", 4, True),
         (node("STOPPING"), "keep", 4, True),
         (node("HIDDEN"), "keep", 4, True),
-        (node("PREEMPTED", generation="not-a-number"), "replace", 1, False),
     ],
 )
 def test_decision_table(live, action, generation, warn):
     decision = decide("demo-tpu", live, now=NOW, grace=timedelta(minutes=30))
     assert (decision.action, decision.generation, decision.warn) == (action, generation, warn)
     assert decision.message.startswith("demo-tpu: ")
+
+
+def _unlabelled(state="READY", **labels):
+    return LiveNode("demo-tpu", ZONE, state, labels=labels)
+
+
+@pytest.mark.parametrize(
+    ("live", "action"),
+    [
+        # Today's bug: a READY node without the label got generation 0 and was replaced.
+        (_unlabelled(), "keep"),
+        (_unlabelled(**{"recovery-generation": "²"}), "keep"),  # str.isdigit() says yes; int() no
+        (_unlabelled(**{"recovery-generation": "-1"}), "keep"),
+        (_unlabelled(**{"recovery-generation": " 4"}), "keep"),
+        (_unlabelled(**{"recovery-generation": "9" * 40}), "keep"),
+        (LiveNode("demo-tpu", ZONE, "", labels={"recovery-generation": "4"}), "keep"),  # no state
+        (LiveNode("demo-tpu", ZONE, "STATE_UNSPECIFIED", labels={"recovery-generation": "4"}), "keep"),
+        # Lost for sure, but from which generation nobody knows: the last deployed one + 1.
+        (_unlabelled("PREEMPTED", **{"recovery-generation": "not-a-number"}), "replace"),
+    ],
+)
+def test_unknown_generation_or_state_never_counts_as_zero(live, action):
+    decision = decide("demo-tpu", live, now=NOW)
+    assert (decision.action, decision.generation, decision.warn) == (action, None, True)
+    assert decision.after_last_deployed is (action == "replace")
+    expected = "last deployed + 1" if action == "replace" else "last deployed"
+    assert decision.message.endswith(f"(recovery generation {expected})")
+
+
+@pytest.mark.parametrize(
+    "description",
+    [
+        "The TPU had a maintenance event at 2026-02-30T03:44:36Z",  # no such day
+        "The TPU had a maintenance event at 2026-11-21T03:44:36+25:00",  # no such offset
+        "The TPU had a maintenance event at 2026-11-21T25:44:36Z",
+    ],
+)
+def test_malformed_event_time_is_no_time_to_measure(description):
+    decision = decide("demo-tpu", node("READY", "UNHEALTHY_MAINTENANCE", description), now=NOW)
+    assert (decision.action, decision.generation, decision.warn) == ("keep", 4, True)
+    assert "no event time to measure it by" in decision.reason
+
+
+def test_unlabelled_ready_node_keeps_the_last_deployed_generation_in_the_stack(config, live_api):
+    live_api.add(ZONE, "demo-tpu", "READY", labels={})
+    run = run_stack(config, previous_outputs={"recoveryGenerations": {"demo-tpu": 5}})
+    assert _vm(run, "demo-tpu").options["replacementTrigger"] == 5
 
 
 def test_grace_period_is_configurable():
