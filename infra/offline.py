@@ -8,6 +8,7 @@ its inputs exactly as the engine would receive them and its resource options.
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
 import runpy
@@ -17,12 +18,12 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import pulumi
-import yaml
 from google.protobuf import json_format
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc, settings
 from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _sync_await
+from ruamel.yaml import YAML, YAMLError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,17 +66,59 @@ def load_project(root: Path | None = None) -> Project:
         name=str(document["name"]),
         root=root,
         program_dir=(root / main).absolute(),
-        declarations=dict(document.get("config") or {}),
+        declarations=_mapping(path, "'config'", document.get("config")),
     )
+
+
+def _yaml_1_2() -> YAML:
+    # The Pulumi CLI reads project and stack files with a YAML 1.2 parser that refuses duplicate
+    # keys; PyYAML is YAML 1.1, where `12:30` is 750, `on` is true and a repeated key silently
+    # wins. ruamel.yaml's safe loader is YAML 1.2 and refuses duplicate keys by default.
+    return YAML(typ="safe", pure=True)
 
 
 def _read_yaml(path: Path) -> Any:
     try:
-        return yaml.safe_load(path.read_text())
+        data = path.read_bytes()
     except FileNotFoundError:
         raise ProjectFileError(f"{path} does not exist") from None
-    except yaml.YAMLError as exc:
-        raise ProjectFileError(f"{path} is not valid YAML: {exc}") from None
+    except OSError as exc:
+        raise ProjectFileError(f"{path} cannot be read: {exc.strerror or exc}") from None
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise ProjectFileError(
+            f"{path} is UTF-16; Pulumi reads project and stack files as UTF-8: save it as UTF-8"
+        )
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ProjectFileError(
+            f"{path}: line {line} is not UTF-8 (byte 0x{data[exc.start]:02x}); Pulumi reads project and "
+            f"stack files as UTF-8: save it as UTF-8"
+        ) from None
+    try:
+        return _yaml_1_2().load(text)
+    except YAMLError as exc:
+        # ruamel adds a paragraph on how to switch its check off; the error itself is enough.
+        reason = str(exc).split("\n\nTo suppress this check", 1)[0].strip()
+        raise ProjectFileError(f"{path} is not valid YAML 1.2 (as Pulumi reads it): {reason}") from None
+
+
+def _mapping(path: Path, what: str, value: Any) -> dict[str, Any]:
+    """A mapping with string keys, as Pulumi's files hold; a clear error for anything else."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ProjectFileError(
+            f"{path}: {what} must be a mapping of keys to values, not a {type(value).__name__}"
+        )
+    for key in value:
+        if not isinstance(key, str):
+            raise ProjectFileError(
+                f"{path}: {what} has the key {key!r} ({type(key).__name__}); keys must be strings "
+                f"such as 'tpu-training:tpuVms' (quote it)"
+            )
+    return dict(value)
 
 
 SECRET_PLACEHOLDER = "[secret]"
@@ -118,10 +161,10 @@ _TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
 def stack_config(project: Project, stack: str) -> tuple[dict[str, str], list[str], list[str]]:
     """The config map the CLI would give the program: (values, secret keys, warnings)."""
     path = project.root / f"Pulumi.{stack}.yaml"
-    document = _read_yaml(path) or {}
-    if not isinstance(document, dict):
-        raise ProjectFileError(f"{path}: expected a mapping with a 'config' key")
-    stack_values = {_qualify(project.name, k): v for k, v in (document.get("config") or {}).items()}
+    document = _mapping(path, "the stack file", _read_yaml(path))
+    stack_values = {
+        _qualify(project.name, k): v for k, v in _mapping(path, "'config'", document.get("config")).items()
+    }
 
     merged: dict[str, Any] = {}
     for key, declaration in project.declarations.items():
