@@ -10,12 +10,14 @@ Job there as it is. A cluster that does not exist yet has no Jobs: that is known
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
+from .deadline import PROBE_DEADLINE_SECONDS, call_with_deadline
 from .job_manifests import PART_OF, PART_OF_LABEL
 from .job_recovery import JobCondition, LiveJob
 from .recovery import failure_summary
@@ -138,6 +140,7 @@ def list_live_jobs(
     container_client: Any = None,
     credentials: Any = None,
     timeout: float = 15.0,
+    deadline: float = PROBE_DEADLINE_SECONDS,
 ) -> LiveJobs:
     """List this project's Jobs in every namespace, one call per namespace.
 
@@ -157,8 +160,10 @@ def list_live_jobs(
                 configuration = _configuration_from_kubeconfig(kubeconfig)
             else:
                 result.source = f"GKE API ({cluster.path}) and Application Default Credentials"
-                configuration = _configuration_from_gke(
-                    cluster, container_client, credentials, cleanup, timeout
+                configuration = call_with_deadline(
+                    lambda: _configuration_from_gke(cluster, container_client, credentials, cleanup, timeout),
+                    deadline,
+                    f"finding {cluster.path}",
                 )
         except ClusterAbsent:
             result.cluster_absent = True
@@ -174,9 +179,13 @@ def list_live_jobs(
         for namespace in namespaces:
             result.calls += 1
             try:
-                listed = batch.list_namespaced_job(
-                    namespace, label_selector=f"{PART_OF_LABEL}={PART_OF}", _request_timeout=timeout
+                list_namespace = functools.partial(
+                    batch.list_namespaced_job,
+                    namespace,
+                    label_selector=f"{PART_OF_LABEL}={PART_OF}",
+                    _request_timeout=timeout,
                 )
+                listed = call_with_deadline(list_namespace, deadline, f"listing Jobs in {namespace}")
                 for job in listed.items:
                     live = _live_job(job)
                     result.jobs[(namespace, live.name)] = live

@@ -7,10 +7,12 @@ zone, and the caller keeps everything in that zone as it is.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
+from .deadline import MAX_PAGES, PROBE_DEADLINE_SECONDS, call_with_deadline
 from .recovery import LiveNode, failure_summary
 
 ENDPOINT_VARIABLE = "TPU_API_ENDPOINT"
@@ -48,8 +50,11 @@ def list_live_nodes(
     client: Any = None,
     endpoint: Optional[str] = None,
     timeout: float = 15.0,
+    deadline: float = PROBE_DEADLINE_SECONDS,
+    max_pages: int = MAX_PAGES,
 ) -> LiveNodes:
-    """List the nodes of every zone, one call per zone."""
+    """List the nodes of every zone, one call per zone. ``timeout`` bounds each HTTP request,
+    ``deadline`` the whole call (every page of it), ``max_pages`` its pages."""
     zones = sorted(set(zones))
     result = LiveNodes()
     if not zones:
@@ -63,14 +68,31 @@ def list_live_nodes(
             return result
     for zone in zones:
         result.calls += 1
+        parent = f"projects/{project}/locations/{zone}"
         try:
-            # No automatic retries: a preview must not hang; the next `up` asks again.
-            pager = client.list_nodes(
-                parent=f"projects/{project}/locations/{zone}", retry=None, timeout=timeout
-            )
-            for node in pager:
-                name = node.name.rsplit("/", 1)[-1]
-                result.nodes[(zone, name)] = LiveNode(
+            list_zone = functools.partial(_list_zone, client, parent, zone, timeout, max_pages)
+            nodes = call_with_deadline(list_zone, deadline, f"listing {parent}")
+            result.nodes.update(((zone, node.name), node) for node in nodes)
+        except Exception as exc:  # noqa: BLE001 - any failure means "unknown", reported per zone
+            result.failures[zone] = failure_summary(exc)
+    return result
+
+
+class TooManyPages(Exception):
+    """A list that will not end: its server keeps handing out next-page tokens."""
+
+
+def _list_zone(client: Any, parent: str, zone: str, timeout: float, max_pages: int) -> list[LiveNode]:
+    # No automatic retries: a preview must not hang; the next `up` asks again.
+    pager = client.list_nodes(parent=parent, retry=None, timeout=timeout)
+    nodes = []
+    for number, page in enumerate(pager.pages, start=1):
+        if number > max_pages:
+            raise TooManyPages(f"{parent} has more than {max_pages} pages of nodes")
+        for node in page.nodes:
+            name = node.name.rsplit("/", 1)[-1]
+            nodes.append(
+                LiveNode(
                     name=name,
                     zone=zone,
                     state=node.state.name,
@@ -79,6 +101,5 @@ def list_live_nodes(
                     labels=dict(node.labels),
                     create_time=node.create_time.isoformat() if node.create_time else "",
                 )
-        except Exception as exc:  # noqa: BLE001 - any failure means "unknown", reported per zone
-            result.failures[zone] = failure_summary(exc)
-    return result
+            )
+    return nodes

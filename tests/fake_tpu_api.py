@@ -17,6 +17,8 @@ class FakeTpuApi(LoopbackJsonServer):
     def __init__(self) -> None:
         super().__init__()
         self.nodes: dict[str, list[dict[str, Any]]] = {}
+        self.endless_pages = False
+        """Answer every page with another nextPageToken."""
 
     def add(self, zone: str, name: str, state: str, **fields: Any) -> None:
         self.nodes.setdefault(zone, []).append({"name": name, "state": state, **fields})
@@ -30,4 +32,7 @@ class FakeTpuApi(LoopbackJsonServer):
             dict(node, name=f"projects/{project}/locations/{zone}/nodes/{node['name']}")
             for node in self.nodes.get(zone, [])
         ]
-        return 200, ({"nodes": nodes} if nodes else {})
+        body: dict[str, Any] = {"nodes": nodes} if nodes else {}
+        if self.endless_pages:
+            body["nextPageToken"] = f"page-{len(self.calls)}"
+        return 200, body

@@ -21,6 +21,11 @@ class LoopbackJsonServer:
         """Each request's headers, names in lower case."""
         self.fail_with: int | None = None
         self.delay_seconds = 0.0
+        self.drip_seconds = 0.0
+        """Send the body one byte at a time, this long apart: each read succeeds, the call never
+        ends in time."""
+        self.raw_body: bytes | None = None
+        """Send these bytes as the body of every answer (malformed JSON, say)."""
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -34,12 +39,18 @@ class LoopbackJsonServer:
                     status, body = server.fail_with, {"error": {"code": server.fail_with, "message": "boom"}}
                 else:
                     status, body = server.route("GET", path, query, dict(self.headers.items()))
-                data = json.dumps(body).encode()
+                data = server.raw_body if server.raw_body is not None else json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                if not server.drip_seconds:
+                    self.wfile.write(data)
+                    return
+                for index in range(len(data)):
+                    self.wfile.write(data[index : index + 1])
+                    self.wfile.flush()
+                    time.sleep(server.drip_seconds)
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
                 pass

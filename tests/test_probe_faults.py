@@ -1,0 +1,118 @@
+"""Live probes against a misbehaving API on loopback: every call ends within its deadline, and a
+probe that cannot say is "unavailable" (keep, warn), never a hang or a replacement."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+import pytest
+from fake_kube_api import FakeGkeApi
+from fake_tpu_api import FakeTpuApi
+from tpu_training_components import reconcile
+from tpu_training_components.deadline import DeadlineExceeded, call_with_deadline
+from tpu_training_components.kube_api import ClusterRef, list_live_jobs, make_container_client
+from tpu_training_components.tpu_api import list_live_nodes, make_client
+
+ZONE = "europe-west4-a"
+DEADLINE = 1.5
+# What "within the deadline" allows for: thread start-up and one loopback round trip.
+SLACK = 1.5
+
+
+def _timed(call):
+    started = time.monotonic()
+    value = call()
+    return value, time.monotonic() - started
+
+
+def _probe_nodes(api: FakeTpuApi, **options):
+    return _timed(
+        lambda: list_live_nodes("p", [ZONE], client=make_client(api.endpoint), deadline=DEADLINE, **options)
+    )
+
+
+def test_endless_pages_stop_at_the_page_cap():
+    with FakeTpuApi() as api:
+        api.add(ZONE, "demo-tpu", "READY")
+        api.endless_pages = True
+        live, seconds = _probe_nodes(api, max_pages=5)
+    assert live.failures[ZONE] == (
+        "TooManyPages: projects/p/locations/europe-west4-a has more than 5 pages of nodes"
+    )
+    assert len(api.calls) == 6 and not live.nodes and seconds < DEADLINE + SLACK
+
+
+def test_endless_pages_stop_at_the_deadline_when_pages_are_slow():
+    with FakeTpuApi() as api:
+        api.endless_pages = True
+        api.delay_seconds = 0.2
+        live, seconds = _probe_nodes(api)
+    assert live.failures[ZONE].startswith(
+        "DeadlineExceeded: listing projects/p/locations/europe-west4-a took"
+    )
+    assert seconds < DEADLINE + SLACK
+
+
+def test_a_dripping_body_never_trips_the_read_timeout_but_trips_the_deadline():
+    with FakeTpuApi() as api:
+        api.add(ZONE, "demo-tpu", "READY")
+        api.drip_seconds = 0.3
+        live, seconds = _probe_nodes(api, timeout=1.0)  # each byte comes well within 1 s
+    assert live.failures[ZONE].startswith("DeadlineExceeded")
+    assert seconds < DEADLINE + SLACK
+
+
+def test_a_hanging_server_trips_the_deadline():
+    with FakeTpuApi() as api:
+        api.delay_seconds = 30
+        live, seconds = _probe_nodes(api, timeout=60)
+    assert live.failures[ZONE].startswith("DeadlineExceeded") and seconds < DEADLINE + SLACK
+
+
+@pytest.mark.filterwarnings("ignore:Unrecognized State enum value")
+@pytest.mark.parametrize("body", [b"{not json", b'{"nodes": "lots"}', b'{"nodes": [{"state": 7}]}'])
+def test_malformed_answers_are_unavailable(body):
+    """An unknown state *name* reads as STATE_UNSPECIFIED (the client drops it): the decision
+    table keeps such a node (tests/test_recovery.py); these answers cannot be read at all."""
+    with FakeTpuApi() as api:
+        api.raw_body = body
+        live, _ = _probe_nodes(api)
+    assert ZONE in live.failures and not live.nodes
+
+
+def test_every_fault_keeps_the_last_deployed_generation_with_a_warning():
+    with FakeTpuApi() as api:
+        api.endless_pages = True
+        client = make_client(api.endpoint)
+        now = datetime(2026, 11, 21, tzinfo=timezone.utc)
+        (decision,) = reconcile.reconcile_tpu_vms("p", [("demo-tpu", ZONE)], client=client, now=now)
+    # The reconcile uses the default deadline and page cap: the cap ends it here.
+    assert (decision.action, decision.generation, decision.warn) == ("keep", None, True)
+    assert "TPU API unavailable (TooManyPages" in decision.message
+
+
+def test_a_hanging_gke_api_is_unavailable_not_a_hang():
+    cluster = ClusterRef("p", "us-east5", "tpu-dev")
+    with FakeGkeApi() as gke:
+        gke.delay_seconds = 30
+        live, seconds = _timed(
+            lambda: list_live_jobs(
+                cluster,
+                ["default"],
+                kubeconfig="",
+                container_client=make_container_client(gke.endpoint),
+                deadline=DEADLINE,
+                timeout=60,
+            )
+        )
+    assert live.failures["default"].startswith("DeadlineExceeded: finding projects/p/locations/us-east5")
+    assert seconds < DEADLINE + SLACK
+
+
+def test_call_with_deadline_passes_results_and_errors_through():
+    assert call_with_deadline(lambda: 42, 1, "answer") == 42
+    with pytest.raises(KeyError):
+        call_with_deadline(lambda: {}["x"], 1, "lookup")
+    with pytest.raises(DeadlineExceeded, match="sleeping took longer than 0.1 s"):
+        call_with_deadline(lambda: time.sleep(2), 0.1, "sleeping")
