@@ -21,8 +21,6 @@ import bisect
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from itertools import islice
-from typing import Optional
 
 from dateutil.rrule import rrule, rrulestr
 
@@ -36,8 +34,6 @@ FIRST_DAY = datetime(2025, 1, 4, tzinfo=timezone.utc)
 # A year of occurrences (plus one rolling period) shows every pattern an RRULE can repeat with
 # (yearly rules repeat within a year too, leap days aside).
 _HORIZON = timedelta(days=366) + ROLLING_PERIOD
-# More windows than hourly ones over the horizon would be: refuse rather than enumerate them.
-_MAX_OCCURRENCES = 24 * 400
 
 UPGRADE_EXCLUSION_SCOPES = ("NO_MINOR_OR_NODE_UPGRADES", "NO_MINOR_UPGRADES", "NONE")
 """Scopes of the cluster's standing maintenance exclusion (GKE ``MaintenanceExclusionOptions``);
@@ -78,22 +74,41 @@ def _time_of_day(key: str, value: str) -> timedelta:
     return timedelta(hours=int(match.group(1)), minutes=int(match.group(2)))
 
 
-def _rule(recurrence: str, start: datetime) -> rrule:
-    text = recurrence.strip()
-    if not text.upper().startswith("FREQ=") or "\n" in text:
+_FREQUENCIES = ("DAILY", "WEEKLY", "MONTHLY")
+_EXAMPLES = "e.g. 'FREQ=WEEKLY;BYDAY=SA,SU' or 'FREQ=DAILY'"
+
+
+def _rule(recurrence: str, start: datetime) -> tuple[rrule, str]:
+    """The parsed rule and its text as GKE gets it (upper case, as RFC 5545 writes it)."""
+    text = recurrence.strip().upper()
+    if not text.startswith("FREQ=") or "\n" in text:
         raise MaintenanceWindowError(
-            f"recurrence {recurrence!r} must be one RFC 5545 RRULE starting with FREQ=, "
-            f"e.g. 'FREQ=WEEKLY;BYDAY=SA,SU' or 'FREQ=DAILY'"
+            f"recurrence {recurrence!r} must be one RFC 5545 RRULE starting with FREQ=, {_EXAMPLES}"
+        )
+    parts = dict(part.partition("=")[::2] for part in text.split(";") if part)
+    if parts.get("FREQ") not in _FREQUENCIES:
+        raise MaintenanceWindowError(
+            f"recurrence {recurrence!r}: FREQ must be {', '.join(_FREQUENCIES)} for a maintenance "
+            f"window, {_EXAMPLES}"
+        )
+    if "COUNT" in parts or "UNTIL" in parts:
+        # A window that stops recurring leaves no maintenance time at all once it has stopped.
+        raise MaintenanceWindowError(
+            f"recurrence {recurrence!r} ends (COUNT or UNTIL); a maintenance window recurs for as "
+            f"long as the cluster lives"
+        )
+    if not re.fullmatch(r"[1-9][0-9]{0,3}", parts.get("INTERVAL", "1")):
+        raise MaintenanceWindowError(
+            f"recurrence {recurrence!r}: INTERVAL must be a whole number from 1 to 9999"
         )
     try:
         parsed = rrulestr(text, dtstart=start)
     except (ValueError, TypeError, OverflowError) as exc:
         raise MaintenanceWindowError(
-            f"recurrence {recurrence!r} is not a valid RFC 5545 RRULE ({exc}); "
-            f"e.g. 'FREQ=WEEKLY;BYDAY=SA,SU' or 'FREQ=DAILY'"
+            f"recurrence {recurrence!r} is not a valid RFC 5545 RRULE ({exc}); {_EXAMPLES}"
         ) from None
     assert isinstance(parsed, rrule)  # one rule, no RDATE/EXDATE: rrulestr gives an rrule
-    return parsed
+    return parsed, text
 
 
 def _merged(intervals: list[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
@@ -106,22 +121,19 @@ def _merged(intervals: list[tuple[datetime, datetime]]) -> list[tuple[datetime, 
     return merged
 
 
-def least_availability(start: datetime, length: timedelta, rule: rrule) -> Optional[timedelta]:
-    """The least maintenance time GKE counts in any rolling 32 days over a year, or None when
-    the rule recurs more often than hourly (too many windows to count)."""
+def least_availability(start: datetime, length: timedelta, rule: rrule) -> timedelta:
+    """The least maintenance time GKE counts in any rolling 32 days over a year (daily, weekly
+    and monthly rules repeat within it)."""
     horizon = start + _HORIZON
-    occurrences = list(islice(rule.xafter(start, inc=True), _MAX_OCCURRENCES + 1))
-    if len(occurrences) > _MAX_OCCURRENCES and occurrences[-1] < horizon:
-        return None
-    windows = [
-        (s, e)
-        for s, e in _merged([(o, o + length) for o in occurrences if o < horizon])
-        if e - s >= MIN_CONTIGUOUS
-    ]
+    # Windows that began up to one length before `start` still reach into it.
+    occurrences = rule.between(start - length, horizon, inc=True)
+    windows = [(s, e) for s, e in _merged([(o, o + length) for o in occurrences]) if e - s >= MIN_CONTIGUOUS]
     # Covered time in [t, t + 32 days) is piecewise linear in t: its minimum is where t is a
-    # window's end, or where t + 32 days is a window's start.
+    # window's end, where t + 32 days is a window's start, or at either end of the year.
     candidates = sorted(
-        {e for _, e in windows} | {s - ROLLING_PERIOD for s, _ in windows} | {start},
+        {e for _, e in windows}
+        | {s - ROLLING_PERIOD for s, _ in windows}
+        | {start, horizon - ROLLING_PERIOD},
     )
     candidates = [t for t in candidates if start <= t <= horizon - ROLLING_PERIOD]
     starts = [s for s, _ in windows]
@@ -152,13 +164,13 @@ def recurring_window(start_time: str, end_time: str, recurrence: str) -> Recurri
     start = FIRST_DAY + start_of_day
     # Not after the start: the window ends on the next day.
     end = FIRST_DAY + end_of_day + (timedelta(days=1) if end_of_day < start_of_day else timedelta(0))
-    rule = _rule(recurrence, start)
-    available = least_availability(start, end - start, rule)
-    if available is None:
+    rule, text = _rule(recurrence, start)
+    try:
+        available = least_availability(start, end - start, rule)
+    except (ValueError, OverflowError) as exc:  # dateutil checks some parts only when it expands
         raise MaintenanceWindowError(
-            f"recurrence {recurrence!r} repeats more often than hourly; GKE windows recur "
-            f"daily, weekly or monthly (e.g. 'FREQ=WEEKLY;BYDAY=SA,SU')"
-        )
+            f"recurrence {recurrence!r} is not a valid RFC 5545 RRULE ({exc}); {_EXAMPLES}"
+        ) from None
     if available < MIN_AVAILABILITY:
         hours = available.total_seconds() / 3600
         raise MaintenanceWindowError(
@@ -167,4 +179,4 @@ def recurring_window(start_time: str, end_time: str, recurrence: str) -> Recurri
             f"counting only stretches of 4 h or more (e.g. 02:00-08:00 with "
             f"'FREQ=WEEKLY;BYDAY=SA,SU' gives 48 h or more)"
         )
-    return RecurringWindow(start, end, recurrence.strip())
+    return RecurringWindow(start, end, text)

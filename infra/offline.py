@@ -24,6 +24,7 @@ from pulumi.runtime import rpc, settings
 from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _sync_await
 from ruamel.yaml import YAML, YAMLError
+from ruamel.yaml.constructor import SafeConstructor
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,11 +71,21 @@ def load_project(root: Path | None = None) -> Project:
     )
 
 
+class _TimestampsAsText(SafeConstructor):
+    """The CLI (Go's yaml.v3) hands an unquoted `2025-12-01T00:00:00Z` to the program as the text
+    it is; ruamel would make a datetime of it."""
+
+
+_TimestampsAsText.add_constructor("tag:yaml.org,2002:timestamp", SafeConstructor.construct_yaml_str)
+
+
 def _yaml_1_2() -> YAML:
     # The Pulumi CLI reads project and stack files with a YAML 1.2 parser that refuses duplicate
     # keys; PyYAML is YAML 1.1, where `12:30` is 750, `on` is true and a repeated key silently
     # wins. ruamel.yaml's safe loader is YAML 1.2 and refuses duplicate keys by default.
-    return YAML(typ="safe", pure=True)
+    loader = YAML(typ="safe", pure=True)
+    loader.Constructor = _TimestampsAsText
+    return loader
 
 
 def _read_yaml(path: Path) -> Any:

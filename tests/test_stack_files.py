@@ -41,6 +41,17 @@ def test_yaml_1_2_scalars_as_the_cli_reads_them(scratch_project):
     assert json.loads(values["tpu-training:recovery"]) == {"maintenanceGraceMinutes": 0.001}
 
 
+def test_timestamps_stay_text_as_the_cli_hands_them_over(scratch_project):
+    values = _values(
+        scratch_project,
+        "config:\n  gcp:project: p\n"
+        "  tpu-training:cluster:\n    upgradeExclusionStart: 2025-12-01T00:00:00Z\n"
+        "  tpu-training:labels:\n    since: 2025-12-01\n",
+    )
+    assert json.loads(values["tpu-training:cluster"]) == {"upgradeExclusionStart": "2025-12-01T00:00:00Z"}
+    assert json.loads(values["tpu-training:labels"]) == {"since": "2025-12-01"}
+
+
 def test_a_duplicated_key_is_refused_not_silently_won(scratch_project):
     text = DEV + "  tpu-training:tpuVms: []\n"
     message = _refused(scratch_project, text)
