@@ -15,10 +15,10 @@ from . import catalogue
 from .errors import InvalidArgument, check_known, check_labels, check_one_of
 from .maintenance_window import (
     DEFAULT_UPGRADE_EXCLUSION_START,
-    RFC3339_UTC,
     UPGRADE_EXCLUSION_SCOPES,
     MaintenanceWindowError,
     RecurringWindow,
+    exclusion_start_problem,
     recurring_window,
 )
 from .naming import service_account_id_problem
@@ -125,12 +125,11 @@ def _validate(name: str, args: GkeTpuClusterArgs) -> RecurringWindow:
         raise InvalidArgument(f"{where}: maintenance_window: {exc}") from None
     scope = args.get("upgrade_exclusion_scope", UPGRADE_EXCLUSION_SCOPES[0])
     check_one_of(where, "upgrade_exclusion_scope", scope, UPGRADE_EXCLUSION_SCOPES)
-    start = args.get("upgrade_exclusion_start", DEFAULT_UPGRADE_EXCLUSION_START)
-    if not RFC3339_UTC.match(start):
-        raise InvalidArgument(
-            f"{where}: upgrade_exclusion_start {start!r} must be an RFC 3339 UTC time such as "
-            f"{DEFAULT_UPGRADE_EXCLUSION_START!r}"
-        )
+    start_problem = exclusion_start_problem(
+        args.get("upgrade_exclusion_start", DEFAULT_UPGRADE_EXCLUSION_START)
+    )
+    if start_problem:
+        raise InvalidArgument(f"{where}: upgrade_exclusion_start {start_problem}")
     account_problem = service_account_id_problem(args.get("node_account_id", f"{cluster_name[:24]}-nodes"))
     if account_problem:
         raise InvalidArgument(f"{where}: node_account_id: {account_problem}")

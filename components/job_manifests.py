@@ -137,10 +137,16 @@ def _affinity(spec: TrainingJobSpec) -> dict[str, Any]:
     if spec.multi_host and len(spec.node_pools) > 1:
         # Each multi-host slice is a node pool of its own: all the Job's Pods must land in the
         # same one, or its hosts would not share an interconnect (xpk does the same with JobSet's
-        # exclusive-topology `cloud.google.com/gke-nodepool`, src/xpk/core/scheduling.py).
+        # exclusive-topology `cloud.google.com/gke-nodepool`, src/xpk/core/scheduling.py). Only
+        # Pods of this generation count: a replaced Job's Pods, still terminating, must not hold
+        # the new ones to the old (perhaps broken) slice.
+        generation = _labels(spec, generation=True)[GENERATION_LABEL]
         affinity["podAffinity"] = {
             "requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": {"matchLabels": {"job-name": spec.name}}, "topologyKey": NODE_POOL_LABEL}
+                {
+                    "labelSelector": {"matchLabels": {"job-name": spec.name, GENERATION_LABEL: generation}},
+                    "topologyKey": NODE_POOL_LABEL,
+                }
             ]
         }
     return affinity

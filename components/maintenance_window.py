@@ -21,6 +21,7 @@ import bisect
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Optional
 
 from dateutil.rrule import rrule, rrulestr
 
@@ -42,6 +43,19 @@ RFC3339_UTC = re.compile(r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|
 DEFAULT_UPGRADE_EXCLUSION_START = "2025-12-01T00:00:00Z"
 """A fixed start, so the exclusion never changes between runs (Cluster Toolkit's TPU flex-start
 example uses this date)."""
+
+
+def exclusion_start_problem(value: str) -> Optional[str]:
+    """Why ``value`` cannot start a maintenance exclusion (an RFC 3339 UTC time), or None."""
+    problem = f"{value!r} must be an RFC 3339 UTC time such as {DEFAULT_UPGRADE_EXCLUSION_START!r}"
+    if not RFC3339_UTC.match(value):
+        return problem
+    try:
+        datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return f"{problem}: there is no such day"
+    return None
+
 
 _TIME = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
 

@@ -6,6 +6,7 @@ a single resource, so bad input never leaves a half-applied change behind.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from typing import Any, Callable, Literal, Optional
@@ -29,10 +30,11 @@ from tpu_training_components.errors import suggestion
 from tpu_training_components.job_manifests import job_name_problem
 from tpu_training_components.maintenance_window import (
     DEFAULT_UPGRADE_EXCLUSION_START,
-    RFC3339_UTC,
     MaintenanceWindowError,
+    exclusion_start_problem,
     recurring_window,
 )
+from tpu_training_components.network_plan import NetworkPlanError, plan_network
 from tpu_training_components.node_pool_plan import TpuNodePoolPlan, gke_version_problem, plan_tpu_node_pool
 from tpu_training_components.scaling import LearningRateScaling, TrainingPlan, plan_training
 from tpu_training_components.startup_script import env_name_problem
@@ -226,9 +228,21 @@ class ClusterConfig(_Model):
     upgrade_exclusion_scope: Literal["NO_MINOR_OR_NODE_UPGRADES", "NO_MINOR_UPGRADES", "NONE"] = (
         "NO_MINOR_OR_NODE_UPGRADES"
     )
-    upgrade_exclusion_start: StrictStr = Field(
-        default=DEFAULT_UPGRADE_EXCLUSION_START, pattern=RFC3339_UTC.pattern
-    )
+    upgrade_exclusion_start: StrictStr = DEFAULT_UPGRADE_EXCLUSION_START
+
+    _exclusion_start = field_validator("upgrade_exclusion_start")(_no_problem(exclusion_start_problem))
+
+    @field_validator("master_ipv4_cidr_block")
+    @classmethod
+    def _control_plane_range(cls, value: Optional[str]) -> Optional[str]:
+        # GKE: the control plane's range of a private cluster is a private /28.
+        try:
+            network = ipaddress.IPv4Network(value or "", strict=True)
+        except ValueError:
+            network = None
+        if value is not None and (network is None or network.prefixlen != 28 or not network.is_private):
+            raise ValueError("must be a private IPv4 /28 range such as '172.16.0.32/28'")
+        return value
 
     @field_validator("location")
     @classmethod
@@ -250,11 +264,25 @@ class NodePoolConfig(_Model):
     machine_type: StrictStr
     topology: StrictStr
     node_locations: tuple[StrictStr, ...] = Field(min_length=1)
-    slices: StrictInt = Field(default=1, ge=1)
+    # At most 100: each multi-host slice is a node pool of its own, and more is a fleet, not a
+    # pool (it also keeps every plan quick).
+    slices: StrictInt = Field(default=1, ge=1, le=100)
     max_run_duration: Optional[StrictStr] = None
     flex_start: StrictBool = True
     spot: StrictBool = False
     reservation: Optional[StrictStr] = None
+
+    @field_validator("reservation")
+    @classmethod
+    def _reservation_name(cls, value: Optional[str]) -> Optional[str]:
+        # The name also becomes the Pods' `cloud.google.com/reservation-name` selector value.
+        if value is not None and not re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", value):
+            raise ValueError(
+                "must be the name of a reservation in this project: 1-63 lowercase letters, digits "
+                "or '-', starting with a letter (shared reservations of other projects are not "
+                "supported yet)"
+            )
+        return value
 
     @field_validator("machine_type")
     @classmethod
@@ -364,11 +392,33 @@ class StackConfig(_Model):
         ]
         if self.cluster is not None:
             cluster = self.cluster
-            keys += [f"{PROJECT}:cluster.{key}" for key in ("network", "subnetwork") if getattr(cluster, key)]
-        return [
+            keys += [
+                f"{PROJECT}:cluster.{key}"
+                for key in ("network", "subnetwork")
+                if getattr(cluster, key) is not None
+            ]
+        problems = [
             f"{key} is set, but {PROJECT}:network.create is true (the default), so the stack declares "
             f"the network itself; set {PROJECT}:network.create: false to bring your own"
             for key in keys
+        ]
+        if self.cluster is not None and self.cluster.master_ipv4_cidr_block is not None:
+            problems.extend(self._control_plane_overlaps(self.cluster.master_ipv4_cidr_block))
+        return problems
+
+    def _control_plane_overlaps(self, block: str) -> list[str]:
+        assert self.cluster is not None
+        try:
+            plan = plan_network(self.network_regions, self.cluster.location)
+        except NetworkPlanError:
+            return []  # the regions are reported by their own keys
+        control_plane = ipaddress.IPv4Network(block)
+        ranges = {**plan.cidrs, "gke-pods": plan.pods_cidr, "gke-services": plan.services_cidr}
+        return [
+            f"{PROJECT}:cluster.masterIpv4CidrBlock = {block!r} overlaps the network's {name} range "
+            f"{cidr}; pick a /28 outside 10.0.0.0/8, e.g. '172.16.0.32/28'"
+            for name, cidr in ranges.items()
+            if cidr is not None and control_plane.overlaps(ipaddress.IPv4Network(cidr))
         ]
 
     def _gke_problems(self) -> list[str]:
@@ -447,6 +497,11 @@ class StackConfig(_Model):
                     f"{PROJECT}:nodePools[{index}].nodeLocations: {warning}"
                     for warning in self.pool_plan(pool).zone_warnings
                 )
+        if not self.network.create and (self.network.name is not None or not self.network.iap_ssh):
+            found.append(
+                f"{PROJECT}:network.name and iapSsh apply only to the network the stack declares; "
+                f"with network.create false they are ignored"
+            )
         if not self.network.create and self.network_regions:
             found.append(
                 f"{PROJECT}:network.create is false: the TPU VMs and the cluster use your network "

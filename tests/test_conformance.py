@@ -584,7 +584,10 @@ def test_two_slice_job_keeps_its_pods_in_one_node_pool_as_xpks_exclusive_topolog
     job = declared_job("v6e-16-flex-2slices")
     pod = job["spec"]["template"]["spec"]
     assert pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == [
-        {"labelSelector": {"matchLabels": {"job-name": "train"}}, "topologyKey": topology_key}
+        {
+            "labelSelector": {"matchLabels": {"job-name": "train", "recovery-generation": "0"}},
+            "topologyKey": topology_key,
+        }
     ]
     # One slice: as many Pods as xpk's slice job, each with as many chips.
     xpk_job = replicated["template"]["spec"]

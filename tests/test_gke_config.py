@@ -251,7 +251,7 @@ def test_multi_host_slices_are_one_node_pool_each(config):
     ]
     (together,) = affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert together == {
-        "labelSelector": {"matchLabels": {"job-name": "train-v6e"}},
+        "labelSelector": {"matchLabels": {"job-name": "train-v6e", "recovery-generation": "0"}},
         "topologyKey": "cloud.google.com/gke-nodepool",
     }
 
@@ -379,3 +379,47 @@ def test_windows_gke_would_refuse_are_refused_naming_the_key(config, window, mes
 def test_upgrade_exclusion_start_must_be_an_rfc3339_utc_time(config, start):
     config[CLUSTER]["upgradeExclusionStart"] = start
     assert f'tpu-training:cluster.upgradeExclusionStart = "{start}"' in _refused(config)
+
+
+def test_a_replaced_jobs_pods_are_not_held_to_the_old_slice(config):
+    """Pods of the failed generation may still be terminating in the old slice's pool; the new
+    Job's Pods only follow Pods of their own generation."""
+    config[POOLS][0]["slices"] = 2
+    run = run_stack(config, previous_outputs={"jobRecoveryGenerations": {"train-v6e": 3}})
+    (term,) = _pod_spec(run)["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["labelSelector"]["matchLabels"] == {"job-name": "train-v6e", "recovery-generation": "3"}
+
+
+@pytest.mark.parametrize(
+    ("cluster", "message"),
+    [
+        ({"masterIpv4CidrBlock": "172.16.0.0/24"}, "must be a private IPv4 /28 range"),
+        ({"masterIpv4CidrBlock": "8.8.8.0/28"}, "must be a private IPv4 /28 range"),
+        ({"masterIpv4CidrBlock": "172.16.0.1/28"}, "must be a private IPv4 /28 range"),
+        ({"masterIpv4CidrBlock": "10.128.0.0/28"}, "overlaps the network's gke-pods range 10.128.0.0/14"),
+        ({"upgradeExclusionStart": "2025-02-30T00:00:00Z"}, "there is no such day"),
+    ],
+)
+def test_control_plane_range_and_exclusion_start_are_checked(config, cluster, message):
+    config[CLUSTER].update(cluster)
+    refusal = _refused(config)
+    assert f"tpu-training:cluster.{next(iter(cluster))}" in refusal and message in refusal
+
+
+def test_control_plane_range_outside_the_network_is_fine(config):
+    config[CLUSTER]["masterIpv4CidrBlock"] = "172.16.0.32/28"
+    cluster = run_stack(config).one("gcp:container/cluster:Cluster", "tpu-dev-cluster").inputs
+    assert cluster["privateClusterConfig"]["masterIpv4CidrBlock"] == "172.16.0.32/28"
+
+
+@pytest.mark.parametrize(
+    ("pool", "message"),
+    [
+        ({"slices": 101}, "tpu-training:nodePools[0].slices = 101"),
+        ({"flexStart": False, "reservation": "projects/p/reservations/r"}, "shared reservations"),
+        ({"flexStart": False, "reservation": "Bad Name"}, "1-63 lowercase letters"),
+    ],
+)
+def test_slices_and_reservation_names_are_bounded(config, pool, message):
+    config[POOLS][0].update(pool)
+    assert message in _refused(config)

@@ -194,3 +194,16 @@ def test_per_resource_networks_need_create_false(config):
 def test_network_config_is_validated(config, network, message):
     config[NETWORK] = network
     assert message in _refused(config)
+
+
+def test_network_settings_ignored_without_create_are_a_warning(config):
+    config[NETWORK] = {"create": False, "name": "ml-vpc"}
+    run = run_stack(config)
+    assert any(
+        "network.name and iapSsh apply only to the network the stack declares" in w for w in run.warnings
+    )
+
+
+def test_an_empty_per_resource_network_counts_as_set(config):
+    config["tpu-training:cluster"]["network"] = ""
+    assert "tpu-training:cluster.network is set" in _refused(config)
