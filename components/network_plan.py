@@ -59,14 +59,18 @@ class NetworkPlan:
     def __post_init__(self) -> None:
         # Checked on every plan, not only in tests: overlapping ranges would be refused by the
         # API half-way through an update, or worse, be accepted across peered networks.
-        ranges = [(s.region, ipaddress.IPv4Network(s.cidr)) for s in self.subnets]
-        if self.pods_cidr is not None:
-            ranges.append((PODS_RANGE_NAME, ipaddress.IPv4Network(self.pods_cidr)))
-        if self.services_cidr is not None:
-            ranges.append((SERVICES_RANGE_NAME, ipaddress.IPv4Network(self.services_cidr)))
-        for (name_a, a), (name_b, b) in combinations(ranges, 2):
+        for (name_a, a), (name_b, b) in combinations(self.named_ranges().items(), 2):
             if a.overlaps(b):
                 raise NetworkPlanError(f"{name_a} range {a} overlaps {name_b} range {b}")
+
+    def named_ranges(self) -> dict[str, ipaddress.IPv4Network]:
+        """Every range the network holds: each region's subnet, and GKE's pods and services."""
+        ranges = {s.region: ipaddress.IPv4Network(s.cidr) for s in self.subnets}
+        if self.pods_cidr is not None:
+            ranges[PODS_RANGE_NAME] = ipaddress.IPv4Network(self.pods_cidr)
+        if self.services_cidr is not None:
+            ranges[SERVICES_RANGE_NAME] = ipaddress.IPv4Network(self.services_cidr)
+        return ranges
 
     @property
     def regions(self) -> tuple[str, ...]:

@@ -40,6 +40,8 @@ ACCELERATOR_NODE_LABEL = "cloud.google.com/gke-tpu-accelerator"
 TOPOLOGY_NODE_LABEL = "cloud.google.com/gke-tpu-topology"
 NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
 
+_RESERVATION_NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+
 MAX_NODE_POOL_NAME = 40
 """GKE node pool names: 1-40 lowercase letters, digits or '-', starting with a letter."""
 
@@ -237,6 +239,13 @@ def plan_tpu_node_pool(
         )
     if spot and reservation:
         raise NodePoolError(f"spot nodes cannot consume reservation {reservation!r}")
+    # The name also becomes the Pods' `cloud.google.com/reservation-name` selector value.
+    if reservation is not None and not _RESERVATION_NAME.fullmatch(reservation):
+        raise NodePoolError(
+            f"reservation {reservation!r} must be the name of a reservation in this project: 1-63 "
+            f"lowercase letters, digits or '-', starting with a letter (shared reservations of other "
+            f"projects are not supported yet)"
+        )
     seconds = None
     if max_run_duration is not None:
         seconds = parse_duration(max_run_duration)

@@ -272,18 +272,6 @@ class NodePoolConfig(_Model):
     spot: StrictBool = False
     reservation: Optional[StrictStr] = None
 
-    @field_validator("reservation")
-    @classmethod
-    def _reservation_name(cls, value: Optional[str]) -> Optional[str]:
-        # The name also becomes the Pods' `cloud.google.com/reservation-name` selector value.
-        if value is not None and not re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", value):
-            raise ValueError(
-                "must be the name of a reservation in this project: 1-63 lowercase letters, digits "
-                "or '-', starting with a letter (shared reservations of other projects are not "
-                "supported yet)"
-            )
-        return value
-
     @field_validator("machine_type")
     @classmethod
     def _known_machine_type(cls, value: str) -> str:
@@ -413,12 +401,11 @@ class StackConfig(_Model):
         except NetworkPlanError:
             return []  # the regions are reported by their own keys
         control_plane = ipaddress.IPv4Network(block)
-        ranges = {**plan.cidrs, "gke-pods": plan.pods_cidr, "gke-services": plan.services_cidr}
         return [
             f"{PROJECT}:cluster.masterIpv4CidrBlock = {block!r} overlaps the network's {name} range "
             f"{cidr}; pick a /28 outside 10.0.0.0/8, e.g. '172.16.0.32/28'"
-            for name, cidr in ranges.items()
-            if cidr is not None and control_plane.overlaps(ipaddress.IPv4Network(cidr))
+            for name, cidr in plan.named_ranges().items()
+            if control_plane.overlaps(cidr)
         ]
 
     def _gke_problems(self) -> list[str]:
