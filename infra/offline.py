@@ -8,14 +8,17 @@ its inputs exactly as the engine would receive them and its resource options.
 
 from __future__ import annotations
 
+import asyncio
 import codecs
+import contextlib
 import json
 import logging
 import runpy
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import pulumi
 from google.protobuf import json_format
@@ -374,6 +377,39 @@ class _Collector(logging.Handler):
         (self.warnings if record.levelno >= logging.WARNING else self.infos).append(record.getMessage())
 
 
+@contextlib.contextmanager
+def _own_event_loops() -> Iterator[None]:
+    """An event loop of the run's own, current while the SDK is set up and the program runs;
+    closed afterwards with every loop the mock monitor's worker threads made. Left open, Python
+    finds them at exit and may print `Exception ignored in: <function BaseEventLoop.__del__>`
+    after a successful run."""
+    worker_loops: list[asyncio.AbstractEventLoop] = []
+
+    def give_the_thread_a_loop() -> None:
+        # The mock monitor runs in these threads and would make a loop in each, never closed.
+        worker_loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(worker_loop)
+        worker_loops.append(worker_loop)
+
+    loop = asyncio.new_event_loop()
+    executor = ThreadPoolExecutor(thread_name_prefix="offline-monitor", initializer=give_the_thread_a_loop)
+    loop.set_default_executor(executor)
+    asyncio.set_event_loop(loop)
+    try:
+        yield
+    finally:
+        pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        executor.shutdown(wait=True)
+        for worker_loop in worker_loops:
+            worker_loop.close()
+        loop.close()
+        asyncio.set_event_loop(None)
+
+
 def run(
     body: Callable[[], Any],
     *,
@@ -391,29 +427,36 @@ def run(
     logger.handlers = [collector]
     logger.setLevel(logging.INFO)
 
-    pulumi.runtime.reset_options()
-    pulumi.runtime.set_all_config(dict(config or {}), list(secret_keys or []))
-    mocks = PlanMocks(previous_outputs)
-    monitor = RecordingMonitor(mocks)
-    pulumi.runtime.set_mocks(
-        mocks, project=project, stack=stack, preview=preview, logger=logger, monitor=monitor
-    )
-    # set_mocks makes a finished root stack of its own; drop it so run_in_stack makes the root
-    # stack the way the language host does, and stack exports reach RegisterResourceOutputs.
-    settings.ROOT.set(None)
-    try:
-        _sync_await(run_in_stack(body))
-    finally:
-        pulumi.runtime.set_all_config({}, [])
+    with _own_event_loops():
+        pulumi.runtime.reset_options()
+        pulumi.runtime.set_all_config(dict(config or {}), list(secret_keys or []))
+        mocks = PlanMocks(previous_outputs)
+        monitor = RecordingMonitor(mocks)
+        pulumi.runtime.set_mocks(
+            mocks, project=project, stack=stack, preview=preview, logger=logger, monitor=monitor
+        )
+        # set_mocks makes a finished root stack of its own; drop it so run_in_stack makes the root
+        # stack the way the language host does, and stack exports reach RegisterResourceOutputs.
+        settings.ROOT.set(None)
+        try:
+            _sync_await(run_in_stack(body))
+        finally:
+            pulumi.runtime.set_all_config({}, [])
     registrations = sorted(monitor.registrations.values(), key=lambda r: r.urn)
     return ProgramRun(
         project, stack, registrations, monitor.stack_outputs, collector.warnings, collector.infos
     )
 
 
-def run_program(project: Project, stack: str, preview: bool = False) -> ProgramRun:
+def run_program(
+    project: Project,
+    stack: str,
+    preview: bool = False,
+    previous_outputs: Optional[dict[str, Any]] = None,
+) -> ProgramRun:
     """Run the project's program (``main`` in Pulumi.yaml) as the language host would: with the
-    program directory first on ``sys.path`` and ``__name__ == "__main__"``."""
+    program directory first on ``sys.path`` and ``__name__ == "__main__"``. ``previous_outputs``
+    are the stack's outputs from its last update (what its own stack reference reads)."""
     config, secret_keys, warnings = stack_config(project, stack)
     program_dir = str(project.program_dir)
     if program_dir not in sys.path:
@@ -425,6 +468,7 @@ def run_program(project: Project, stack: str, preview: bool = False) -> ProgramR
         config=config,
         secret_keys=secret_keys,
         preview=preview,
+        previous_outputs=previous_outputs,
     )
     result.warnings[:0] = warnings
     return result

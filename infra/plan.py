@@ -1,6 +1,7 @@
 """Show what `pulumi up` would create for a stack, without a cloud account or the Pulumi CLI.
 
     python -m infra.plan [--stack NAME] [--json PATH|-] [--manifests DIR] [--live]
+                         [--previous-outputs FILE]
 
 Runs the real stack program under the Pulumi SDK's mocks with the stack's config files and prints
 every resource it registers. Touches no network, unless --live: then the program reads the live
@@ -8,8 +9,13 @@ TPU nodes through the Cloud TPU API (or the endpoint in TPU_API_ENDPOINT) and th
 Jobs through the Kubernetes API (KUBECONFIG, or the GKE API and Application Default
 Credentials) exactly as `pulumi up` does, and shows the recovery decisions. --manifests writes
 every Kubernetes object as a YAML file, for reading or `kubectl apply --dry-run=server -f DIR`.
-Exit status: 0 on success, 2 when the configuration (or a project file) is invalid, with the
-reason on stderr.
+--previous-outputs takes what `pulumi stack output --json` printed as the stack's last deployed
+state, so the plan shows the recovery generations `pulumi up` would declare.
+
+Exit status (see EXIT_*): 0 on success; 2 when the configuration or a project file is invalid;
+64 when the command line is (an unknown option, a stack name Pulumi refuses, an output path that
+cannot be written, an unreadable --previous-outputs file), checked before any work; 73 when an
+output could not be written after the plan ran. The reason is always on stderr.
 """
 
 from __future__ import annotations
@@ -17,23 +23,46 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, NoReturn, Optional, Sequence
 
 import pulumi
 import yaml
+from tpu_training_components.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
 
 from infra import offline
 
+EXIT_OK = 0
 EXIT_CONFIG_ERROR = 2
+EXIT_USAGE = 64
+"""The command line is wrong (sysexits.h EX_USAGE): nothing was run."""
+EXIT_CANNOT_WRITE = 73
+"""An output file could not be written after the plan ran (sysexits.h EX_CANTCREAT)."""
 _SHORT = 72
+
+# The Pulumi CLI's rule for stack names (pkg/backend: "^[A-Za-z0-9_.-]{1,100}$").
+_STACK_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+
+
+class UsageError(Exception):
+    """The command line cannot be carried out; exit with ``EXIT_USAGE``."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # argparse exits 2 on a bad argument, which is this tool's status for bad config.
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"error: {message}\n")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m infra.plan",
         description="Show every resource `pulumi up` would register for a stack, offline.",
+        epilog="Exit status: 0 success; 2 invalid configuration or project file; 64 invalid command "
+        "line (nothing was run); 73 an output could not be written.",
     )
     parser.add_argument("--stack", default="dev", help="stack name: reads Pulumi.<stack>.yaml (default: dev)")
     parser.add_argument(
@@ -52,7 +81,105 @@ def _parser() -> argparse.ArgumentParser:
         help="read live TPU nodes (Cloud TPU API, or TPU_API_ENDPOINT) and training Jobs (KUBECONFIG, "
         "or the GKE API) to show recovery decisions",
     )
+    parser.add_argument(
+        "--previous-outputs",
+        metavar="FILE",
+        help="the stack's last deployed outputs, as `pulumi stack output --json > FILE` prints them: "
+        "the recovery generations a kept node or Job stays at (default: none deployed yet)",
+    )
     return parser
+
+
+# ---------------------------------------------------------------------------------------------
+# Checking the command line before any work
+# ---------------------------------------------------------------------------------------------
+
+
+def check_stack_name(stack: str) -> None:
+    if not _STACK_NAME.match(stack):
+        raise UsageError(
+            f"--stack {stack!r}: a stack name is 1 to 100 letters, digits, '-', '_' or '.' (Pulumi's "
+            f"rule); the plan reads Pulumi.<stack>.yaml from the project folder"
+        )
+
+
+def _writable_folder(folder: Path, option: str, shown: str) -> None:
+    """``folder`` exists (or can be made under its nearest existing ancestor) and is writable."""
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"{option} {shown}: {existing} is a file, not a folder")
+    if existing == folder and not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {shown}: no permission to write in {folder}")
+    if existing != folder and not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {shown}: cannot create {folder}: no permission to write in {existing}")
+
+
+def check_json_target(target: str) -> None:
+    """``--json PATH`` names a file that can be written: not a folder, in a folder that exists."""
+    if target == "-":
+        return
+    path = Path(target).absolute()
+    if path.is_dir():
+        raise UsageError(f"--json {target}: is a folder; give a file name such as {path / 'plan.json'}")
+    if not path.parent.is_dir():
+        what = "is a file" if path.parent.exists() else "does not exist"
+        raise UsageError(f"--json {target}: the folder {path.parent} {what}")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise UsageError(f"--json {target}: no permission to write it")
+    if not path.exists() and not os.access(path.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--json {target}: no permission to write in {path.parent}")
+
+
+def check_manifest_folder(target: str) -> None:
+    """``--manifests DIR`` is a folder, or can be made as one."""
+    path = Path(target).absolute()
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--manifests {target}: is a file, not a folder")
+    _writable_folder(path, "--manifests", target)
+
+
+def _generations(document: dict[str, Any], key: str, shown: str) -> None:
+    value = document.get(key)
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise UsageError(f"--previous-outputs {shown}: {key} must be an object of names to generations")
+    for name, generation in value.items():
+        if isinstance(generation, float) and generation.is_integer():
+            generation = int(generation)
+        if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
+            raise UsageError(
+                f"--previous-outputs {shown}: {key}.{name} = {json.dumps(generation)}; a recovery "
+                f"generation is a whole number, 0 or more"
+            )
+
+
+def read_previous_outputs(source: str) -> dict[str, Any]:
+    """The stack outputs ``pulumi stack output --json`` printed, with the recovery generations
+    checked: what the plan takes as "last deployed"."""
+    try:
+        text = Path(source).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--previous-outputs {source}: cannot be read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--previous-outputs {source}: is not UTF-8 text") from None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"--previous-outputs {source}: not JSON ({exc.msg}, line {exc.lineno}); write it with "
+            f"`pulumi stack output --json > {source}`"
+        ) from None
+    if not isinstance(document, dict):
+        raise UsageError(
+            f"--previous-outputs {source}: expected an object of stack outputs, as "
+            f"`pulumi stack output --json` prints, not a {type(document).__name__}"
+        )
+    for key in (GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT):
+        _generations(document, key, source)
+    return document
 
 
 def plan_document(result: offline.ProgramRun) -> dict[str, Any]:
@@ -144,12 +271,25 @@ def manifest_file_name(manifest: dict[str, Any]) -> str:
     return f"{manifest['kind'].lower()}-{namespace}-{metadata['name']}.yaml"
 
 
+def _written_by_a_plan(path: Path) -> bool:
+    """Whether ``path`` is a regular file an earlier plan wrote (it starts with the header).
+    Folders, broken links and files that cannot be read are somebody else's: left alone."""
+    if not path.is_file():
+        return False
+    header = MANIFEST_HEADER.encode()
+    try:
+        with path.open("rb") as file:
+            return file.read(len(header)) == header
+    except OSError:
+        return False
+
+
 def write_manifests(result: offline.ProgramRun, directory: Path) -> list[Path]:
     """Write one YAML file per Kubernetes object. Files an earlier run wrote (recognised by
     their header) are removed first, so the folder never holds an object the stack dropped."""
     directory.mkdir(parents=True, exist_ok=True)
     for old in directory.glob("*.yaml"):
-        if old.read_text().startswith(MANIFEST_HEADER):
+        if _written_by_a_plan(old):
             old.unlink()
     written = []
     for manifest in kubernetes_objects(result):
@@ -161,30 +301,68 @@ def write_manifests(result: offline.ProgramRun, directory: Path) -> list[Path]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
+    try:
+        check_stack_name(args.stack)
+        if args.json:
+            check_json_target(args.json)
+        if args.manifests:
+            check_manifest_folder(args.manifests)
+        previous_outputs = read_previous_outputs(args.previous_outputs) if args.previous_outputs else None
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
     if args.live:
         os.environ.pop("TPU_TRAINING_OFFLINE", None)
     else:
         os.environ["TPU_TRAINING_OFFLINE"] = "1"
     try:
         project = offline.load_project()
-        result = offline.run_program(project, args.stack)
-    except (offline.ProjectFileError, pulumi.RunError) as exc:
+        result = offline.run_program(project, args.stack, previous_outputs=previous_outputs)
+    except offline.ProjectFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    except pulumi.RunError as exc:
+        # Say why a value reads '[secret]' when that is what the program refused.
+        for warning in offline.stack_config(project, args.stack)[2]:
+            print(f"warning: {warning}", file=sys.stderr)
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
 
-    written = write_manifests(result, Path(args.manifests)) if args.manifests else []
-    if args.json == "-":
-        json.dump(plan_document(result), sys.stdout, indent=2, sort_keys=True)
-        sys.stdout.write("\n")
-        return 0
-    print(render_tree(result))
-    if args.json:
-        Path(args.json).write_text(json.dumps(plan_document(result), indent=2, sort_keys=True) + "\n")
-        print(f"plan written to {args.json}")
+    try:
+        written = write_manifests(result, Path(args.manifests)) if args.manifests else []
+        if args.json == "-":
+            json.dump(plan_document(result), sys.stdout, indent=2, sort_keys=True)
+            sys.stdout.write("\n")
+            return EXIT_OK
+        print(render_tree(result))
+        if args.json:
+            Path(args.json).write_text(json.dumps(plan_document(result), indent=2, sort_keys=True) + "\n")
+            print(f"plan written to {args.json}")
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):
+            raise
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"error: cannot write{where}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_CANNOT_WRITE
     if args.manifests:
         print(f"{len(written)} Kubernetes manifests written to {args.manifests}")
-    return 0
+    return EXIT_OK
+
+
+def _run() -> int:
+    try:
+        status = main()
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        # The reader went away (`... | head`): not an error of the plan. Python would complain
+        # again when it flushes stdout at exit, so point stdout at nothing first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_run())

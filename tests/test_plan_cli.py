@@ -1,0 +1,171 @@
+"""`python -m infra.plan` as a command: its arguments are checked before any work, its exit
+statuses tell argument errors from config errors, and no output path ends in a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from infra import plan
+from tests.conftest import REPO, run_plan
+
+
+def assert_refused_before_any_work(
+    result: subprocess.CompletedProcess[str], status: int, *words: str
+) -> None:
+    assert result.returncode == status, result.stderr
+    assert "Traceback" not in result.stderr
+    # Nothing ran: the tree (which starts "Stack tpu-training/...") was never printed.
+    assert result.stdout == ""
+    for word in words:
+        assert word in result.stderr
+
+
+def test_json_into_a_missing_folder_is_refused_before_the_plan_runs(tmp_path):
+    result = run_plan("--json", str(tmp_path / "missing" / "plan.json"))
+    assert_refused_before_any_work(result, plan.EXIT_USAGE, "--json", "does not exist")
+
+
+def test_json_onto_a_folder_is_refused(tmp_path):
+    result = run_plan("--json", str(tmp_path))
+    assert_refused_before_any_work(result, plan.EXIT_USAGE, "--json", "is a folder")
+
+
+def test_manifests_onto_a_file_or_below_one_is_refused(tmp_path):
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine\n")
+    for target, reason in ((a_file, "is a file, not a folder"), (a_file / "sub", f"{a_file} is a file")):
+        result = run_plan("--manifests", str(target))
+        assert_refused_before_any_work(result, plan.EXIT_USAGE, "--manifests", reason)
+    assert a_file.read_text() == "mine\n"
+
+
+def test_manifests_leave_alone_what_an_earlier_plan_did_not_write(tmp_path):
+    folder = tmp_path / "manifests"
+    folder.mkdir()
+    (folder / "x.yaml").mkdir()  # a folder named like a manifest
+    (folder / "broken.yaml").symlink_to(tmp_path / "nowhere")
+    (folder / "latin1.yaml").write_bytes(b"# caf\xe9\n")
+    os.mkfifo(folder / "pipe.yaml")  # opening it to read would wait for a writer forever
+    (folder / "old.yaml").write_text(plan.MANIFEST_HEADER + "kind: Job\n")
+
+    result = run_plan("--manifests", str(folder))
+
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    left = {p.name for p in folder.iterdir()}
+    assert {"x.yaml", "broken.yaml", "latin1.yaml", "pipe.yaml"} <= left
+    assert "old.yaml" not in left  # an earlier plan's file, for an object the stack no longer has
+    assert "job-default-train-v6e.yaml" in left
+
+
+def test_a_manifest_that_cannot_be_written_exits_73_and_names_the_file(tmp_path):
+    folder = tmp_path / "manifests"
+    (folder / "job-default-train-v6e.yaml").mkdir(parents=True)
+    result = run_plan("--manifests", str(folder))
+    assert result.returncode == plan.EXIT_CANNOT_WRITE
+    assert "Traceback" not in result.stderr
+    assert "cannot write" in result.stderr and "job-default-train-v6e.yaml" in result.stderr
+
+
+@pytest.mark.parametrize("stack", ["../evil", "", "a/b", "x" * 101, "dev eu"])
+def test_stack_names_pulumi_refuses_are_argument_errors(stack):
+    result = run_plan("--stack", stack)
+    assert_refused_before_any_work(result, plan.EXIT_USAGE, "--stack", "1 to 100 letters")
+
+
+def test_unknown_options_exit_64_not_the_config_status():
+    result = run_plan("--bogus")
+    assert result.returncode == plan.EXIT_USAGE != plan.EXIT_CONFIG_ERROR
+    assert "unrecognized arguments: --bogus" in result.stderr
+
+
+def test_previous_outputs_are_the_generations_a_kept_node_and_job_stay_at(tmp_path):
+    previous = tmp_path / "outputs.json"
+    # The shape `pulumi stack output --json` prints: every output of the stack by name.
+    previous.write_text(
+        json.dumps(
+            {
+                "checkpointBuckets": {"europe-west4": "gs://b"},
+                "recoveryGenerations": {"demo-tpu": 4},
+                "jobRecoveryGenerations": {"train-v6e": 2},
+            }
+        )
+    )
+    result = run_plan("--previous-outputs", str(previous), "--json", "-")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["outputs"]["recoveryGenerations"] == {"demo-tpu": 4}
+    assert document["outputs"]["jobRecoveryGenerations"] == {"train-v6e": 2}
+    vm = next(r for r in document["resources"] if r["type"] == "gcp:tpu/v2Vm:V2Vm")
+    assert vm["inputs"]["labels"]["recovery-generation"] == "4"
+
+    without = json.loads(run_plan("--json", "-").stdout)
+    assert without["outputs"]["recoveryGenerations"] == {"demo-tpu": 0}
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ("not json", "not JSON"),
+        ("[1, 2]", "expected an object of stack outputs"),
+        ('{"recoveryGenerations": [1]}', "recoveryGenerations must be an object"),
+        ('{"recoveryGenerations": {"demo-tpu": -1}}', "recoveryGenerations.demo-tpu = -1"),
+        ('{"jobRecoveryGenerations": {"train-v6e": "2"}}', 'jobRecoveryGenerations.train-v6e = "2"'),
+        ('{"recoveryGenerations": {"demo-tpu": true}}', "recoveryGenerations.demo-tpu = true"),
+    ],
+)
+def test_previous_outputs_of_the_wrong_shape_are_argument_errors(tmp_path, content, reason):
+    previous = tmp_path / "outputs.json"
+    previous.write_text(content)
+    result = run_plan("--previous-outputs", str(previous))
+    assert_refused_before_any_work(result, plan.EXIT_USAGE, "--previous-outputs", reason)
+
+
+def test_a_missing_previous_outputs_file_is_an_argument_error(tmp_path):
+    result = run_plan("--previous-outputs", str(tmp_path / "none.json"))
+    assert_refused_before_any_work(result, plan.EXIT_USAGE, "cannot be read")
+
+
+def test_config_errors_keep_status_2_and_say_what_reads_secret(scratch_project):
+    dev = yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text())
+    dev["config"]["tpu-training:labels"] = {"owner": {"secure": "v1:abc"}}
+    (scratch_project / "Pulumi.sec.yaml").write_text(yaml.safe_dump(dev))
+    result = run_plan("--stack", "sec", cwd=scratch_project)
+    assert result.returncode == plan.EXIT_CONFIG_ERROR
+    assert "holds a secret, which the offline plan cannot decrypt" in result.stderr
+
+
+def test_a_successful_run_leaves_no_event_loop_open():
+    # Python reports loops still open at exit as a ResourceWarning (shown in development mode);
+    # outside it, at shutdown, as "Exception ignored in: BaseEventLoop.__del__".
+    result = subprocess.run(
+        [sys.executable, "-X", "dev", "-W", "ignore::DeprecationWarning", "-m", "infra.plan"],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "unclosed event loop" not in result.stderr
+    assert "Exception ignored" not in result.stderr
+
+
+def test_a_reader_that_is_gone_gets_no_traceback():
+    # `true` exits at once, so the plan's first write meets a closed pipe.
+    result = subprocess.run(
+        ["bash", "-c", f"'{sys.executable}' -m infra.plan | true"],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0
+    assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr
