@@ -79,13 +79,22 @@ def plan_training(
             f"got {learning_rate_scaling!r}"
         )
 
+    if base_learning_rate is not None and not (math.isfinite(base_learning_rate) and base_learning_rate > 0):
+        raise ValueError(f"base_learning_rate must be a positive, finite number, got {base_learning_rate}")
+
     global_batch = per_core_batch_size * cores
-    steps = math.ceil(total_examples / global_batch) if total_examples is not None else None
+    # Integer ceiling division: `math.ceil(a / b)` divides as floats and is off past 2**53.
+    steps = -(-total_examples // global_batch) if total_examples is not None else None
 
     learning_rate: Optional[float] = None
     if base_learning_rate is not None:
         ratio = cores / reference_cores
         factor = {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[learning_rate_scaling]
         learning_rate = base_learning_rate * factor
+        if not math.isfinite(learning_rate):
+            raise ValueError(
+                f"base_learning_rate {base_learning_rate} scaled {learning_rate_scaling} to {cores} cores "
+                f"is not a finite number"
+            )
 
     return TrainingPlan(per_core_batch_size, cores, global_batch, steps, epochs, learning_rate)

@@ -30,10 +30,17 @@ def test_steps_round_up_so_no_example_is_dropped():
     assert plan_training(per_core_batch_size=128, cores=8, total_examples=100_000).train_steps == 98
 
 
+def test_steps_are_exact_past_2_to_the_53():
+    # math.ceil((2**53 + 1) / 1024) gives 8796093022208, one step short of the examples.
+    plan = plan_training(per_core_batch_size=128, cores=8, total_examples=2**53 + 1)
+    assert plan.train_steps == 8796093022209
+
+
 @given(
     st.integers(1, 4096),
     st.sampled_from([1, 4, 8, 16, 32, 64, 128, 256, 512]),
-    st.integers(1, 10**9),
+    # Past 2**53 a float division loses the last digits: the steps must still be exact.
+    st.one_of(st.integers(1, 10**9), st.integers(2**53, 2**64)),
 )
 def test_steps_cover_every_example_with_less_than_one_batch_over(per_core, cores, examples):
     plan = plan_training(per_core_batch_size=per_core, cores=cores, total_examples=examples)
@@ -94,6 +101,15 @@ def test_linear_scaling_is_proportional_to_the_global_batch(base, cores, referen
         {"per_core_batch_size": 8, "cores": 8, "epochs": 1, "total_examples": 10},
         {"per_core_batch_size": 8, "cores": 8, "total_examples": -1},
         {"per_core_batch_size": 8, "cores": 8, "epochs": 1, "learning_rate_scaling": "cubic"},
+        {"per_core_batch_size": 8, "cores": 8, "epochs": 1, "base_learning_rate": math.inf},
+        {"per_core_batch_size": 8, "cores": 8, "epochs": 1, "base_learning_rate": math.nan},
+        {
+            "per_core_batch_size": 8,
+            "cores": 2048,
+            "epochs": 1,
+            "base_learning_rate": 1e308,
+            "learning_rate_scaling": "linear",
+        },
     ],
 )
 def test_bad_arguments_are_refused(kwargs):
