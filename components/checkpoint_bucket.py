@@ -10,6 +10,7 @@ from typing_extensions import NotRequired
 
 from .catalogue import is_region
 from .errors import InvalidArgument, check_known, check_labels
+from .gcp_locations import region_problem
 from .naming import bucket_name_problem
 
 
@@ -41,6 +42,9 @@ def _validate(args: CheckpointBucketArgs) -> None:
             f"CheckpointBucketArgs.region: {args['region']!r} is not a region name such as "
             f"'europe-west4' (a zone such as 'europe-west4-a' is not accepted here)"
         )
+    problem = region_problem(args["region"])
+    if problem:
+        raise InvalidArgument(f"CheckpointBucketArgs.region: {problem}")
     problem = bucket_name_problem(args["bucket_name"])
     if problem:
         raise InvalidArgument(f"CheckpointBucketArgs.bucket_name: {problem}")

@@ -8,7 +8,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import pulumi
 
 from .naming import label_problem
-from .startup_script import env_name_problem
+from .startup_script import RESERVED_ENV_NAMES, env_name_problem
 
 
 class InvalidArgument(pulumi.RunError):
@@ -52,9 +52,22 @@ def check_checkpoint_dir(where: str, checkpoint_dir: str) -> None:
         raise InvalidArgument(f"{where}: checkpoint_dir {checkpoint_dir!r} must start with gs://")
 
 
-def check_environment(where: str, environment: Mapping[str, str]) -> None:
-    """Reject environment variable names a shell or a container would refuse."""
-    for key in environment:
+CHECKPOINT_VARIABLE = "CHECKPOINT_DIR"
+
+
+def check_environment(where: str, environment: Mapping[str, str], checkpoint_dir: str) -> None:
+    """Reject environment variable names a shell or a container would refuse, and values the run
+    would not get: ``CHECKPOINT_DIR`` is ``checkpoint_dir`` (it may be repeated, not changed), and
+    names that break the training script are refused rather than dropped."""
+    for key, value in environment.items():
         problem = env_name_problem(key)
         if problem:
             raise InvalidArgument(f"{where}: {problem}")
+        if key == CHECKPOINT_VARIABLE:
+            if value != checkpoint_dir:
+                raise InvalidArgument(
+                    f"{where}: environment {key}={value!r} differs from checkpoint_dir "
+                    f"{checkpoint_dir!r}, where the run checkpoints; drop it from environment"
+                )
+        elif key in RESERVED_ENV_NAMES:
+            raise InvalidArgument(f"{where}: environment variable {key}: {RESERVED_ENV_NAMES[key]}")

@@ -13,6 +13,7 @@ from typing_extensions import NotRequired
 
 from . import catalogue
 from .errors import InvalidArgument, check_known, check_labels, check_one_of
+from .gcp_locations import region_problem
 from .maintenance_window import (
     DEFAULT_UPGRADE_EXCLUSION_START,
     UPGRADE_EXCLUSION_SCOPES,
@@ -106,6 +107,9 @@ def _validate(name: str, args: GkeTpuClusterArgs) -> RecurringWindow:
             f"{where}: location {args['location']!r} must be a region such as 'europe-west4' "
             f"(a regional control plane stays up while a zone is in maintenance)"
         )
+    problem = region_problem(args["location"])
+    if problem:
+        raise InvalidArgument(f"{where}: location {problem}")
     cluster_name = args.get("cluster_name", name)
     if not _CLUSTER_NAME.match(cluster_name):
         raise InvalidArgument(

@@ -8,6 +8,7 @@ put a ``pulumi.Output`` where a label value goes.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
@@ -39,6 +40,68 @@ MAX_JOB_NAME = 52
 def job_name_problem(name: str) -> Optional[str]:
     """Why ``name`` cannot name a training Job, or None."""
     return dns_label_problem("job name", name, MAX_JOB_NAME)
+
+
+MAX_NAMESPACE = 63
+# Kubernetes: "Avoid creating namespaces with the prefix kube-, since it is reserved for
+# Kubernetes system namespaces" (https://kubernetes.io/docs/concepts/overview/working-with-objects/namespaces/).
+_SYSTEM_NAMESPACE_PREFIX = "kube-"
+
+
+def namespace_problem(namespace: str) -> Optional[str]:
+    """Why a training Job cannot run in ``namespace``, or None."""
+    if namespace.startswith(_SYSTEM_NAMESPACE_PREFIX):
+        return (
+            f"namespace {namespace!r} starts with 'kube-', which Kubernetes reserves for its system "
+            f"namespaces (kube-system, kube-public, kube-node-lease); use 'default' or a name of your own"
+        )
+    if len(namespace) > MAX_NAMESPACE or not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", namespace):
+        return (
+            f"namespace {namespace!r} must be 1-{MAX_NAMESPACE} lowercase letters, digits or '-', "
+            f"starting and ending with a letter or digit"
+        )
+    return None
+
+
+# The container image reference grammar of distribution/reference (reference.go, regexp.go),
+# which the kubelet's runtime parses: [registry[:port]/]path[:tag][@digest].
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
+_TAG = r"[\w][\w.-]{0,127}"
+_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+_IMAGE_REFERENCE = re.compile(
+    rf"^(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*(?::{_TAG})?(?:@{_DIGEST})?$"
+)
+MAX_IMAGE_NAME = 255
+"""distribution/reference: NameTotalLengthMax, the registry and path without tag or digest."""
+IMAGE_RULE = (
+    "[registry[:port]/]path[:tag][@digest], e.g. 'us-docker.pkg.dev/my-project/my-repo/trainer:v1': "
+    "the path is lowercase letters and digits, joined by '/', '.', '_', '__' or '-'; the tag is up to "
+    "128 letters, digits, '_', '.' or '-'; no spaces"
+)
+
+
+def image_problem(image: str) -> Optional[str]:
+    """Why ``image`` is not a container image reference a node could pull, or None."""
+    if not image.strip():
+        return "the container image is blank"
+    if any(character.isspace() for character in image):
+        return f"container image {image!r} contains whitespace; an image reference is {IMAGE_RULE}"
+    if not _IMAGE_REFERENCE.match(image):
+        if _IMAGE_REFERENCE.match(image.lower()):
+            return f"container image {image!r} has uppercase letters in its path, which must be lowercase"
+        return f"container image {image!r} is not an image reference, which is {IMAGE_RULE}"
+    name = image.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    if ":" in last:
+        name = name[: len(name) - len(last)] + last.split(":", 1)[0]
+    if len(name) > MAX_IMAGE_NAME:
+        return (
+            f"container image {image!r}: the name before the tag is {len(name)} characters; "
+            f"at most {MAX_IMAGE_NAME}"
+        )
+    return None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional, Sequence
 
 from .catalogue import CatalogueError, SliceShape, region_of_zone, slice_shape
+from .gcp_locations import zone_problem
 from .naming import dns_label_problem
 from .tpu_availability import flex_start_problem, zone_warning
 
@@ -20,6 +21,16 @@ FLEX_START_MIN_GKE_VERSION = "1.33.0-gke.1712000"
 
 FLEX_START_MAX_RUN_SECONDS = 7 * 24 * 3600
 """Flex-start nodes live at most seven days (seed 002)."""
+
+MAX_DURATION_SECONDS = 315_576_000_000
+"""The longest duration the API's protobuf Duration holds: "Must be from -315,576,000,000 to
++315,576,000,000 inclusive" (google/protobuf/duration.proto)."""
+
+MAX_NODES_PER_POOL_ZONE = 1_000
+MAX_NODES_PER_CLUSTER = 15_000
+"""GKE "Quotas and limits" (https://cloud.google.com/kubernetes-engine/quotas), Standard clusters:
+1,000 nodes per node pool in each zone, 15,000 nodes per cluster (65,000 only for clusters set up
+for it, which this stack does not declare)."""
 
 
 # Generations whose multi-host slices GKE places with a workload policy, not COMPACT placement.
@@ -139,6 +150,18 @@ class TpuNodePoolPlan:
         return tuple(warning for warning in found if warning)
 
     @property
+    def size_warnings(self) -> tuple[str, ...]:
+        """A multi-host slice of more VMs than GKE's per-zone node pool limit: Google documents
+        such slices (v5p 16x16x24 is 1,536 VMs), so only a warning."""
+        if self.multi_host and self.shape.vms > MAX_NODES_PER_POOL_ZONE:
+            return (
+                f"a {self.shape.topology} slice is {self.shape.vms} VMs in one node pool and zone, above "
+                f"GKE's general limit of {MAX_NODES_PER_POOL_ZONE} nodes per pool and zone; check "
+                f"your quota before `pulumi up`",
+            )
+        return ()
+
+    @property
     def placement_topology(self) -> Optional[str]:
         """COMPACT placement with the topology, for multi-host slices only: a single-host pool
         with a topology in its placement policy is rejected by GKE."""
@@ -179,7 +202,13 @@ def parse_duration(value: str) -> int:
             f"maxRunDuration {value!r} is not a duration; write a whole number and a unit "
             f"(s, m, h or d), e.g. '72h' or '7d'"
         )
-    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    seconds = int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if seconds > MAX_DURATION_SECONDS:
+        raise NodePoolError(
+            f"maxRunDuration {value!r} is {seconds}s, longer than the longest duration the API "
+            f"takes ({MAX_DURATION_SECONDS}s)"
+        )
+    return seconds
 
 
 def node_pool_name_problem(name: str) -> Optional[str]:
@@ -212,6 +241,9 @@ def plan_tpu_node_pool(
     if not zones:
         raise NodePoolError("nodeLocations is empty; give the zone (or zones) the TPU nodes run in")
     for zone in zones:
+        problem = zone_problem(zone)
+        if problem:
+            raise NodePoolError(f"node location {problem}")
         if region_of_zone(zone) != cluster_region:
             raise NodePoolError(
                 f"node location {zone!r} is outside the cluster's region {cluster_region!r}; "
@@ -264,6 +296,11 @@ def plan_tpu_node_pool(
         reservation=reservation,
         max_run_seconds=seconds,
     )
+    if not plan.multi_host and plan.max_nodes_per_pool > MAX_NODES_PER_POOL_ZONE * len(zones):
+        raise NodePoolError(
+            f"{slices} single-host slices are {slices} nodes in {len(zones)} zone(s), above GKE's limit "
+            f"of {MAX_NODES_PER_POOL_ZONE} nodes per node pool in each zone; add zones or split the pool"
+        )
     for pool_name in plan.pool_names:
         problem = node_pool_name_problem(pool_name)
         if problem:

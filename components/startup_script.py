@@ -15,12 +15,42 @@ COMPLETION_MARKER = "TRAINING_COMPLETE"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+_CHANGES_HOW_BASH_RUNS = "it changes how bash runs the startup script and the container's command"
+RESERVED_ENV_NAMES: Mapping[str, str] = {
+    "CHECKPOINT_DIR": (
+        "the stack sets it to the run's folder in its checkpoint bucket (tpu-training:bucket.name "
+        "chooses the bucket)"
+    ),
+    "PATH": (
+        "the startup script and the container find bash, gcloud, flock and the trainer through it; "
+        "extend it inside the training command instead (PATH=/opt/bin:$PATH python3 ...)"
+    ),
+    "IFS": _CHANGES_HOW_BASH_RUNS,
+    "BASH_ENV": _CHANGES_HOW_BASH_RUNS,
+    "ENV": _CHANGES_HOW_BASH_RUNS,
+    "SHELLOPTS": _CHANGES_HOW_BASH_RUNS,
+    "BASHOPTS": _CHANGES_HOW_BASH_RUNS,
+    "CDPATH": _CHANGES_HOW_BASH_RUNS,
+}
+"""Variables a user's ``env`` may not set, and why: the stack sets them, or setting them breaks
+the script that trains (the script would run, but not train)."""
+
+
 def env_name_problem(name: str) -> Optional[str]:
+    """Why ``name`` is no environment variable name a shell or a container takes, or None."""
     if not _ENV_NAME.match(name):
         return (
             f"environment variable name {name!r} must be letters, digits and '_', not starting with a digit"
         )
     return None
+
+
+def user_env_problem(name: str) -> Optional[str]:
+    """Why a user's ``env`` cannot set ``name``, or None."""
+    problem = env_name_problem(name)
+    if problem is None and name in RESERVED_ENV_NAMES:
+        problem = f"environment variable {name} cannot be set in env: {RESERVED_ENV_NAMES[name]}"
+    return problem
 
 
 def render_startup_script(

@@ -17,6 +17,7 @@ from .errors import (
     check_labels,
     check_one_of,
 )
+from .gcp_locations import zone_problem
 from .recovery import GENERATION_LABEL
 from .startup_script import render_shutdown_script, render_startup_script
 
@@ -78,13 +79,19 @@ def _validate(name: str, args: PreemptibleTpuVmArgs) -> catalogue.AcceleratorTyp
     check_known(where, args, PreemptibleTpuVmArgs.__annotations__)
     try:
         catalogue.region_of_zone(args["zone"])
+        problem = zone_problem(args["zone"])
+        if problem:
+            raise InvalidArgument(f"{where}: {problem}")
         accelerator = catalogue.accelerator_type(args["accelerator_type"])
     except catalogue.CatalogueError as exc:
         raise InvalidArgument(f"{where}: {exc}") from None
     provisioning = args.get("provisioning", "spot")
     check_one_of(where, "provisioning", provisioning, PROVISIONING_MODELS)
+    if not args["train_command"].strip():
+        # A blank command "succeeds" at once: the script would mark training complete untrained.
+        raise InvalidArgument(f"{where}: train_command is blank; give the command that trains")
     check_checkpoint_dir(where, args["checkpoint_dir"])
-    check_environment(where, args.get("environment", {}))
+    check_environment(where, args.get("environment", {}), args["checkpoint_dir"])
     check_labels(where, args.get("labels", {}))
     return accelerator
 

@@ -9,17 +9,24 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 from typing_extensions import NotRequired
 
-from .errors import InvalidArgument, check_checkpoint_dir, check_environment, check_known, check_labels
+from .errors import (
+    CHECKPOINT_VARIABLE,
+    InvalidArgument,
+    check_checkpoint_dir,
+    check_environment,
+    check_known,
+    check_labels,
+)
 from .job_manifests import (
     TrainingJobSpec,
     headless_service_manifest,
+    image_problem,
     job_manifest,
     job_name_problem,
+    namespace_problem,
     service_account_manifest,
 )
 from .node_pool_plan import TpuNodePoolPlan
-
-CHECKPOINT_VARIABLE = "CHECKPOINT_DIR"
 
 
 class TpuTrainingJobArgs(TypedDict):
@@ -61,10 +68,16 @@ def _validate(name: str, args: TpuTrainingJobArgs) -> None:
     problem = job_name_problem(args.get("job_name", name))
     if problem:
         raise InvalidArgument(f"{where}: {problem}")
-    if not args["command"]:
-        raise InvalidArgument(f"{where}: command is empty; give the training command as a list of words")
+    if not args["command"] or not args["command"][0].strip():
+        raise InvalidArgument(
+            f"{where}: command {list(args['command'])!r} has no program to run; give the training "
+            f"command as a list of words, the program first"
+        )
+    for problem in (image_problem(args["image"]), namespace_problem(args.get("namespace", "default"))):
+        if problem:
+            raise InvalidArgument(f"{where}: {problem}")
     check_checkpoint_dir(where, args["checkpoint_dir"])
-    check_environment(where, args.get("environment", {}))
+    check_environment(where, args.get("environment", {}), args["checkpoint_dir"])
     check_labels(where, args.get("labels", {}))
 
 

@@ -84,7 +84,7 @@ def test_outputs_name_url_region():
     [
         ({"region": "europe-west4-a"}, "region: 'europe-west4-a' is not a region"),
         ({"bucket_name": "My_Bucket"}, "bucket_name: bucket name 'My_Bucket'"),
-        ({"bucket_name": "googbucket"}, "not containing 'goog'"),
+        ({"bucket_name": "googbucket"}, "begins with 'goog'"),
         ({"labels": {"Team": "x"}}, "label key 'Team'"),
         ({"noncurrent_versions_kept": 0}, "noncurrent_versions_kept: must be an integer >= 1"),
         ({"regoin": "europe-west4"}, "unknown argument 'regoin' (did you mean 'region'?)"),

@@ -327,7 +327,7 @@ def _cluster_and_job(vms_topology: str = "4x4") -> Any:
                 "google_service_account_id": "projects/proj/serviceAccounts/trainer",
                 "workload_pool": cluster.workload_pool,
                 "namespace": "research",
-                "environment": {"CHECKPOINT_DIR": "ignored", "TRAIN_STEPS": "10"},
+                "environment": {"CHECKPOINT_DIR": "gs://bucket/checkpoints/job-1", "TRAIN_STEPS": "10"},
                 "recovery_generation": 2,
             },
         )
