@@ -135,12 +135,18 @@ def _mapping(path: Path, what: str, value: Any) -> dict[str, Any]:
     return dict(value)
 
 
-SECRET_PLACEHOLDER = "[secret]"
+SECRET_PLACEHOLDER = "offline-secret"
+"""What a `secure:` value reads as offline, where there is no key to decrypt it: a stand-in that
+is also a valid project ID, label value, name or image, so a secret where one of those goes is a
+warning, not an error."""
 
 
 def _encode(value: Any) -> str:
     """How the CLI hands a config value to the program: plain text for scalars, JSON for
-    objects and lists (which ``Config.get_object`` parses back)."""
+    objects and lists (which ``Config.get_object`` parses back), and an empty string for a
+    top-level `null` (pulumi/pulumi sdk/go/common/workspace/loaders.go, since 3.173.0)."""
+    if value is None:
+        return ""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (dict, list)):
@@ -204,13 +210,19 @@ def stack_config(project: Project, stack: str) -> tuple[dict[str, str], list[str
     secret_keys: list[str] = []
     warnings: list[str] = []
     for key, value in merged.items():
+        if value is None:
+            # The CLI's own warning, word for word but for the key.
+            warnings.append(
+                f"No value for configuration key {key!r}. This is currently treated as an empty "
+                f'string "", but will be treated as `null` in a future version of pulumi.'
+            )
         found: list[bool] = []
         values[key] = _encode(_strip_secrets(value, found))
         if found:
             secret_keys.append(key)
             warnings.append(
                 f"{key} holds a secret, which the offline plan cannot decrypt; "
-                f"it shows {SECRET_PLACEHOLDER!r} in its place"
+                f"it reads {SECRET_PLACEHOLDER!r} in its place"
             )
     return values, secret_keys, warnings
 

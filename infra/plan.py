@@ -323,7 +323,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     except pulumi.RunError as exc:
-        # Say why a value reads '[secret]' when that is what the program refused.
+        # Say why a value reads 'offline-secret' when that is what the program refused.
         for warning in offline.stack_config(project, args.stack)[2]:
             print(f"warning: {warning}", file=sys.stderr)
         print(f"error: {exc}", file=sys.stderr)

@@ -6,13 +6,18 @@ a single resource, so bad input never leaves a half-applied change behind.
 
 from __future__ import annotations
 
+import difflib
+import functools
+import importlib.util
 import ipaddress
 import json
 import re
-from typing import Any, Callable, Literal, Optional
+from pathlib import Path
+from typing import Annotated, Any, Callable, Literal, Optional
 
 import pulumi
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -27,7 +32,8 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from tpu_training_components import catalogue, naming
 from tpu_training_components.errors import suggestion
-from tpu_training_components.job_manifests import job_name_problem
+from tpu_training_components.gcp_locations import region_problem, zone_problem
+from tpu_training_components.job_manifests import image_problem, job_name_problem, namespace_problem
 from tpu_training_components.maintenance_window import (
     DEFAULT_UPGRADE_EXCLUSION_START,
     MaintenanceWindowError,
@@ -35,9 +41,15 @@ from tpu_training_components.maintenance_window import (
     recurring_window,
 )
 from tpu_training_components.network_plan import NetworkPlanError, plan_network
-from tpu_training_components.node_pool_plan import TpuNodePoolPlan, gke_version_problem, plan_tpu_node_pool
+from tpu_training_components.node_pool_plan import (
+    MAX_NODES_PER_CLUSTER,
+    TpuNodePoolPlan,
+    gke_version_problem,
+    plan_tpu_node_pool,
+)
+from tpu_training_components.recovery import GENERATION_LABEL
 from tpu_training_components.scaling import LearningRateScaling, TrainingPlan, plan_training
-from tpu_training_components.startup_script import env_name_problem
+from tpu_training_components.startup_script import user_env_problem
 from tpu_training_components.tpu_availability import zone_warning
 
 PROJECT = "tpu-training"
@@ -85,12 +97,29 @@ def _no_problem(problem_of: Callable[[str], Optional[str]]) -> Callable[[str], s
     return check
 
 
-def _check_env_names(env: dict[str, str]) -> dict[str, str]:
-    for name in env:
-        problem = env_name_problem(name)
-        if problem:
-            raise ValueError(problem)
-    return env
+def _not_blank(what: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if not value.strip():
+            raise ValueError(f"{what} is blank")
+        return value
+
+    return check
+
+
+def _no_reserved_label(key: str) -> str:
+    if key == GENERATION_LABEL:
+        raise ValueError(
+            f"label key {key!r} is the stack's own: recovery writes each node's and Job's generation in it"
+        )
+    return key
+
+
+# Types whose errors name the one label or variable at fault (`labels.Team`, `env.PATH`).
+LabelKey = Annotated[
+    StrictStr, AfterValidator(_no_problem(naming.label_key_problem)), AfterValidator(_no_reserved_label)
+]
+LabelValue = Annotated[StrictStr, AfterValidator(_no_problem(naming.label_value_problem))]
+EnvName = Annotated[StrictStr, AfterValidator(_no_problem(user_env_problem))]
 
 
 class TpuVmConfig(_Model):
@@ -101,19 +130,21 @@ class TpuVmConfig(_Model):
     accelerator_type: StrictStr
     runtime_version: StrictStr = Field(min_length=1)
     provisioning: Provisioning = "spot"
-    train_command: StrictStr = Field(min_length=1)
+    # A blank command "succeeds" at once, and the script would mark training complete untrained.
+    train_command: Annotated[StrictStr, AfterValidator(_not_blank("the training command"))]
     setup_command: Optional[StrictStr] = None
-    env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    env: dict[EnvName, StrictStr] = Field(default_factory=dict)
     external_ip: StrictBool = False
     network: Optional[StrictStr] = None
     subnetwork: Optional[StrictStr] = None
-
-    _env_names = field_validator("env")(_check_env_names)
 
     @field_validator("zone")
     @classmethod
     def _zone_is_a_zone(cls, zone: str) -> str:
         catalogue.region_of_zone(zone)
+        problem = zone_problem(zone)
+        if problem:
+            raise ValueError(problem)
         return zone
 
     @field_validator("accelerator_type")
@@ -150,7 +181,7 @@ class TrainingConfig(_Model):
     per_core_batch_size: StrictInt = Field(ge=1)
     total_examples: Optional[StrictInt] = Field(default=None, ge=1)
     epochs: Optional[StrictInt] = Field(default=None, ge=1)
-    base_learning_rate: Optional[StrictFloat] = Field(default=None, gt=0)
+    base_learning_rate: Optional[StrictFloat] = Field(default=None, gt=0, allow_inf_nan=False)
     learning_rate_scaling: LearningRateScaling = "none"
     reference_cores: StrictInt = Field(default=8, ge=1)
 
@@ -183,7 +214,8 @@ class TrainingConfig(_Model):
 class RecoveryConfig(_Model):
     """``tpu-training:recovery``: how `pulumi up` recovers TPU VMs."""
 
-    maintenance_grace_minutes: StrictInt = Field(default=30, ge=0)
+    # At most a week: a maintenance event that has not healed in a week will not heal.
+    maintenance_grace_minutes: StrictInt = Field(default=30, ge=0, le=7 * 24 * 60)
     read_live_state: StrictBool = True
 
 
@@ -236,12 +268,18 @@ class ClusterConfig(_Model):
     @classmethod
     def _control_plane_range(cls, value: Optional[str]) -> Optional[str]:
         # GKE: the control plane's range of a private cluster is a private /28.
+        if value is None:
+            return value
         try:
-            network = ipaddress.IPv4Network(value or "", strict=True)
+            network = ipaddress.IPv4Network(value, strict=False)
         except ValueError:
             network = None
-        if value is not None and (network is None or network.prefixlen != 28 or not network.is_private):
+        if network is None or network.prefixlen != 28 or not network.is_private:
             raise ValueError("must be a private IPv4 /28 range such as '172.16.0.32/28'")
+        if str(network) != value:
+            raise ValueError(
+                f"is not the start of its /28 (host bits are set); did you mean {str(network)!r}?"
+            )
         return value
 
     @field_validator("location")
@@ -252,6 +290,9 @@ class ClusterConfig(_Model):
                 "must be a region such as 'europe-west4', not a zone: a regional control plane "
                 "stays up while a zone is in maintenance"
             )
+        problem = region_problem(location)
+        if problem:
+            raise ValueError(problem)
         return location
 
     _flex_start_version = field_validator("min_version")(_no_problem(gke_version_problem))
@@ -298,15 +339,22 @@ class JobConfig(_Model):
 
     name: StrictStr
     node_pool: StrictStr
-    image: StrictStr = Field(min_length=1)
+    image: StrictStr
     command: tuple[StrictStr, ...] = Field(min_length=1)
-    env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
-    namespace: StrictStr = Field(default="default", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    env: dict[EnvName, StrictStr] = Field(default_factory=dict)
+    namespace: StrictStr = "default"
     privileged: StrictBool = False
 
-    _env_names = field_validator("env")(_check_env_names)
-
     _job_name = field_validator("name")(_no_problem(job_name_problem))
+    _image = field_validator("image")(_no_problem(image_problem))
+    _namespace = field_validator("namespace")(_no_problem(namespace_problem))
+
+    @field_validator("command")
+    @classmethod
+    def _runs_a_program(cls, command: tuple[str, ...]) -> tuple[str, ...]:
+        if not command[0].strip():
+            raise ValueError("the first word is the program to run, and it is blank")
+        return command
 
 
 SYSTEM_POOL = "system"
@@ -321,8 +369,8 @@ class StackConfig(_Model):
     """Everything the stack program needs, validated as a whole."""
 
     stack: StrictStr
-    gcp_project: StrictStr = Field(min_length=1)
-    labels: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    gcp_project: Annotated[StrictStr, AfterValidator(_no_problem(naming.project_id_problem))]
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     network: NetworkConfig = NetworkConfig()
     tpu_vms: tuple[TpuVmConfig, ...] = ()
     bucket: BucketConfig = BucketConfig()
@@ -332,41 +380,93 @@ class StackConfig(_Model):
     node_pools: tuple[NodePoolConfig, ...] = ()
     jobs: tuple[JobConfig, ...] = ()
 
-    @field_validator("labels")
-    @classmethod
-    def _valid_labels(cls, labels: dict[str, str]) -> dict[str, str]:
-        for key, value in labels.items():
-            problem = naming.label_problem(key, value)
-            if problem:
-                raise ValueError(problem)
-        return labels
-
     @model_validator(mode="after")
     def _consistent(self) -> StackConfig:
-        duplicates = _repeated([vm.name for vm in self.tpu_vms])
-        if duplicates:
-            raise ValueError(f"TPU VM names must be unique; repeated: {', '.join(duplicates)}")
-        gke_problems = self._gke_problems()
-        if gke_problems:
-            raise ValueError("\n  - ".join(gke_problems))
+        problems = [
+            f"{PROJECT}:tpuVms: TPU VM names must be unique; repeated: {name}"
+            for name in _repeated([vm.name for vm in self.tpu_vms])
+        ]
+        problems += self._gke_problems()
+        problems += self._label_count_problems()
+        problems += self._training_problems()
         regions = self.regions
         if len(regions) > 1 and self.bucket.name:
-            raise ValueError(
-                f"bucket.name {self.bucket.name!r} names one bucket, but the TPUs use "
+            problems.append(
+                f"{PROJECT}:bucket.name = {self.bucket.name!r} names one bucket, but the TPUs use "
                 f"{len(regions)} regions ({', '.join(regions)}), each with its own bucket; "
                 f"remove bucket.name to get one generated name per region"
             )
         if self.bucket.location is not None and regions and regions != (self.bucket.location,):
-            raise ValueError(
-                f"bucket.location {self.bucket.location!r} differs from the TPUs' region "
+            problems.append(
+                f"{PROJECT}:bucket.location = {self.bucket.location!r} differs from the TPUs' region "
                 f"{', '.join(regions)}: checkpoints must live in the region of the TPUs that use "
                 f"them (seed 003); remove bucket.location or set it to {regions[0]!r}"
             )
-        for region in regions:
+        if not self.bucket.name:
+            problems += self._derived_name_problems()
+        if problems:
+            raise ValueError("\n  - ".join(problems))
+        return self
+
+    def _label_count_problems(self) -> list[str]:
+        # Every resource carries the project's own labels and the user's; TPU VMs also carry
+        # their recovery generation. Google Cloud allows 64 labels per resource.
+        most = len(self.common_labels) + 1
+        if most <= naming.MAX_LABELS:
+            return []
+        own = len(self.common_labels) - len(self.labels) + 1
+        return [
+            f"{PROJECT}:labels has {len(self.labels)} labels; with the {own} the stack adds (managed-by, "
+            f"pulumi-project, pulumi-stack, and {GENERATION_LABEL} on TPU VMs) a resource would carry "
+            f"{most}, above Google Cloud's limit of {naming.MAX_LABELS} per resource; remove "
+            f"{most - naming.MAX_LABELS}"
+        ]
+
+    def _training_problems(self) -> list[str]:
+        """The scaling rules must give a plan for every VM and every Job's slice."""
+        if self.training is None:
+            return []
+        training = self.training
+        runs = [
+            (f"tpuVms[{index}] ({vm.name})", vm.accelerator.cores) for index, vm in enumerate(self.tpu_vms)
+        ]
+        if self.cluster is not None:
+            pools = {pool.name: pool for pool in self.node_pools}
+            for index, job in enumerate(self.jobs):
+                try:
+                    cores = self.pool_plan(pools[job.node_pool]).shape.cores
+                except (KeyError, catalogue.CatalogueError):
+                    continue  # reported by the pool's and the Job's own keys
+                runs.append((f"jobs[{index}] ({job.name})", cores))
+        problems = []
+        for run, cores in runs:
+            try:
+                training.plan_for(cores)
+            except ValueError as exc:
+                problems.append(f"{PROJECT}:training: {exc}, for {PROJECT}:{run} on {cores} cores")
+        return problems
+
+    def _derived_name_problems(self) -> list[str]:
+        """Names made from gcp:project and the stack name, checked here so the error says what to
+        change rather than failing inside a component after others were declared."""
+        source = f"made from gcp:project {self.gcp_project!r} and the stack name {self.stack!r}"
+        problems = []
+        for region in self.regions:
             problem = naming.bucket_name_problem(self.bucket_name(region))
             if problem:
-                raise ValueError(f"{problem}; set tpu-training:bucket.name to choose one")
-        return self
+                fix = "set tpu-training:bucket.name" if len(self.regions) == 1 else "use another stack name"
+                problems.append(f"{PROJECT}:bucket.name: the generated {problem} ({source}); {fix}")
+        for account_id in (
+            self.service_account_id,
+            self.gke_service_account_id,
+            self.node_service_account_id,
+        ):
+            problem = naming.service_account_id_problem(account_id)
+            if problem:
+                problems.append(
+                    f"gcp:project: the stack's {problem} (made from the stack name {self.stack!r})"
+                )
+        return problems
 
     def _network_problems(self) -> list[str]:
         """Per-resource networks only when the stack does not declare its own."""
@@ -448,6 +548,7 @@ class StackConfig(_Model):
                         f"{key}.name = {pool.name!r}: its GKE node pool {gke_name!r} is also the "
                         f"name of {described}; rename the pool"
                     )
+        problems.extend(self._cluster_size_problems())
         for index, job in enumerate(self.jobs):
             if job.node_pool not in pool_names:
                 problems.append(
@@ -456,11 +557,28 @@ class StackConfig(_Model):
                 )
         return problems
 
+    def _cluster_size_problems(self) -> list[str]:
+        assert self.cluster is not None
+        sizes = []
+        for pool in self.node_pools:
+            try:
+                sizes.append((pool.name, pool.plan(self.cluster.location).max_nodes))
+            except catalogue.CatalogueError:
+                continue  # reported by the pool's own key
+        total = sum(size for _, size in sizes) + self.cluster.system_max_nodes
+        if total <= MAX_NODES_PER_CLUSTER:
+            return []
+        largest = ", ".join(f"{name}: {size}" for name, size in sorted(sizes, key=lambda s: -s[1])[:3])
+        return [
+            f"{PROJECT}:nodePools: the pools reach {total} nodes together (the system pool's "
+            f"{self.cluster.system_max_nodes} included; largest {largest}), above GKE's limit of "
+            f"{MAX_NODES_PER_CLUSTER} nodes per cluster; use fewer slices or another cluster"
+        ]
+
     @property
     def network_name(self) -> str:
         """The VPC the stack declares: ``tpu-training-<stack>`` unless named."""
-        stack = re.sub(r"[^a-z0-9-]+", "-", self.stack.lower()).strip("-")
-        return self.network.name or naming.bounded_name(PROJECT, stack)
+        return self.network.name or naming.bounded_name(PROJECT, naming.name_part(self.stack))
 
     @property
     def network_regions(self) -> tuple[str, ...]:
@@ -480,10 +598,9 @@ class StackConfig(_Model):
                 found.append(f"{PROJECT}:tpuVms[{index}].zone: {warning}")
         if self.cluster is not None:
             for index, pool in enumerate(self.node_pools):
-                found.extend(
-                    f"{PROJECT}:nodePools[{index}].nodeLocations: {warning}"
-                    for warning in self.pool_plan(pool).zone_warnings
-                )
+                plan = self.pool_plan(pool)
+                found.extend(f"{PROJECT}:nodePools[{index}].nodeLocations: {w}" for w in plan.zone_warnings)
+                found.extend(f"{PROJECT}:nodePools[{index}].topology: {w}" for w in plan.size_warnings)
         if not self.network.create and (self.network.name is not None or not self.network.iap_ssh):
             found.append(
                 f"{PROJECT}:network.name and iapSsh apply only to the network the stack declares; "
@@ -509,7 +626,7 @@ class StackConfig(_Model):
     def bucket_name(self, region: str) -> str:
         if self.bucket.name:
             return self.bucket.name
-        return naming.bounded_name(self.gcp_project, self.stack, "ckpt", region)
+        return naming.bounded_name(self.gcp_project, naming.name_part(self.stack), "ckpt", region)
 
     def _checkpoint_dir(self, region: str, run: str) -> str:
         # Named after the run (a VM or a Job), not after any one instance of it, so one re-created
@@ -559,17 +676,17 @@ class StackConfig(_Model):
     @property
     def gke_service_account_id(self) -> str:
         """The Google identity of the stack's training Pods (Workload Identity)."""
-        return naming.bounded_name("tpu-gke", naming.label_value(self.stack), limit=30)
+        return naming.bounded_name("tpu-gke", naming.name_part(self.stack), limit=30)
 
     @property
     def node_service_account_id(self) -> str:
         """The Google identity of the cluster's nodes."""
-        return naming.bounded_name("gke-nodes", naming.label_value(self.stack), limit=30)
+        return naming.bounded_name("gke-nodes", naming.name_part(self.stack), limit=30)
 
     @property
     def service_account_id(self) -> str:
         """One training identity per stack."""
-        return naming.bounded_name("tpu-train", naming.label_value(self.stack), limit=30)
+        return naming.bounded_name("tpu-train", naming.name_part(self.stack), limit=30)
 
     @property
     def common_labels(self) -> dict[str, str]:
@@ -594,7 +711,8 @@ def _key_path(loc: tuple[Any, ...]) -> str:
     head, *rest = loc
     path = "gcp:project" if head == "gcpProject" else f"{PROJECT}:{head}"
     for part in rest:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+        if part != "[key]":  # pydantic's mark for an error in a mapping's key, named just before
+            path += f"[{part}]" if isinstance(part, int) else f".{part}"
     return path
 
 
@@ -613,7 +731,13 @@ def _format_error(error: Any, allowed_by_path: dict[str, list[str]]) -> str:
         )
     if error["type"] == "missing":
         return f"{path}: required but not set"
-    return f"{path} = {json.dumps(error['input'], default=str)}: {message}"
+    if loc[-1] == "[key]":
+        return f"{path}: {message}"
+    value = error["input"]
+    if error["type"] == "string_type" and isinstance(value, (bool, int, float)):
+        # YAML reads `5` and `true` as a number and a boolean: the value wants quotes.
+        message += f'; write it in quotes ("{json.dumps(value)}") so YAML reads it as text'
+    return f"{path} = {json.dumps(value, default=str)}: {message}"
 
 
 def _shape(loc: tuple[Any, ...]) -> str:
@@ -637,23 +761,78 @@ def _allowed_keys() -> dict[str, list[str]]:
     }
 
 
+OFFLINE_SECRET = "offline-secret"
+"""What a `secure:` value reads as in an offline plan (``infra/offline.py``)."""
+
+
+def is_config_secret(key: str) -> bool:
+    from pulumi.runtime import config as runtime_config
+
+    return runtime_config.is_config_secret(key)
+
+
+def _not_structured(key: str, text: str) -> str:
+    if text == "":
+        return (
+            f"{PROJECT}:{key} is empty (null in the stack file?); give it a YAML object or list, "
+            f"or remove the key"
+        )
+    return (
+        f"{PROJECT}:{key} = {text!r}: expected a structured value (a YAML object or list in "
+        f"Pulumi.<stack>.yaml, or JSON), not a plain string"
+    )
+
+
+@functools.cache
+def gcp_provider_keys() -> frozenset[str]:
+    """Every `gcp:` config key the installed pulumi-gcp reads (its generated ``config/vars.py``);
+    `pulumi up` refuses any other key in that namespace before it starts."""
+    # Read, not imported: importing it alone trips pulumi-gcp's lazy module loading.
+    spec = importlib.util.find_spec("pulumi_gcp")
+    if spec is None or not spec.submodule_search_locations:
+        return frozenset()
+    source = Path(next(iter(spec.submodule_search_locations)), "config", "vars.py")
+    try:
+        text = source.read_text(encoding="utf-8")
+    except OSError:
+        return frozenset()
+    return frozenset(re.findall(r"__config__\.get\w*\('(\w+)'\)", text))
+
+
+def _unknown_key_problems(keys: list[str]) -> list[str]:
+    """Keys of this project's namespace it does not read, `gcp:` keys the provider does not know,
+    and namespaces that look like a misspelt `tpu-training`."""
+    allowed_top = sorted(_PROJECT_KEYS)
+    known_gcp = gcp_provider_keys()
+    problems = []
+    for key in keys:
+        namespace, _, short = key.partition(":")
+        if namespace == PROJECT and short not in _PROJECT_KEYS:
+            problems.append(
+                f"{key}: unknown key{suggestion(short, allowed_top)}; allowed: "
+                + ", ".join(f"{PROJECT}:{k}" for k in allowed_top)
+            )
+        elif namespace == "gcp" and known_gcp and short not in known_gcp:
+            problems.append(
+                f"{key}: the gcp provider has no such key{suggestion(short, sorted(known_gcp))}; "
+                f"`pulumi up` would refuse it"
+            )
+        elif namespace != PROJECT and difflib.get_close_matches(namespace, [PROJECT], cutoff=0.8):
+            problems.append(
+                f"{key}: unknown namespace {namespace!r} (did you mean '{PROJECT}:{short}'?); this "
+                f"program reads {PROJECT}: and gcp: keys"
+            )
+    return problems
+
+
 def load(stack: str | None = None) -> StackConfig:
     """Read and validate the stack's configuration, or raise ``ConfigError`` listing every
     problem found."""
     stack = stack or pulumi.get_stack()
     problems: list[str] = []
 
-    allowed_top = sorted(_PROJECT_KEYS)
     project_config = pulumi.Config(PROJECT)
-    for key in sorted(_configured_keys()):
-        namespace, _, short = key.partition(":")
-        if namespace != PROJECT:
-            continue
-        if short not in _PROJECT_KEYS:
-            problems.append(
-                f"{key}: unknown key{suggestion(short, allowed_top)}; allowed: "
-                + ", ".join(f"{PROJECT}:{k}" for k in allowed_top)
-            )
+    problems.extend(_unknown_key_problems(sorted(_configured_keys())))
 
     raw: dict[str, Any] = {"stack": stack}
     gcp_project = pulumi.Config("gcp").get("project")
@@ -664,13 +843,17 @@ def load(stack: str | None = None) -> StackConfig:
         # Pulumi.yaml declares `training: {}` as the default: an empty object means "not set".
         if text is None or (key in _EMPTY_MEANS_UNSET and text.strip() == "{}"):
             continue
+        if text == OFFLINE_SECRET and is_config_secret(f"{PROJECT}:{key}"):
+            # A secret object: the offline plan cannot decrypt it (`pulumi up` can).
+            pulumi.log.warn(
+                f"{PROJECT}:{key} is a secret the offline plan cannot decrypt; the plan leaves it at "
+                f"its default (`pulumi up` decrypts and uses it)"
+            )
+            continue
         try:
             raw[key] = json.loads(text)
         except json.JSONDecodeError:
-            problems.append(
-                f"{PROJECT}:{key} = {text!r}: expected a structured value (a YAML object or list "
-                f"in Pulumi.<stack>.yaml, or JSON), not a plain string"
-            )
+            problems.append(_not_structured(key, text))
 
     try:
         config = StackConfig.model_validate(raw)

@@ -395,7 +395,7 @@ def test_a_replaced_jobs_pods_are_not_held_to_the_old_slice(config):
     [
         ({"masterIpv4CidrBlock": "172.16.0.0/24"}, "must be a private IPv4 /28 range"),
         ({"masterIpv4CidrBlock": "8.8.8.0/28"}, "must be a private IPv4 /28 range"),
-        ({"masterIpv4CidrBlock": "172.16.0.1/28"}, "must be a private IPv4 /28 range"),
+        ({"masterIpv4CidrBlock": "172.16.0.1/28"}, "(host bits are set); did you mean '172.16.0.0/28'"),
         ({"masterIpv4CidrBlock": "10.128.0.0/28"}, "overlaps the network's gke-pods range 10.128.0.0/14"),
         ({"upgradeExclusionStart": "2025-02-30T00:00:00Z"}, "there is no such day"),
     ],

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 import yaml
+from conftest import REPO, run_plan
 
 from infra import plan
-from tests.conftest import REPO, run_plan
 
 
 def assert_refused_before_any_work(
@@ -134,10 +134,12 @@ def test_a_missing_previous_outputs_file_is_an_argument_error(tmp_path):
 
 def test_config_errors_keep_status_2_and_say_what_reads_secret(scratch_project):
     dev = yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text())
-    dev["config"]["tpu-training:labels"] = {"owner": {"secure": "v1:abc"}}
+    # No stand-in is a zone: this secret cannot pass offline, and the plan says why.
+    dev["config"]["tpu-training:tpuVms"][0]["zone"] = {"secure": "v1:abc"}
     (scratch_project / "Pulumi.sec.yaml").write_text(yaml.safe_dump(dev))
     result = run_plan("--stack", "sec", cwd=scratch_project)
     assert result.returncode == plan.EXIT_CONFIG_ERROR
+    assert "tpu-training:tpuVms[0].zone" in result.stderr
     assert "holds a secret, which the offline plan cannot decrypt" in result.stderr
 
 

@@ -140,12 +140,22 @@ def test_missing_stack_file_exits_2(scratch_project):
 
 def test_secrets_are_replaced_and_reported(scratch_project):
     dev = yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text())
-    dev["config"]["tpu-training:labels"] = {"owner": {"secure": "v1:abc"}}
+    dev["config"]["gcp:project"] = {"secure": "v1:abc"}
+    dev["config"]["tpu-training:labels"] = {"owner": {"secure": "v1:def"}}
+    dev["config"]["tpu-training:training"] = {"secure": "v1:ghi"}  # a secret object
     (scratch_project / "Pulumi.sec.yaml").write_text(yaml.safe_dump(dev))
     result = run_plan("--stack", "sec", "--json", "-", cwd=scratch_project)
-    # The placeholder is no valid label value, so the program refuses it: the plan says why.
-    assert result.returncode == 2
-    assert "'[secret]'" in result.stderr
+    # A secret is a warning offline, wherever it is: the stand-in is a valid project and label.
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    bucket = next(r for r in plan["resources"] if r["type"] == "gcp:storage/bucket:Bucket")
+    assert bucket["inputs"]["project"] == offline.SECRET_PLACEHOLDER
+    assert bucket["inputs"]["labels"]["owner"] == offline.SECRET_PLACEHOLDER
+    warnings = "\n".join(plan["warnings"])
+    for key in ("gcp:project", "tpu-training:labels"):
+        assert f"{key} holds a secret, which the offline plan cannot decrypt" in warnings
+    assert "tpu-training:training is a secret the offline plan cannot decrypt" in warnings
+    assert "TRAIN_STEPS" not in json.dumps(plan["outputs"]["trainingEnvironments"])
 
 
 def test_program_runs_as_the_language_host_runs_it():
