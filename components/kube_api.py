@@ -114,6 +114,10 @@ def _configuration_from_gke(
     return configuration
 
 
+class MalformedAnswer(Exception):
+    """An answer the Kubernetes client accepts but that cannot be matched to our Jobs."""
+
+
 def _live_job(job: Any) -> LiveJob:
     status = job.status
     conditions = tuple(
@@ -186,8 +190,11 @@ def list_live_jobs(
                     _request_timeout=timeout,
                 )
                 listed = call_with_deadline(list_namespace, deadline, f"listing Jobs in {namespace}")
-                for job in listed.items:
+                for index, job in enumerate(listed.items):
                     live = _live_job(job)
+                    if not isinstance(live.name, str) or not live.name:
+                        # A Job without a name matches none of ours, which would then look deleted.
+                        raise MalformedAnswer(f"Jobs in {namespace}: item {index} of the answer has no name")
                     result.jobs[(namespace, live.name)] = live
             except Exception as exc:  # noqa: BLE001 - any failure means "unknown", per namespace
                 result.failures[namespace] = failure_summary(exc)

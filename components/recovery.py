@@ -176,7 +176,7 @@ def decide(
         )
     if state in _WORKING:
         return keep(name, generation, f"node is {state}")
-    return keep(name, generation, f"node is {state}", warn=True)
+    return keep(name, generation, f"node is in state {state!r}, which this version does not know", warn=True)
 
 
 def unreachable(name: str, problem: str, api: str = "TPU API") -> Decision:

@@ -8,9 +8,10 @@ zone, and the caller keeps everything in that zone as it is.
 from __future__ import annotations
 
 import functools
+import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from .deadline import MAX_PAGES, PROBE_DEADLINE_SECONDS, call_with_deadline
 from .recovery import LiveNode, failure_summary
@@ -82,20 +83,80 @@ class TooManyPages(Exception):
     """A list that will not end: its server keeps handing out next-page tokens."""
 
 
+class MalformedAnswer(Exception):
+    """An answer the client library accepts but that is not a ``ListNodesResponse``: read as
+    it parses, it would make the zone's nodes look deleted."""
+
+
+def _recording_answers(client: Any) -> tuple[list[bytes], Callable[[], None]]:
+    """Record each raw answer body of the client's REST session (a `requests` response hook).
+    The client parses leniently: a body of ``[]`` or ``"x"`` reads as a zone without nodes, and a
+    state it does not know as STATE_UNSPECIFIED; the raw body tells those apart."""
+    bodies: list[bytes] = []
+    hooks = getattr(getattr(getattr(client, "transport", None), "_session", None), "hooks", None)
+    if not isinstance(hooks, dict):
+        return bodies, lambda: None  # another transport: no raw bodies to check
+
+    def record(response: Any, *args: Any, **kwargs: Any) -> Any:
+        bodies.append(response.content)
+        return response
+
+    hooks.setdefault("response", []).append(record)
+    return bodies, lambda: hooks["response"].remove(record)
+
+
+def node_states_in_answer(body: bytes, parent: str) -> dict[str, str]:
+    """The state string the API sent for each node of one answer, by node name; raises
+    ``MalformedAnswer`` when the answer is not an object of named nodes."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return {}  # not JSON at all: the client library refuses it itself
+    if not isinstance(answer, dict):
+        raise MalformedAnswer(f"{parent}: the answer is a JSON {type(answer).__name__}, not an object")
+    nodes = answer.get("nodes", [])
+    if not isinstance(nodes, list):
+        raise MalformedAnswer(f"{parent}: 'nodes' is a JSON {type(nodes).__name__}, not a list")
+    states = {}
+    for index, node in enumerate(nodes):
+        name = node.get("name") if isinstance(node, dict) else None
+        if not isinstance(name, str) or not name.rsplit("/", 1)[-1]:
+            # A node without a name cannot be matched to a VM: each VM would look deleted.
+            raise MalformedAnswer(f"{parent}: node {index} of the answer has no name")
+        state = node.get("state")
+        if isinstance(state, str):
+            states[name.rsplit("/", 1)[-1]] = state
+    return states
+
+
 def _list_zone(client: Any, parent: str, zone: str, timeout: float, max_pages: int) -> list[LiveNode]:
+    bodies, stop_recording = _recording_answers(client)
+    try:
+        return _read_pages(client, parent, zone, timeout, max_pages, bodies)
+    finally:
+        stop_recording()
+
+
+def _read_pages(
+    client: Any, parent: str, zone: str, timeout: float, max_pages: int, bodies: list[bytes]
+) -> list[LiveNode]:
     # No automatic retries: a preview must not hang; the next `up` asks again.
     pager = client.list_nodes(parent=parent, retry=None, timeout=timeout)
     nodes = []
     for number, page in enumerate(pager.pages, start=1):
         if number > max_pages:
             raise TooManyPages(f"{parent} has more than {max_pages} pages of nodes")
+        sent_states = node_states_in_answer(bodies[-1], parent) if bodies else {}
         for node in page.nodes:
             name = node.name.rsplit("/", 1)[-1]
+            state = node.state.name
+            if state == "STATE_UNSPECIFIED" and sent_states.get(name):
+                state = sent_states[name]  # a state this client does not know: say what was sent
             nodes.append(
                 LiveNode(
                     name=name,
                     zone=zone,
-                    state=node.state.name,
+                    state=state,
                     health=node.health.name if node.health else "",
                     health_description=node.health_description,
                     labels=dict(node.labels),

@@ -7,7 +7,7 @@ import time
 from datetime import datetime, timezone
 
 import pytest
-from fake_kube_api import FakeGkeApi
+from fake_kube_api import FakeGkeApi, FakeKubernetesApi
 from fake_tpu_api import FakeTpuApi
 from tpu_training_components import reconcile
 from tpu_training_components.deadline import DeadlineExceeded, call_with_deadline
@@ -79,6 +79,50 @@ def test_malformed_answers_are_unavailable(body):
         api.raw_body = body
         live, _ = _probe_nodes(api)
     assert ZONE in live.failures and not live.nodes
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"[]", "the answer is a JSON list, not an object"),
+        (b'"nodes"', "the answer is a JSON str, not an object"),
+        (b'{"nodes": [{"state": "READY"}]}', "node 0 of the answer has no name"),
+        (b'{"nodes": [{"name": "", "state": "READY"}]}', "node 0 of the answer has no name"),
+    ],
+)
+def test_answers_the_client_reads_as_an_empty_zone_are_unavailable(body, reason):
+    """The client library parses these as a zone without nodes, which would make every VM of
+    the zone look deleted (and re-created by the next `up`): they are failures instead."""
+    with FakeTpuApi() as api:
+        api.raw_body = body
+        live, _ = _probe_nodes(api)
+    assert live.failures[ZONE] == f"MalformedAnswer: projects/p/locations/{ZONE}: {reason}"
+
+
+def test_an_unknown_state_is_reported_as_sent_and_kept():
+    with FakeTpuApi() as api:
+        api.add(ZONE, "demo-tpu", "DEFRAGMENTING", labels={"recovery-generation": "3"})
+        (decision,) = reconcile.reconcile_tpu_vms("p", [("demo-tpu", ZONE)], client=make_client(api.endpoint))
+    assert (decision.action, decision.generation, decision.warn) == ("keep", 3, True)
+    assert "node is in state 'DEFRAGMENTING', which this version does not know" in decision.message
+
+
+def test_a_node_with_a_name_and_nothing_else_is_kept():
+    with FakeTpuApi() as api:
+        api.raw_body = b'{"nodes": [{"name": "projects/p/locations/europe-west4-a/nodes/demo-tpu"}]}'
+        (decision,) = reconcile.reconcile_tpu_vms("p", [("demo-tpu", ZONE)], client=make_client(api.endpoint))
+    assert (decision.action, decision.generation, decision.warn) == ("keep", None, True)
+    assert "the API gave the node no state" in decision.message
+
+
+def test_a_job_without_a_name_makes_the_namespace_unavailable(tmp_path):
+    with FakeKubernetesApi() as kube:
+        kube.raw_body = b'{"items": [{"metadata": {"labels": {}}}]}'
+        live = list_live_jobs(
+            ClusterRef("p", "us-east5", "tpu-dev"), ["default"], kubeconfig=str(kube.kubeconfig(tmp_path))
+        )
+    assert live.failures["default"] == "MalformedAnswer: Jobs in default: item 0 of the answer has no name"
+    assert not live.jobs
 
 
 def test_every_fault_keeps_the_last_deployed_generation_with_a_warning():

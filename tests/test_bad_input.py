@@ -1,0 +1,263 @@
+"""Issue 9's bad inputs, one regression test each: refused before any resource is declared, with a
+message that names the key, shows the value and says what is allowed; or, where the input is
+valid, run as the user meant. Each rule's source is beside it in the library."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import refused, run_stack
+
+VMS = "tpu-training:tpuVms"
+JOBS = "tpu-training:jobs"
+POOLS = "tpu-training:nodePools"
+
+
+def _vms_only(config):
+    for key in ("tpu-training:cluster", POOLS, JOBS):
+        config.pop(key)
+    return config
+
+
+# --- 5. Everything validated before any resource: derived names, gcp:project ----------------
+
+
+@pytest.mark.parametrize("stack", ["dev_eu", "dev-", "Dev", "a.b", "dev..eu"])
+def test_valid_pulumi_stack_names_make_valid_resource_names(config, stack):
+    # Valid Pulumi stack names all: the derived names are made DNS-safe, not refused.
+    run = run_stack(config, stack=stack)
+    accounts = [r.inputs["accountId"] for r in run.by_type("gcp:serviceaccount/account:Account")]
+    buckets = [r.inputs["name"] for r in run.by_type("gcp:storage/bucket:Bucket")]
+    assert accounts and buckets
+    assert all("." not in name and "_" not in name and not name.endswith("-") for name in accounts + buckets)
+
+
+def test_stacks_that_differ_in_punctuation_get_names_of_their_own(config):
+    def names(stack):
+        run = run_stack(config, stack=stack)
+        return {r.inputs["name"] for r in run.by_type("gcp:storage/bucket:Bucket")}
+
+    assert names("dev-eu").isdisjoint(names("dev_eu"))
+
+
+@pytest.mark.parametrize(
+    ("project", "reason"),
+    [
+        ("12345678", "is a project number; give the project ID"),
+        ("ab", "must be 6 to 30 lowercase letters"),
+        ("my-project-", "not ending with '-'"),
+        ("1project", "starting with a letter"),
+        ("a" * 31, "must be 6 to 30"),
+        ("My-Project", "lowercase"),
+        ("google-thing", "contains 'google'"),
+        ("example.com:my-project", "domain-scoped project ID"),
+    ],
+)
+def test_gcp_project_is_validated_itself(config, project, reason):
+    config["gcp:project"] = project
+    message = refused(config)
+    assert f'gcp:project = "{project}"' in message and reason in message
+    assert "bucket name" not in message  # not blamed on what is made from it
+
+
+# --- 6. Accepted before, refused now, naming the key ------------------------------------------
+
+
+def test_more_than_64_labels_on_a_resource(config):
+    config["tpu-training:labels"] = {f"k{i}": "v" for i in range(61)}  # + 3 of ours + generation
+    message = refused(config)
+    assert "tpu-training:labels has 61 labels" in message and "limit of 64" in message
+    config["tpu-training:labels"] = {f"k{i}": "v" for i in range(60)}
+    vm = run_stack(config).one("gcp:tpu/v2Vm:V2Vm", "demo-tpu-vm")
+    assert len(vm.inputs["labels"]) == 64
+
+
+def test_the_recovery_generation_label_is_the_stacks_own(config):
+    config["tpu-training:labels"] = {"recovery-generation": "7"}
+    assert "tpu-training:labels.recovery-generation: label key" in refused(config)
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("192.168.1.1", "is an IP address"),
+        ("g00gle-ckpt", "look-alike of it"),
+        ("googlebucket", "begins with 'goog'"),
+        ("my.bucket.name", "has a dot"),
+        ("a..b", "has a dot"),
+    ],
+)
+def test_bucket_names_cloud_storage_refuses(config, name, reason):
+    _vms_only(config)
+    config["tpu-training:bucket"] = {"name": name}
+    message = refused(config)
+    assert f'tpu-training:bucket.name = "{name}"' in message and reason in message
+
+
+def test_a_dotted_stack_name_makes_no_dotted_bucket(config):
+    buckets = run_stack(_vms_only(config), stack="dev.eu").by_type("gcp:storage/bucket:Bucket")
+    assert "." not in buckets[0].inputs["name"]
+
+
+def test_nodes_beyond_gkes_cluster_limit(config):
+    config[POOLS][0].update(machineType="ct5p-hightpu-4t", topology="16x16x24", slices=10)
+    config[POOLS][0]["nodeLocations"] = ["us-east5-a"]
+    message = refused(config)
+    assert "tpu-training:nodePools: the pools reach 15363 nodes" in message
+    assert "limit of 15000 nodes per cluster" in message
+
+
+def test_a_slice_beyond_the_generations_largest(config):
+    config[POOLS][0].update(machineType="ct5p-hightpu-4t", topology="16x16x25")
+    assert "tpu-training:nodePools[0] (v6e-4x4): topology '16x16x25' is not offered" in refused(config)
+
+
+@pytest.mark.parametrize("flex_start", [True, False])
+def test_durations_beyond_protobufs_range(config, flex_start):
+    config[POOLS][0].update(maxRunDuration="315576000001s", flexStart=flex_start)
+    message = refused(config)
+    assert "tpu-training:nodePools[0] (v6e-4x4): maxRunDuration '315576000001s'" in message
+
+
+@pytest.mark.parametrize("namespace", ["kube-system", "kube-public", "kube-node-lease"])
+def test_kubernetes_system_namespaces(config, namespace):
+    config[JOBS][0]["namespace"] = namespace
+    message = refused(config)
+    assert f'tpu-training:jobs[0].namespace = "{namespace}"' in message and "reserves" in message
+
+
+def test_namespace_rule_in_words(config):
+    config[JOBS][0]["namespace"] = "Bad_NS"
+    assert "must be 1-63 lowercase letters, digits or '-'" in refused(config)
+
+
+@pytest.mark.parametrize(
+    ("image", "reason"),
+    [
+        ("us-docker.pkg.dev/Proj/Repo/img:1", "uppercase letters in its path"),
+        ("img with space", "contains whitespace"),
+        (" img", "contains whitespace"),
+        ("img:tag:tag", "is not an image reference"),
+        ("", "blank"),
+    ],
+)
+def test_container_images_a_node_cannot_pull(config, image, reason):
+    config[JOBS][0]["image"] = image
+    message = refused(config)
+    assert f"tpu-training:jobs[0].image = {json.dumps(image)}" in message and reason in message
+
+
+def test_a_blank_train_command_would_mark_training_done_untrained(config):
+    config[VMS][0]["trainCommand"] = "   "
+    assert 'tpu-training:tpuVms[0].trainCommand = "   ": the training command is blank' in refused(config)
+
+
+def test_a_job_command_without_a_program(config):
+    config[JOBS][0]["command"] = [""]
+    assert "tpu-training:jobs[0].command" in refused(config)
+
+
+@pytest.mark.parametrize(("where", "name"), [(VMS, "PATH"), (VMS, "CHECKPOINT_DIR"), (JOBS, "PATH")])
+def test_env_that_the_script_needs_or_the_stack_sets(config, where, name):
+    config[where][0]["env"] = {name: "/x"}
+    message = refused(config)
+    assert f"{where}[0].env.{name}: environment variable {name} cannot be set in env" in message
+
+
+def test_an_env_override_the_stack_allows_is_real_in_the_script_and_the_outputs(config):
+    config[VMS][0]["env"] = {"TRAIN_STEPS": "7"}
+    run = run_stack(config)
+    script = run.one("gcp:tpu/v2Vm:V2Vm", "demo-tpu-vm").inputs["metadata"]["startup-script"]
+    assert "export TRAIN_STEPS=7" in script
+    assert run.outputs["trainingEnvironments"]["demo-tpu"]["TRAIN_STEPS"] == "7"
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [
+        ("training", "baseLearningRate", float("nan")),
+        ("training", "baseLearningRate", float("inf")),
+        ("recovery", "maintenanceGraceMinutes", 10_000_000_000_000),
+    ],
+)
+def test_numbers_out_of_range(config, section, key, value):
+    config[f"tpu-training:{section}"] = {**(config.get(f"tpu-training:{section}") or {}), key: value}
+    assert f"tpu-training:{section}.{key}" in refused(config)
+
+
+def test_total_examples_past_2_to_the_53_in_integer_arithmetic(config):
+    config["tpu-training:training"]["totalExamples"] = 2**53 + 1
+    environment = run_stack(config).outputs["trainingEnvironments"]["demo-tpu"]
+    assert environment["TRAIN_STEPS"] == str(-(-(2**53 + 1) // 1024))  # v3-8: 8 cores x 128
+
+
+@pytest.mark.parametrize(
+    ("key", "reason"),
+    [
+        ("tpu-training:tpuVm", "unknown key (did you mean 'tpuVms'?)"),
+        ("tpu-trainig:jobs", "unknown namespace 'tpu-trainig' (did you mean 'tpu-training:jobs'?)"),
+        ("gcp:projcet", "the gcp provider has no such key (did you mean 'project'?)"),
+    ],
+)
+def test_unknown_keys_with_a_suggestion(config, key, reason):
+    config[key] = "[]"
+    assert f"{key}: {reason}" in refused(config)
+
+
+def test_known_gcp_provider_keys_pass(config):
+    config["gcp:zone"] = "us-east5-a"
+    config["gcp:region"] = "us-east5"
+    run_stack(config)
+
+
+@pytest.mark.parametrize(
+    ("zone", "reason"),
+    [
+        (
+            "europe-west99-a",
+            "not a Google Cloud zone in our table of 2026-09-21; did you mean 'europe-west9-a'?",
+        ),
+        (
+            "us-central1-z",
+            "us-central1's zones are us-central1-a, us-central1-b, us-central1-c, us-central1-f",
+        ),
+    ],
+)
+def test_zones_that_do_not_exist(config, zone, reason):
+    config[VMS][0]["zone"] = zone
+    message = refused(config)
+    assert f'tpu-training:tpuVms[0].zone = "{zone}"' in message and reason in message
+
+
+def test_regions_that_do_not_exist(config):
+    config["tpu-training:cluster"]["location"] = "us-nowhere1"
+    assert 'tpu-training:cluster.location = "us-nowhere1": region' in refused(config)
+
+
+def test_a_zone_without_the_accelerator_is_a_warning(config):
+    config[VMS][0]["zone"] = "europe-west1-b"
+    assert any("tpuVms[0].zone: zone europe-west1-b is not listed" in w for w in run_stack(config).warnings)
+
+
+# --- 7. Messages a person can act on ----------------------------------------------------------
+
+
+def test_messages_name_the_one_label_at_fault_not_the_whole_map(config):
+    config["tpu-training:labels"] = {**{f"k{i}": "v" for i in range(30)}, "Team": "x"}
+    message = refused(config)
+    assert "tpu-training:labels.Team: label key 'Team' must be a lowercase letter" in message
+    assert "k29" not in message
+
+
+def test_numbers_where_text_goes_say_to_quote_them(config):
+    config[VMS][0]["env"] = {"RETRIES": 5}
+    assert (
+        'tpu-training:tpuVms[0].env.RETRIES = 5: Input should be a valid string; write it in quotes ("5")'
+        in (refused(config))
+    )
+
+
+def test_null_is_shown_as_null(config):
+    config[VMS][0]["zone"] = None
+    assert "tpu-training:tpuVms[0].zone = null" in refused(config)
