@@ -97,6 +97,11 @@ def _no_problem(problem_of: Callable[[str], Optional[str]]) -> Callable[[str], s
     return check
 
 
+def _dns_label(what: str, limit: int) -> Callable[[str], str]:
+    """A validator stating Google Cloud's name rule in words (not as a regular expression)."""
+    return _no_problem(lambda name: naming.dns_label_problem(what, name, limit))
+
+
 def _not_blank(what: str) -> Callable[[str], str]:
     def check(value: str) -> str:
         if not value.strip():
@@ -125,7 +130,7 @@ EnvName = Annotated[StrictStr, AfterValidator(_no_problem(user_env_problem))]
 class TpuVmConfig(_Model):
     """One entry of ``tpu-training:tpuVms``: a TPU VM that trains and resumes from checkpoints."""
 
-    name: StrictStr = Field(pattern=r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+    name: Annotated[StrictStr, AfterValidator(_dns_label("TPU node name", 63))]
     zone: StrictStr
     accelerator_type: StrictStr
     runtime_version: StrictStr = Field(min_length=1)
@@ -239,14 +244,14 @@ class NetworkConfig(_Model):
     """``tpu-training:network``: the VPC the TPU VMs and the cluster use."""
 
     create: StrictBool = True
-    name: Optional[StrictStr] = Field(default=None, pattern=r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+    name: Optional[Annotated[StrictStr, AfterValidator(_dns_label("network name", 63))]] = None
     iap_ssh: StrictBool = True
 
 
 class ClusterConfig(_Model):
     """``tpu-training:cluster``: the GKE Standard cluster that runs flex-start TPU pools."""
 
-    name: StrictStr = Field(pattern=r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+    name: Annotated[StrictStr, AfterValidator(_dns_label("cluster name", 40))]
     location: StrictStr
     release_channel: Literal["RAPID", "REGULAR", "STABLE"] = "REGULAR"
     min_version: Optional[StrictStr] = None
@@ -301,7 +306,7 @@ class ClusterConfig(_Model):
 class NodePoolConfig(_Model):
     """One entry of ``tpu-training:nodePools``: a TPU slice node pool, flex-start by default."""
 
-    name: StrictStr = Field(pattern=r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+    name: Annotated[StrictStr, AfterValidator(_dns_label("node pool name", 40))]
     machine_type: StrictStr
     topology: StrictStr
     node_locations: tuple[StrictStr, ...] = Field(min_length=1)

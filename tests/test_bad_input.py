@@ -261,3 +261,21 @@ def test_numbers_where_text_goes_say_to_quote_them(config):
 def test_null_is_shown_as_null(config):
     config[VMS][0]["zone"] = None
     assert "tpu-training:tpuVms[0].zone = null" in refused(config)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "rule"),
+    [
+        ("tpu-training:tpuVms[0].name", "Demo_TPU", "TPU node name 'Demo_TPU' must be 1-63 lowercase"),
+        ("tpu-training:cluster.name", "x" * 41, f"cluster name '{'x' * 41}' must be 1-40 lowercase letters"),
+        ("tpu-training:nodePools[0].name", "-pool", "node pool name '-pool' must be 1-40"),
+    ],
+)
+def test_name_rules_in_words_not_regular_expressions(config, key, value, rule):
+    section, _, rest = key.removeprefix("tpu-training:").partition(".")
+    target = config[f"tpu-training:{section.split('[')[0]}"]
+    target = target[0] if "[" in section else target
+    target[rest] = value
+    message = refused(config)
+    assert f"{key} = {json.dumps(value)}: {rule}" in message
+    assert "should match pattern" not in message
