@@ -118,6 +118,20 @@ class MalformedAnswer(Exception):
     """An answer the Kubernetes client accepts but that cannot be matched to our Jobs."""
 
 
+def _check_answer(namespace: str, jobs: list[LiveJob]) -> None:
+    """Refuse a list that cannot be matched to our Jobs one to one: read as it is, one of ours
+    would look deleted or failed."""
+    seen: set[str] = set()
+    for index, live in enumerate(jobs):
+        if not isinstance(live.name, str) or not live.name:
+            raise MalformedAnswer(f"Jobs in {namespace}: item {index} of the answer has no name")
+        if live.namespace not in (None, namespace):
+            raise MalformedAnswer(f"Jobs in {namespace}: {live.name!r} is in namespace {live.namespace!r}")
+        if live.name in seen:
+            raise MalformedAnswer(f"Jobs in {namespace}: the answer names Job {live.name!r} twice")
+        seen.add(live.name)
+
+
 def _live_job(job: Any) -> LiveJob:
     status = job.status
     conditions = tuple(
@@ -190,12 +204,9 @@ def list_live_jobs(
                     _request_timeout=timeout,
                 )
                 listed = call_with_deadline(list_namespace, deadline, f"listing Jobs in {namespace}")
-                for index, job in enumerate(listed.items):
-                    live = _live_job(job)
-                    if not isinstance(live.name, str) or not live.name:
-                        # A Job without a name matches none of ours, which would then look deleted.
-                        raise MalformedAnswer(f"Jobs in {namespace}: item {index} of the answer has no name")
-                    result.jobs[(namespace, live.name)] = live
+                jobs = [_live_job(job) for job in listed.items]
+                _check_answer(namespace, jobs)
+                result.jobs.update(((namespace, live.name), live) for live in jobs)
             except Exception as exc:  # noqa: BLE001 - any failure means "unknown", per namespace
                 result.failures[namespace] = failure_summary(exc)
     return result

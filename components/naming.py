@@ -130,7 +130,7 @@ def name_part(text: str) -> str:
     cleaned = re.sub(r"-{2,}", "-", re.sub(r"[^a-z0-9-]", "-", text.lower())).strip("-")
     if cleaned == text:
         return text
-    digest = hashlib.sha256(text.encode()).hexdigest()[:4]
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
     return f"{cleaned}-{digest}" if cleaned else digest
 
 

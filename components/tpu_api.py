@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
@@ -89,6 +90,8 @@ class MalformedAnswer(Exception):
 
 
 def _recording_answers(client: Any) -> tuple[list[bytes], Callable[[], None]]:
+    # Only this thread's answers: a zone whose call outlived its deadline may still be answered
+    # on the shared session while the next zone is read.
     """Record each raw answer body of the client's REST session (a `requests` response hook).
     The client parses leniently: a body of ``[]`` or ``"x"`` reads as a zone without nodes, and a
     state it does not know as STATE_UNSPECIFIED; the raw body tells those apart."""
@@ -97,8 +100,11 @@ def _recording_answers(client: Any) -> tuple[list[bytes], Callable[[], None]]:
     if not isinstance(hooks, dict):
         return bodies, lambda: None  # another transport: no raw bodies to check
 
+    reader = threading.get_ident()
+
     def record(response: Any, *args: Any, **kwargs: Any) -> Any:
-        bodies.append(response.content)
+        if threading.get_ident() == reader:
+            bodies.append(response.content)
         return response
 
     hooks.setdefault("response", []).append(record)
@@ -114,18 +120,29 @@ def node_states_in_answer(body: bytes, parent: str) -> dict[str, str]:
         return {}  # not JSON at all: the client library refuses it itself
     if not isinstance(answer, dict):
         raise MalformedAnswer(f"{parent}: the answer is a JSON {type(answer).__name__}, not an object")
+    if answer.get("unreachable"):
+        # The API could not reach (part of) the location: a missing node there is not a gone one.
+        raise MalformedAnswer(f"{parent}: the API reports unreachable locations {answer['unreachable']!r}")
     nodes = answer.get("nodes", [])
     if not isinstance(nodes, list):
         raise MalformedAnswer(f"{parent}: 'nodes' is a JSON {type(nodes).__name__}, not a list")
-    states = {}
+    states: dict[str, str] = {}
+    seen: set[str] = set()
     for index, node in enumerate(nodes):
         name = node.get("name") if isinstance(node, dict) else None
         if not isinstance(name, str) or not name.rsplit("/", 1)[-1]:
             # A node without a name cannot be matched to a VM: each VM would look deleted.
             raise MalformedAnswer(f"{parent}: node {index} of the answer has no name")
+        short = name.rsplit("/", 1)[-1]
+        if "/" in name and name.rsplit("/nodes/", 1)[0] != parent:
+            raise MalformedAnswer(f"{parent}: node {index} of the answer is {name!r}, of another location")
+        if short in seen:
+            # Two answers for one node: which one holds is anybody's guess.
+            raise MalformedAnswer(f"{parent}: the answer names node {short!r} twice")
+        seen.add(short)
         state = node.get("state")
         if isinstance(state, str):
-            states[name.rsplit("/", 1)[-1]] = state
+            states[short] = state
     return states
 
 
@@ -143,12 +160,16 @@ def _read_pages(
     # No automatic retries: a preview must not hang; the next `up` asks again.
     pager = client.list_nodes(parent=parent, retry=None, timeout=timeout)
     nodes = []
+    names: set[str] = set()
     for number, page in enumerate(pager.pages, start=1):
         if number > max_pages:
             raise TooManyPages(f"{parent} has more than {max_pages} pages of nodes")
         sent_states = node_states_in_answer(bodies[-1], parent) if bodies else {}
         for node in page.nodes:
             name = node.name.rsplit("/", 1)[-1]
+            if name in names:
+                raise MalformedAnswer(f"{parent}: node {name!r} is on two pages")
+            names.add(name)
             state = node.state.name
             if state == "STATE_UNSPECIFIED" and sent_states.get(name):
                 state = sent_states[name]  # a state this client does not know: say what was sent

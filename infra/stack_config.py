@@ -370,6 +370,13 @@ def _repeated(names: list[str]) -> list[str]:
     return sorted({n for n in names if names.count(n) > 1})
 
 
+def _compatible_name(earlier: str, safe: str, problem_of: Callable[[str], Optional[str]]) -> str:
+    """The name earlier versions derived, when it is valid: a deployed stack keeps its bucket and
+    identities (a new name would replace them, and the TPU VMs using them). Otherwise the name made
+    from the DNS-safe stack name, which earlier versions could not deploy at all."""
+    return earlier if problem_of(earlier) is None else safe
+
+
 class StackConfig(_Model):
     """Everything the stack program needs, validated as a whole."""
 
@@ -583,7 +590,9 @@ class StackConfig(_Model):
     @property
     def network_name(self) -> str:
         """The VPC the stack declares: ``tpu-training-<stack>`` unless named."""
-        return self.network.name or naming.bounded_name(PROJECT, naming.name_part(self.stack))
+        # As every earlier version named it: renaming would replace the VPC and all on it.
+        stack = re.sub(r"[^a-z0-9-]+", "-", self.stack.lower()).strip("-")
+        return self.network.name or naming.bounded_name(PROJECT, stack)
 
     @property
     def network_regions(self) -> tuple[str, ...]:
@@ -631,7 +640,11 @@ class StackConfig(_Model):
     def bucket_name(self, region: str) -> str:
         if self.bucket.name:
             return self.bucket.name
-        return naming.bounded_name(self.gcp_project, naming.name_part(self.stack), "ckpt", region)
+        return _compatible_name(
+            naming.bounded_name(self.gcp_project, self.stack, "ckpt", region),
+            naming.bounded_name(self.gcp_project, naming.name_part(self.stack), "ckpt", region),
+            naming.bucket_name_problem,
+        )
 
     def _checkpoint_dir(self, region: str, run: str) -> str:
         # Named after the run (a VM or a Job), not after any one instance of it, so one re-created
@@ -681,17 +694,24 @@ class StackConfig(_Model):
     @property
     def gke_service_account_id(self) -> str:
         """The Google identity of the stack's training Pods (Workload Identity)."""
-        return naming.bounded_name("tpu-gke", naming.name_part(self.stack), limit=30)
+        return self._account_id("tpu-gke")
 
     @property
     def node_service_account_id(self) -> str:
         """The Google identity of the cluster's nodes."""
-        return naming.bounded_name("gke-nodes", naming.name_part(self.stack), limit=30)
+        return self._account_id("gke-nodes")
 
     @property
     def service_account_id(self) -> str:
         """One training identity per stack."""
-        return naming.bounded_name("tpu-train", naming.name_part(self.stack), limit=30)
+        return self._account_id("tpu-train")
+
+    def _account_id(self, prefix: str) -> str:
+        return _compatible_name(
+            naming.bounded_name(prefix, naming.label_value(self.stack), limit=30),
+            naming.bounded_name(prefix, naming.name_part(self.stack), limit=30),
+            naming.service_account_id_problem,
+        )
 
     @property
     def common_labels(self) -> dict[str, str]:

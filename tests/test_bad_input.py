@@ -8,6 +8,7 @@ import json
 
 import pytest
 from conftest import refused, run_stack
+from tpu_training_components import naming
 
 VMS = "tpu-training:tpuVms"
 JOBS = "tpu-training:jobs"
@@ -23,14 +24,34 @@ def _vms_only(config):
 # --- 5. Everything validated before any resource: derived names, gcp:project ----------------
 
 
-@pytest.mark.parametrize("stack", ["dev_eu", "dev-", "Dev", "a.b", "dev..eu"])
+@pytest.mark.parametrize("stack", ["dev_eu", "dev-", "Dev", "a.b", "dev..eu", "_"])
 def test_valid_pulumi_stack_names_make_valid_resource_names(config, stack):
-    # Valid Pulumi stack names all: the derived names are made DNS-safe, not refused.
+    # Valid Pulumi stack names all: the derived names are made valid, not refused.
     run = run_stack(config, stack=stack)
     accounts = [r.inputs["accountId"] for r in run.by_type("gcp:serviceaccount/account:Account")]
     buckets = [r.inputs["name"] for r in run.by_type("gcp:storage/bucket:Bucket")]
-    assert accounts and buckets
-    assert all("." not in name and "_" not in name and not name.endswith("-") for name in accounts + buckets)
+    assert len(accounts) == 3 and len(buckets) == 2
+    assert not [a for a in accounts if naming.service_account_id_problem(a)]
+    assert not [b for b in buckets if naming.bucket_name_problem(b)]
+
+
+@pytest.mark.parametrize(
+    ("stack", "account", "bucket", "network"),
+    [
+        ("dev", "tpu-train-dev", "tpu-training-dev-dev-ckpt-europe-west4", "tpu-training-dev"),
+        ("Prod", "tpu-train-prod", None, "tpu-training-prod"),
+        ("dev_eu", None, "tpu-training-dev-dev_eu-ckpt-europe-west4", "tpu-training-dev-eu"),
+    ],
+)
+def test_names_earlier_versions_deployed_stay_the_same(config, stack, account, bucket, network):
+    """A new name would replace the resource and everything using it (TPU VMs included): the
+    names earlier versions derived, where valid, are kept."""
+    run = run_stack(config, stack=stack)
+    if account:
+        assert account in [r.inputs["accountId"] for r in run.by_type("gcp:serviceaccount/account:Account")]
+    if bucket:
+        assert bucket in [r.inputs["name"] for r in run.by_type("gcp:storage/bucket:Bucket")]
+    assert run.one("gcp:compute/network:Network", "network-vpc").inputs["name"] == network
 
 
 def test_stacks_that_differ_in_punctuation_get_names_of_their_own(config):

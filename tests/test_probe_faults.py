@@ -3,11 +3,12 @@ probe that cannot say is "unavailable" (keep, warn), never a hang or a replaceme
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import datetime, timezone
 
 import pytest
-from fake_kube_api import FakeGkeApi, FakeKubernetesApi
+from fake_kube_api import FakeGkeApi, FakeKubernetesApi, job
 from fake_tpu_api import FakeTpuApi
 from tpu_training_components import reconcile
 from tpu_training_components.deadline import DeadlineExceeded, call_with_deadline
@@ -34,13 +35,23 @@ def _probe_nodes(api: FakeTpuApi, **options):
 
 def test_endless_pages_stop_at_the_page_cap():
     with FakeTpuApi() as api:
-        api.add(ZONE, "demo-tpu", "READY")
-        api.endless_pages = True
+        api.endless_pages = True  # pages without nodes (a node on two pages is refused itself)
         live, seconds = _probe_nodes(api, max_pages=5)
     assert live.failures[ZONE] == (
         "TooManyPages: projects/p/locations/europe-west4-a has more than 5 pages of nodes"
     )
     assert len(api.calls) == 6 and not live.nodes and seconds < DEADLINE + SLACK
+
+
+def test_a_node_on_two_pages_makes_the_zone_unavailable():
+    with FakeTpuApi() as api:
+        api.add(ZONE, "demo-tpu", "READY")
+        api.endless_pages = True  # every page repeats the node
+        live, _ = _probe_nodes(api)
+    assert (
+        live.failures[ZONE]
+        == f"MalformedAnswer: projects/p/locations/{ZONE}: node 'demo-tpu' is on two pages"
+    )
 
 
 def test_endless_pages_stop_at_the_deadline_when_pages_are_slow():
@@ -88,6 +99,19 @@ def test_malformed_answers_are_unavailable(body):
         (b'"nodes"', "the answer is a JSON str, not an object"),
         (b'{"nodes": [{"state": "READY"}]}', "node 0 of the answer has no name"),
         (b'{"nodes": [{"name": "", "state": "READY"}]}', "node 0 of the answer has no name"),
+        (
+            b'{"unreachable": ["projects/p/locations/europe-west4-a"]}',
+            "the API reports unreachable locations ['projects/p/locations/europe-west4-a']",
+        ),
+        (
+            b'{"nodes": [{"name": "projects/p/locations/europe-west4-a/nodes/demo-tpu", "state": "READY"},'
+            b' {"name": "projects/p/locations/europe-west4-a/nodes/demo-tpu", "state": "PREEMPTED"}]}',
+            "the answer names node 'demo-tpu' twice",
+        ),
+        (
+            b'{"nodes": [{"name": "projects/p/locations/us-east5-a/nodes/demo-tpu", "state": "PREEMPTED"}]}',
+            "node 0 of the answer is 'projects/p/locations/us-east5-a/nodes/demo-tpu', of another location",
+        ),
     ],
 )
 def test_answers_the_client_reads_as_an_empty_zone_are_unavailable(body, reason):
@@ -115,13 +139,24 @@ def test_a_node_with_a_name_and_nothing_else_is_kept():
     assert "the API gave the node no state" in decision.message
 
 
-def test_a_job_without_a_name_makes_the_namespace_unavailable(tmp_path):
+@pytest.mark.parametrize(
+    ("items", "reason"),
+    [
+        ([{"metadata": {"labels": {}}}], "item 0 of the answer has no name"),
+        ([job("train", active=1), job("train", failed=1)], "the answer names Job 'train' twice"),
+        (
+            [dict(job("train", failed=1), metadata={"name": "train", "namespace": "other"})],
+            "'train' is in namespace 'other'",
+        ),
+    ],
+)
+def test_job_lists_that_cannot_be_matched_one_to_one_are_unavailable(tmp_path, items, reason):
     with FakeKubernetesApi() as kube:
-        kube.raw_body = b'{"items": [{"metadata": {"labels": {}}}]}'
+        kube.raw_body = json.dumps({"apiVersion": "batch/v1", "kind": "JobList", "items": items}).encode()
         live = list_live_jobs(
             ClusterRef("p", "us-east5", "tpu-dev"), ["default"], kubeconfig=str(kube.kubeconfig(tmp_path))
         )
-    assert live.failures["default"] == "MalformedAnswer: Jobs in default: item 0 of the answer has no name"
+    assert live.failures["default"] == f"MalformedAnswer: Jobs in default: {reason}"
     assert not live.jobs
 
 
