@@ -43,17 +43,18 @@ def job_name_problem(name: str) -> Optional[str]:
 
 
 MAX_NAMESPACE = 63
-# Kubernetes: "Avoid creating namespaces with the prefix kube-, since it is reserved for
-# Kubernetes system namespaces" (https://kubernetes.io/docs/concepts/overview/working-with-objects/namespaces/).
-_SYSTEM_NAMESPACE_PREFIX = "kube-"
+# Kubernetes' own namespaces (https://kubernetes.io/docs/concepts/overview/working-with-objects/namespaces/):
+# a training Job there would run beside the cluster's system components, and the stack would
+# try to create (and own) a namespace that exists. Other `kube-` names are only discouraged.
+SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
 
 
 def namespace_problem(namespace: str) -> Optional[str]:
     """Why a training Job cannot run in ``namespace``, or None."""
-    if namespace.startswith(_SYSTEM_NAMESPACE_PREFIX):
+    if namespace in SYSTEM_NAMESPACES:
         return (
-            f"namespace {namespace!r} starts with 'kube-', which Kubernetes reserves for its system "
-            f"namespaces (kube-system, kube-public, kube-node-lease); use 'default' or a name of your own"
+            f"namespace {namespace!r} is one of Kubernetes' own ({', '.join(SYSTEM_NAMESPACES)}), which "
+            f"it reserves for its system components; use 'default' or a name of your own"
         )
     if len(namespace) > MAX_NAMESPACE or not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", namespace):
         return (
@@ -71,7 +72,7 @@ _DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])
 _TAG = r"[\w][\w.-]{0,127}"
 _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
 _IMAGE_REFERENCE = re.compile(
-    rf"^(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*(?::{_TAG})?(?:@{_DIGEST})?$"
+    rf"^(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*(?::{_TAG})?(?:@{_DIGEST})?$", re.ASCII
 )
 MAX_IMAGE_NAME = 255
 """distribution/reference: NameTotalLengthMax, the registry and path without tag or digest."""
@@ -92,6 +93,13 @@ def image_problem(image: str) -> Optional[str]:
         if _IMAGE_REFERENCE.match(image.lower()):
             return f"container image {image!r} has uppercase letters in its path, which must be lowercase"
         return f"container image {image!r} is not an image reference, which is {IMAGE_RULE}"
+    first, _, rest = image.partition("/")
+    if rest and first != first.lower() and not any(mark in first for mark in ".:") and first != "localhost":
+        # The runtime takes such a first part for a registry host, which it cannot be.
+        return (
+            f"container image {image!r} has uppercase letters in {first!r}, which is no registry "
+            f"host (one has a '.' or a ':port', or is 'localhost'); the path must be lowercase"
+        )
     name = image.split("@", 1)[0]
     last = name.rsplit("/", 1)[-1]
     if ":" in last:

@@ -86,7 +86,7 @@ def project_id_problem(project: str) -> str | None:
             f"{project!r} is a project number; give the project ID "
             f"(`gcloud projects describe {project} --format='value(projectId)'`)"
         )
-    if ":" in project:
+    if re.fullmatch(r"[a-z0-9.-]+\.[a-z]+:[a-z][-a-z0-9]*", project):
         return (
             f"{project!r} is a domain-scoped project ID, which this stack does not support: bucket, "
             f"service-account and Workload Identity names are made from the project ID and cannot hold ':'"

@@ -45,11 +45,21 @@ def env_name_problem(name: str) -> Optional[str]:
     return None
 
 
+SCRIPT_SETTINGS_PREFIX = "TPU_TRAINING_"
+"""The startup and shutdown scripts' own settings (``TPU_TRAINING_STATE_DIR``, ...): both scripts
+must agree on them, and only the startup script gets the user's ``env``."""
+
+
 def user_env_problem(name: str) -> Optional[str]:
     """Why a user's ``env`` cannot set ``name``, or None."""
     problem = env_name_problem(name)
     if problem is None and name in RESERVED_ENV_NAMES:
         problem = f"environment variable {name} cannot be set in env: {RESERVED_ENV_NAMES[name]}"
+    if problem is None and name.startswith(SCRIPT_SETTINGS_PREFIX):
+        problem = (
+            f"environment variable {name} cannot be set in env: {SCRIPT_SETTINGS_PREFIX}* are the "
+            f"startup and shutdown scripts' own settings, and the shutdown script would not see it"
+        )
     return problem
 
 

@@ -66,10 +66,15 @@ def load_project(root: Path | None = None) -> Project:
     if not isinstance(document, dict) or not document.get("name"):
         raise ProjectFileError(f"{path}: not a Pulumi project file (no 'name')")
     main = document.get("main") or "."
+    if not isinstance(main, str):
+        raise ProjectFileError(f"{path}: 'main' must be the program's folder, not a {type(main).__name__}")
+    program_dir = (root / main).absolute()
+    if not (program_dir / "__main__.py").is_file():
+        raise ProjectFileError(f"{path}: 'main' is {main!r}, but {program_dir} holds no __main__.py")
     return Project(
         name=str(document["name"]),
         root=root,
-        program_dir=(root / main).absolute(),
+        program_dir=program_dir,
         declarations=_mapping(path, "'config'", document.get("config")),
     )
 
@@ -111,11 +116,39 @@ def _read_yaml(path: Path) -> Any:
             f"stack files as UTF-8: save it as UTF-8"
         ) from None
     try:
-        return _yaml_1_2().load(text)
+        document = _yaml_1_2().load(text)
     except YAMLError as exc:
         # ruamel adds a paragraph on how to switch its check off; the error itself is enough.
         reason = str(exc).split("\n\nTo suppress this check", 1)[0].strip()
         raise ProjectFileError(f"{path} is not valid YAML 1.2 (as Pulumi reads it): {reason}") from None
+    except (ValueError, TypeError, KeyError, RecursionError) as exc:
+        # What ruamel's constructors raise on values they cannot build: `!!int abc`, an integer
+        # of thousands of digits, nesting deeper than Python's stack.
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        raise ProjectFileError(f"{path} is not valid YAML 1.2 (as Pulumi reads it): {reason}") from None
+    _check_size(path, document)
+    return document
+
+
+MAX_VALUES = 100_000
+"""More values than any stack file needs: a file past it is an alias bomb (a few lines that
+expand to billions of values), which the CLI's parser refuses too ("excessive aliasing")."""
+
+
+def _check_size(path: Path, document: Any) -> None:
+    pending, counted = [document], 0
+    while pending:
+        value = pending.pop()
+        counted += 1
+        if counted > MAX_VALUES:
+            raise ProjectFileError(
+                f"{path} expands to more than {MAX_VALUES} values (aliases that repeat aliases?); "
+                f"Pulumi refuses such files too"
+            )
+        if isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
 
 
 def _mapping(path: Path, what: str, value: Any) -> dict[str, Any]:
@@ -152,6 +185,15 @@ def _encode(value: Any) -> str:
     if isinstance(value, (dict, list)):
         return json.dumps(value)
     return str(value)
+
+
+def _encode_value(path: Path, key: str, value: Any, secrets_found: list[bool]) -> str:
+    try:
+        return _encode(_strip_secrets(value, secrets_found))
+    except (TypeError, ValueError, RecursionError) as exc:
+        # A key that is a list or a map (`? [a, b] : c`), or nesting too deep for JSON.
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        raise ProjectFileError(f"{path}: {key} cannot be handed to the program as JSON ({reason})") from None
 
 
 def _strip_secrets(value: Any, found: list[bool]) -> Any:
@@ -217,7 +259,7 @@ def stack_config(project: Project, stack: str) -> tuple[dict[str, str], list[str
                 f'string "", but will be treated as `null` in a future version of pulumi.'
             )
         found: list[bool] = []
-        values[key] = _encode(_strip_secrets(value, found))
+        values[key] = _encode_value(path, key, value, found)
         if found:
             secret_keys.append(key)
             warnings.append(

@@ -26,7 +26,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, NoReturn, Optional, Sequence
+from typing import Any, Callable, NoReturn, Optional, Sequence
 
 import pulumi
 import yaml
@@ -95,12 +95,15 @@ def _parser() -> argparse.ArgumentParser:
 # ---------------------------------------------------------------------------------------------
 
 
-def check_stack_name(stack: str) -> None:
-    if not _STACK_NAME.match(stack):
+def stack_name(stack: str) -> tuple[str, Optional[str]]:
+    """``[org/][project/]name`` as the CLI takes it: (name, project or None)."""
+    parts = stack.split("/")
+    if len(parts) > 3 or not all(_STACK_NAME.match(part) and part not in (".", "..") for part in parts):
         raise UsageError(
             f"--stack {stack!r}: a stack name is 1 to 100 letters, digits, '-', '_' or '.' (Pulumi's "
-            f"rule); the plan reads Pulumi.<stack>.yaml from the project folder"
+            f"rule), optionally after ORG/ or ORG/PROJECT/; the plan reads Pulumi.<name>.yaml"
         )
+    return parts[-1], parts[1] if len(parts) == 3 else None
 
 
 def _writable_folder(folder: Path, option: str, shown: str) -> None:
@@ -116,10 +119,29 @@ def _writable_folder(folder: Path, option: str, shown: str) -> None:
         raise UsageError(f"{option} {shown}: cannot create {folder}: no permission to write in {existing}")
 
 
+def _checking_paths(option: str) -> Callable[[Callable[[str], None]], Callable[[str], None]]:
+    """A path check that reports the operating system's refusals (a name too long, say) as
+    usage errors too."""
+
+    def wrap(check: Callable[[str], None]) -> Callable[[str], None]:
+        def checked(target: str) -> None:
+            try:
+                check(target)
+            except OSError as exc:
+                raise UsageError(f"{option} {target}: {exc.strerror or exc}") from None
+
+        return checked
+
+    return wrap
+
+
+@_checking_paths("--json")
 def check_json_target(target: str) -> None:
     """``--json PATH`` names a file that can be written: not a folder, in a folder that exists."""
     if target == "-":
         return
+    if not target:
+        raise UsageError("--json: give a file name, or '-' for standard output")
     path = Path(target).absolute()
     if path.is_dir():
         raise UsageError(f"--json {target}: is a folder; give a file name such as {path / 'plan.json'}")
@@ -132,8 +154,11 @@ def check_json_target(target: str) -> None:
         raise UsageError(f"--json {target}: no permission to write in {path.parent}")
 
 
+@_checking_paths("--manifests")
 def check_manifest_folder(target: str) -> None:
     """``--manifests DIR`` is a folder, or can be made as one."""
+    if not target:
+        raise UsageError("--manifests: give a folder")
     path = Path(target).absolute()
     if path.exists() and not path.is_dir():
         raise UsageError(f"--manifests {target}: is a file, not a folder")
@@ -172,6 +197,9 @@ def read_previous_outputs(source: str) -> dict[str, Any]:
             f"--previous-outputs {source}: not JSON ({exc.msg}, line {exc.lineno}); write it with "
             f"`pulumi stack output --json > {source}`"
         ) from None
+    except (ValueError, RecursionError) as exc:  # a number of thousands of digits; deep nesting
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        raise UsageError(f"--previous-outputs {source}: cannot be read as JSON ({reason})") from None
     if not isinstance(document, dict):
         raise UsageError(
             f"--previous-outputs {source}: expected an object of stack outputs, as "
@@ -302,10 +330,10 @@ def write_manifests(result: offline.ProgramRun, directory: Path) -> list[Path]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        check_stack_name(args.stack)
-        if args.json:
+        stack, stack_project = stack_name(args.stack)
+        if args.json is not None:
             check_json_target(args.json)
-        if args.manifests:
+        if args.manifests is not None:
             check_manifest_folder(args.manifests)
         previous_outputs = read_previous_outputs(args.previous_outputs) if args.previous_outputs else None
     except UsageError as exc:
@@ -318,17 +346,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         os.environ["TPU_TRAINING_OFFLINE"] = "1"
     try:
         project = offline.load_project()
-        result = offline.run_program(project, args.stack, previous_outputs=previous_outputs)
+    except offline.ProjectFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    if stack_project not in (None, project.name):
+        print(
+            f"error: --stack {args.stack!r} names project {stack_project!r}; this is {project.name!r}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    try:
+        result = offline.run_program(project, stack, previous_outputs=previous_outputs)
     except offline.ProjectFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     except pulumi.RunError as exc:
         # Say why a value reads 'offline-secret' when that is what the program refused.
-        for warning in offline.stack_config(project, args.stack)[2]:
+        for warning in offline.stack_config(project, stack)[2]:
             print(f"warning: {warning}", file=sys.stderr)
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
 
+    writing = args.manifests
     try:
         written = write_manifests(result, Path(args.manifests)) if args.manifests else []
         if args.json == "-":
@@ -337,13 +376,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return EXIT_OK
         print(render_tree(result))
         if args.json:
+            writing = args.json
             Path(args.json).write_text(json.dumps(plan_document(result), indent=2, sort_keys=True) + "\n")
             print(f"plan written to {args.json}")
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):
             raise
-        where = f" {exc.filename}" if exc.filename else ""
-        print(f"error: cannot write{where}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"error: cannot write {exc.filename or writing}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_CANNOT_WRITE
     if args.manifests:
         print(f"{len(written)} Kubernetes manifests written to {args.manifests}")

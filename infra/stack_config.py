@@ -282,9 +282,11 @@ class ClusterConfig(_Model):
         if network is None or network.prefixlen != 28 or not network.is_private:
             raise ValueError("must be a private IPv4 /28 range such as '172.16.0.32/28'")
         if str(network) != value:
-            raise ValueError(
-                f"is not the start of its /28 (host bits are set); did you mean {str(network)!r}?"
-            )
+            if network.network_address != ipaddress.IPv4Address(value.split("/")[0]):
+                raise ValueError(
+                    f"is not the start of its /28 (host bits are set); did you mean {str(network)!r}?"
+                )
+            raise ValueError(f"write it as {str(network)!r}")
         return value
 
     @field_validator("location")
@@ -580,6 +582,11 @@ class StackConfig(_Model):
         total = sum(size for _, size in sizes) + self.cluster.system_max_nodes
         if total <= MAX_NODES_PER_CLUSTER:
             return []
+        if self.cluster.system_max_nodes > MAX_NODES_PER_CLUSTER:
+            return [
+                f"{PROJECT}:cluster.systemMaxNodes = {self.cluster.system_max_nodes}: above GKE's limit of "
+                f"{MAX_NODES_PER_CLUSTER} nodes per cluster"
+            ]
         largest = ", ".join(f"{name}: {size}" for name, size in sorted(sizes, key=lambda s: -s[1])[:3])
         return [
             f"{PROJECT}:nodePools: the pools reach {total} nodes together (the system pool's "

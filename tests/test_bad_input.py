@@ -148,6 +148,11 @@ def test_kubernetes_system_namespaces(config, namespace):
     assert f'tpu-training:jobs[0].namespace = "{namespace}"' in message and "reserves" in message
 
 
+def test_other_kube_prefixed_namespaces_are_only_discouraged(config):
+    config[JOBS][0]["namespace"] = "kube-flow"
+    run_stack(config)
+
+
 def test_namespace_rule_in_words(config):
     config[JOBS][0]["namespace"] = "Bad_NS"
     assert "must be 1-63 lowercase letters, digits or '-'" in refused(config)
@@ -160,6 +165,8 @@ def test_namespace_rule_in_words(config):
         ("img with space", "contains whitespace"),
         (" img", "contains whitespace"),
         ("img:tag:tag", "is not an image reference"),
+        ("MyOrg/trainer:v1", "which is no registry host"),
+        ("trainer:v\u00e9", "is not an image reference"),
         ("", "blank"),
     ],
 )
@@ -179,7 +186,10 @@ def test_a_job_command_without_a_program(config):
     assert "tpu-training:jobs[0].command" in refused(config)
 
 
-@pytest.mark.parametrize(("where", "name"), [(VMS, "PATH"), (VMS, "CHECKPOINT_DIR"), (JOBS, "PATH")])
+@pytest.mark.parametrize(
+    ("where", "name"),
+    [(VMS, "PATH"), (VMS, "CHECKPOINT_DIR"), (JOBS, "PATH"), (VMS, "TPU_TRAINING_STATE_DIR"), (VMS, "IFS")],
+)
 def test_env_that_the_script_needs_or_the_stack_sets(config, where, name):
     config[where][0]["env"] = {name: "/x"}
     message = refused(config)
@@ -300,3 +310,27 @@ def test_name_rules_in_words_not_regular_expressions(config, key, value, rule):
     message = refused(config)
     assert f"{key} = {json.dumps(value)}: {rule}" in message
     assert "should match pattern" not in message
+
+
+def test_a_system_pool_beyond_the_cluster_limit_names_its_own_key(config):
+    config["tpu-training:cluster"]["systemMaxNodes"] = 100_000
+    assert "tpu-training:cluster.systemMaxNodes = 100000: above GKE's limit" in refused(config)
+
+
+@pytest.mark.parametrize(
+    ("block", "reason"),
+    [
+        ("172.16.0.1/28", "host bits are set); did you mean '172.16.0.0/28'"),
+        ("172.16.0.0/028", "write it as"),
+    ],
+)
+def test_control_plane_ranges_say_what_to_write(config, block, reason):
+    config["tpu-training:cluster"]["masterIpv4CidrBlock"] = block
+    assert reason in refused(config)
+
+
+@pytest.mark.parametrize("project", ["12:30", '{"a": 1}'])
+def test_only_domain_scoped_ids_are_called_domain_scoped(config, project):
+    config["gcp:project"] = project
+    message = refused(config)
+    assert "must be 6 to 30 lowercase letters" in message and "domain-scoped" not in message

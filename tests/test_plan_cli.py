@@ -73,10 +73,32 @@ def test_a_manifest_that_cannot_be_written_exits_73_and_names_the_file(tmp_path)
     assert "cannot write" in result.stderr and "job-default-train-v6e.yaml" in result.stderr
 
 
-@pytest.mark.parametrize("stack", ["../evil", "", "a/b", "x" * 101, "dev eu"])
+@pytest.mark.parametrize("stack", ["../evil", "", "a/b/c/d", "x" * 101, "dev eu", "org/"])
 def test_stack_names_pulumi_refuses_are_argument_errors(stack):
     result = run_plan("--stack", stack)
     assert_refused_before_any_work(result, plan.EXIT_USAGE, "--stack", "1 to 100 letters")
+
+
+@pytest.mark.parametrize("stack", ["org/dev", "org/tpu-training/dev"])
+def test_stack_names_with_an_organisation_and_project_as_the_cli_takes_them(stack):
+    assert run_plan("--stack", stack).returncode == 0
+
+
+def test_a_stack_of_another_project_is_an_argument_error():
+    result = run_plan("--stack", "org/other/dev")
+    assert_refused_before_any_work(result, plan.EXIT_USAGE, "names project 'other'")
+
+
+@pytest.mark.parametrize(
+    ("option", "reason"), [("--json", "give a file name"), ("--manifests", "give a folder")]
+)
+def test_empty_output_paths_are_argument_errors(option, reason):
+    assert_refused_before_any_work(run_plan(option, ""), plan.EXIT_USAGE, reason)
+
+
+def test_an_output_path_the_system_refuses_is_an_argument_error(tmp_path):
+    result = run_plan("--json", str(tmp_path / ("x" * 300)))
+    assert_refused_before_any_work(result, plan.EXIT_USAGE, "--json", "File name too long")
 
 
 def test_unknown_options_exit_64_not_the_config_status():
@@ -118,6 +140,8 @@ def test_previous_outputs_are_the_generations_a_kept_node_and_job_stay_at(tmp_pa
         ('{"recoveryGenerations": {"demo-tpu": -1}}', "recoveryGenerations.demo-tpu = -1"),
         ('{"jobRecoveryGenerations": {"train-v6e": "2"}}', 'jobRecoveryGenerations.train-v6e = "2"'),
         ('{"recoveryGenerations": {"demo-tpu": true}}', "recoveryGenerations.demo-tpu = true"),
+        ('{"recoveryGenerations": {"demo-tpu": ' + "9" * 5000 + "}}", "cannot be read as JSON"),
+        ("[" * 100_000 + "]" * 100_000, "cannot be read as JSON (RecursionError"),
     ],
 )
 def test_previous_outputs_of_the_wrong_shape_are_argument_errors(tmp_path, content, reason):
@@ -162,7 +186,8 @@ def test_a_successful_run_leaves_no_event_loop_open():
 def test_a_reader_that_is_gone_gets_no_traceback():
     # `true` exits at once, so the plan's first write meets a closed pipe.
     result = subprocess.run(
-        ["bash", "-c", f"'{sys.executable}' -m infra.plan | true"],
+        # pipefail: the pipeline's status is the plan's, not that of `true`.
+        ["bash", "-o", "pipefail", "-c", f"'{sys.executable}' -m infra.plan | true"],
         cwd=REPO,
         env=dict(os.environ, PYTHONPATH=str(REPO)),
         capture_output=True,

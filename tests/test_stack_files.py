@@ -86,3 +86,47 @@ def test_the_plan_exits_2_without_a_traceback_on_a_bad_stack_file(scratch_projec
     assert result.returncode == 2
     assert "is UTF-16" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("!!int abc", "ValueError: invalid literal for int()"),
+        ("!!float abc", "ValueError"),
+        ("{? [a, b] : c}", "cannot be handed to the program as JSON"),
+        ("9" * 5000, "Exceeds the limit (4300 digits)"),
+        ("[" * 3000 + "]" * 3000, "RecursionError"),
+    ],
+)
+def test_values_the_parser_cannot_build_are_config_errors(scratch_project, value, reason):
+    (scratch_project / "Pulumi.odd.yaml").write_text(
+        f"config:\n  gcp:project: tpu-training-dev\n  tpu-training:labels: {value}\n"
+    )
+    result = run_plan("--stack", "odd", cwd=scratch_project)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert reason in result.stderr
+
+
+def test_an_alias_bomb_is_refused_at_once(scratch_project):
+    lines = [
+        "config:",
+        "  gcp:project: tpu-training-dev",
+        "  x:anchors:",
+        "    a0: &a0 [x, x, x, x, x, x, x, x, x, x]",
+    ]
+    lines += [f"    a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    lines.append("  tpu-training:labels: *a9")  # 10**10 values once expanded
+    (scratch_project / "Pulumi.bomb.yaml").write_text("\n".join(lines) + "\n")
+    result = run_plan("--stack", "bomb", cwd=scratch_project)
+    assert result.returncode == 2 and "expands to more than 100000 values" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("main", "reason"),
+    [("[a, b]", "'main' must be the program's folder"), ("/nowhere/", "holds no __main__.py")],
+)
+def test_a_project_whose_main_is_no_program(scratch_project, main, reason):
+    project = (scratch_project / "Pulumi.yaml").read_text()
+    (scratch_project / "Pulumi.yaml").write_text(project.replace("main: infra/", f"main: {main}"))
+    result = run_plan(cwd=scratch_project)
+    assert result.returncode == 2 and reason in result.stderr and "Traceback" not in result.stderr
