@@ -45,6 +45,7 @@ from tpu_training_components.node_pool_plan import (
     MAX_NODES_PER_CLUSTER,
     TpuNodePoolPlan,
     gke_version_problem,
+    parse_duration,
     plan_tpu_node_pool,
 )
 from tpu_training_components.recovery import GENERATION_LABEL
@@ -324,6 +325,29 @@ class NodePoolConfig(_Model):
     @classmethod
     def _known_machine_type(cls, value: str) -> str:
         catalogue.machine_type(value)
+        return value
+
+    # Checked per field as well as in the pool's plan, so each error names its own key.
+    @field_validator("topology")
+    @classmethod
+    def _topology_form(cls, value: str) -> str:
+        catalogue.topology_dimensions(value)
+        return value
+
+    @field_validator("node_locations")
+    @classmethod
+    def _zones_exist(cls, zones: tuple[str, ...]) -> tuple[str, ...]:
+        for zone in zones:
+            problem = zone_problem(zone)
+            if problem:
+                raise ValueError(problem)
+        return zones
+
+    @field_validator("max_run_duration")
+    @classmethod
+    def _a_duration(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None:
+            parse_duration(value)
         return value
 
     def plan(self, cluster_region: str) -> TpuNodePoolPlan:
@@ -857,6 +881,58 @@ def _unknown_key_problems(keys: list[str]) -> list[str]:
     return problems
 
 
+_LISTS = ("tpuVms", "nodePools", "jobs")
+
+
+def _stands_in_for_a_secret(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return OFFLINE_SECRET in value
+    return value == OFFLINE_SECRET
+
+
+def _leave_out_secrets(raw: dict[str, Any], places: list[tuple[Any, ...]]) -> bool:
+    """Offline, a secret reads as a stand-in (``OFFLINE_SECRET``); where the stack needs the real
+    value (a zone, a machine type, a number), leave out of the plan the item or the key that holds
+    it, and what depends on it, with a warning (`pulumi up` decrypts and uses it). Whether
+    anything was left out."""
+    left_out: dict[str, set[int]] = {key: set() for key in _LISTS}
+    dropped_keys = set()
+    for place in places:
+        key = place[0]
+        if key in _LISTS and len(place) >= 2 and isinstance(place[1], int):
+            left_out[key].add(place[1])
+        elif key in raw and key != "gcpProject":
+            dropped_keys.add(key)
+        else:
+            continue
+        pulumi.log.warn(
+            f"{_key_path(place)} is a secret the offline plan cannot decrypt, and the plan needs its "
+            f"value: it leaves out {_key_path(place[:2] if key in _LISTS else place[:1])} (`pulumi up` "
+            f"decrypts and uses it)"
+        )
+    for key in dropped_keys:
+        raw.pop(key)
+    if "cluster" in dropped_keys:
+        for key in ("nodePools", "jobs"):
+            if raw.pop(key, None):
+                pulumi.log.warn(f"{PROJECT}:{key} is left out of the offline plan with {PROJECT}:cluster")
+    pools: list[Any] = raw["nodePools"] if isinstance(raw.get("nodePools"), list) else []
+    jobs: list[Any] = raw["jobs"] if isinstance(raw.get("jobs"), list) else []
+    gone_pools = {
+        pool.get("name")
+        for index, pool in enumerate(pools)
+        if index in left_out["nodePools"] and isinstance(pool, dict)
+    }
+    for index, job in enumerate(jobs):
+        if isinstance(job, dict) and job.get("nodePool") in gone_pools and index not in left_out["jobs"]:
+            left_out["jobs"].add(index)
+            pulumi.log.warn(f"{PROJECT}:jobs[{index}] is left out of the offline plan with its node pool")
+    for key, indexes in left_out.items():
+        if indexes and isinstance(raw.get(key), list):
+            raw[key] = [item for index, item in enumerate(raw[key]) if index not in indexes]
+    return bool(dropped_keys or any(left_out.values()))
+
+
 def load(stack: str | None = None) -> StackConfig:
     """Read and validate the stack's configuration, or raise ``ConfigError`` listing every
     problem found."""
@@ -887,12 +963,17 @@ def load(stack: str | None = None) -> StackConfig:
         except json.JSONDecodeError:
             problems.append(_not_structured(key, text))
 
-    try:
-        config = StackConfig.model_validate(raw)
-    except ValidationError as exc:
-        allowed = _allowed_keys()
-        problems.extend(_format_error(e, allowed) for e in exc.errors())
-        config = None
+    config: Optional[StackConfig] = None
+    for _ in range(len(_PROJECT_KEYS) + 1):  # each round leaves out at least one key or item
+        try:
+            config = StackConfig.model_validate(raw)
+            break
+        except ValidationError as exc:
+            secret_places = [tuple(e["loc"]) for e in exc.errors() if _stands_in_for_a_secret(e.get("input"))]
+            if not secret_places or not _leave_out_secrets(raw, secret_places):
+                allowed = _allowed_keys()
+                problems.extend(_format_error(e, allowed) for e in exc.errors())
+                break
 
     if problems:
         raise ConfigError(

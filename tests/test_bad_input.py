@@ -138,7 +138,8 @@ def test_a_slice_beyond_the_generations_largest(config):
 def test_durations_beyond_protobufs_range(config, flex_start):
     config[POOLS][0].update(maxRunDuration="315576000001s", flexStart=flex_start)
     message = refused(config)
-    assert "tpu-training:nodePools[0] (v6e-4x4): maxRunDuration '315576000001s'" in message
+    assert 'tpu-training:nodePools[0].maxRunDuration = "315576000001s"' in message
+    assert "longer than the longest duration the API takes (315576000000s)" in message
 
 
 @pytest.mark.parametrize("namespace", ["kube-system", "kube-public", "kube-node-lease"])

@@ -158,13 +158,40 @@ def test_a_missing_previous_outputs_file_is_an_argument_error(tmp_path):
 
 def test_config_errors_keep_status_2_and_say_what_reads_secret(scratch_project):
     dev = yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text())
-    # No stand-in is a zone: this secret cannot pass offline, and the plan says why.
-    dev["config"]["tpu-training:tpuVms"][0]["zone"] = {"secure": "v1:abc"}
+    dev["config"]["tpu-training:labels"] = {"owner": {"secure": "v1:abc"}}
+    dev["config"]["tpu-training:tpuVms"][0]["acceleratorType"] = "v3-9"
     (scratch_project / "Pulumi.sec.yaml").write_text(yaml.safe_dump(dev))
     result = run_plan("--stack", "sec", cwd=scratch_project)
     assert result.returncode == plan.EXIT_CONFIG_ERROR
-    assert "tpu-training:tpuVms[0].zone" in result.stderr
-    assert "holds a secret, which the offline plan cannot decrypt" in result.stderr
+    assert "tpu-training:tpuVms[0].acceleratorType" in result.stderr
+    assert (
+        "warning: tpu-training:labels holds a secret, which the offline plan cannot decrypt" in result.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    ("place", "left_out"),
+    [
+        (("tpu-training:tpuVms", 0, "zone"), ["tpu-training:tpuVms[0]"]),
+        (("tpu-training:nodePools", 0, "topology"), ["tpu-training:nodePools[0]", "tpu-training:jobs[0]"]),
+        (("tpu-training:cluster", "location"), ["tpu-training:cluster", "tpu-training:nodePools"]),
+    ],
+)
+def test_a_secret_the_plan_needs_the_value_of_leaves_its_item_out_with_a_warning(
+    scratch_project, place, left_out
+):
+    dev = yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text())
+    node = dev["config"]
+    for part in place[:-1]:
+        node = node[part]
+    node[place[-1]] = {"secure": "v1:abc"}
+    (scratch_project / "Pulumi.sec.yaml").write_text(yaml.safe_dump(dev))
+    result = run_plan("--stack", "sec", "--json", "-", cwd=scratch_project)
+    assert result.returncode == 0, result.stderr
+    warnings = "\n".join(json.loads(result.stdout)["warnings"])
+    assert "is a secret the offline plan cannot decrypt, and the plan needs its value" in warnings
+    for what in left_out:
+        assert f"{what} " in warnings
 
 
 def test_a_successful_run_leaves_no_event_loop_open():
