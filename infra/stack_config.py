@@ -424,9 +424,10 @@ class StackConfig(_Model):
             f"{PROJECT}:tpuVms: TPU VM names must be unique; repeated: {name}"
             for name in _repeated([vm.name for vm in self.tpu_vms])
         ]
-        problems += self._gke_problems()
+        planned = self._plan_pools()
+        problems += self._gke_problems(planned)
         problems += self._label_count_problems()
-        problems += self._training_problems()
+        problems += self._training_problems(planned)
         regions = self.regions
         if len(regions) > 1 and self.bucket.name:
             problems.append(
@@ -460,7 +461,19 @@ class StackConfig(_Model):
             f"{most - naming.MAX_LABELS}"
         ]
 
-    def _training_problems(self) -> list[str]:
+    def _plan_pools(self) -> list[TpuNodePoolPlan | catalogue.CatalogueError]:
+        """Each nodePools entry's plan, or why it has none; planned once for all the checks."""
+        if self.cluster is None:
+            return []
+        planned: list[TpuNodePoolPlan | catalogue.CatalogueError] = []
+        for pool in self.node_pools:
+            try:
+                planned.append(pool.plan(self.cluster.location))
+            except catalogue.CatalogueError as exc:
+                planned.append(exc)
+        return planned
+
+    def _training_problems(self, planned: list[TpuNodePoolPlan | catalogue.CatalogueError]) -> list[str]:
         """The scaling rules must give a plan for every VM and every Job's slice."""
         if self.training is None:
             return []
@@ -468,14 +481,12 @@ class StackConfig(_Model):
         runs = [
             (f"tpuVms[{index}] ({vm.name})", vm.accelerator.cores) for index, vm in enumerate(self.tpu_vms)
         ]
-        if self.cluster is not None:
-            pools = {pool.name: pool for pool in self.node_pools}
-            for index, job in enumerate(self.jobs):
-                try:
-                    cores = self.pool_plan(pools[job.node_pool]).shape.cores
-                except (KeyError, catalogue.CatalogueError):
-                    continue  # reported by the pool's and the Job's own keys
-                runs.append((f"jobs[{index}] ({job.name})", cores))
+        # Without a cluster nothing is planned (and the pools are reported as needing one).
+        plans = {pool.name: plan for pool, plan in zip(self.node_pools, planned, strict=False)}
+        for index, job in enumerate(self.jobs):
+            plan = plans.get(job.node_pool)
+            if isinstance(plan, TpuNodePoolPlan):  # otherwise reported by the pool's and the Job's keys
+                runs.append((f"jobs[{index}] ({job.name})", plan.shape.cores))
         problems = []
         for run, cores in runs:
             try:
@@ -546,7 +557,7 @@ class StackConfig(_Model):
             if control_plane.overlaps(cidr)
         ]
 
-    def _gke_problems(self) -> list[str]:
+    def _gke_problems(self, planned: list[TpuNodePoolPlan | catalogue.CatalogueError]) -> list[str]:
         """Every problem of the cluster, node pools and jobs together, each naming its key."""
         problems: list[str] = self._network_problems()
         pool_names = [pool.name for pool in self.node_pools]
@@ -570,12 +581,10 @@ class StackConfig(_Model):
         gke_pools: dict[str, tuple[Optional[str], str]] = {
             SYSTEM_POOL: (None, f"{PROJECT}:cluster's CPU system pool")
         }
-        for index, pool in enumerate(self.node_pools):
+        for index, (pool, plan) in enumerate(zip(self.node_pools, planned, strict=True)):
             key = f"{PROJECT}:nodePools[{index}]"
-            try:
-                plan = pool.plan(self.cluster.location)
-            except catalogue.CatalogueError as exc:
-                problems.append(f"{key} ({pool.name}): {exc}")
+            if isinstance(plan, catalogue.CatalogueError):
+                problems.append(f"{key} ({pool.name}): {plan}")
                 continue
             for gke_name in plan.pool_names:
                 here = (pool.name, f"a pool of {key} ({pool.name})")
@@ -586,7 +595,7 @@ class StackConfig(_Model):
                         f"{key}.name = {pool.name!r}: its GKE node pool {gke_name!r} is also the "
                         f"name of {described}; rename the pool"
                     )
-        problems.extend(self._cluster_size_problems())
+        problems.extend(self._cluster_size_problems(planned))
         for index, job in enumerate(self.jobs):
             if job.node_pool not in pool_names:
                 problems.append(
@@ -595,14 +604,14 @@ class StackConfig(_Model):
                 )
         return problems
 
-    def _cluster_size_problems(self) -> list[str]:
+    def _cluster_size_problems(self, planned: list[TpuNodePoolPlan | catalogue.CatalogueError]) -> list[str]:
         assert self.cluster is not None
-        sizes = []
-        for pool in self.node_pools:
-            try:
-                sizes.append((pool.name, pool.plan(self.cluster.location).max_nodes))
-            except catalogue.CatalogueError:
-                continue  # reported by the pool's own key
+        # A pool without a plan is reported by its own key.
+        sizes = [
+            (pool.name, plan.max_nodes)
+            for pool, plan in zip(self.node_pools, planned, strict=True)
+            if isinstance(plan, TpuNodePoolPlan)
+        ]
         total = sum(size for _, size in sizes) + self.cluster.system_max_nodes
         if total <= MAX_NODES_PER_CLUSTER:
             return []
@@ -818,7 +827,9 @@ def _allowed_keys() -> dict[str, list[str]]:
 
 
 OFFLINE_SECRET = "offline-secret"
-"""What a `secure:` value reads as in an offline plan (``infra/offline.py``)."""
+"""What a `secure:` value reads as in an offline plan (``infra/offline.py``), where there is no key
+to decrypt it: a stand-in that is also a valid project ID, label value, name or image, so a secret
+where one of those goes is a warning, not an error."""
 
 
 def is_config_secret(key: str) -> bool:
