@@ -29,6 +29,8 @@ from pulumi.runtime.sync_await import _sync_await
 from ruamel.yaml import YAML, YAMLError
 from ruamel.yaml.constructor import SafeConstructor
 
+from infra.stack_config import OFFLINE_SECRET
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -168,10 +170,9 @@ def _mapping(path: Path, what: str, value: Any) -> dict[str, Any]:
     return dict(value)
 
 
-SECRET_PLACEHOLDER = "offline-secret"
-"""What a `secure:` value reads as offline, where there is no key to decrypt it: a stand-in that
-is also a valid project ID, label value, name or image, so a secret where one of those goes is a
-warning, not an error."""
+# What a `secure:` value reads as offline, where there is no key to decrypt it. One literal with
+# the stack config, which recognises it to leave out what it cannot plan without the real value.
+SECRET_PLACEHOLDER = OFFLINE_SECRET
 
 
 def _encode(value: Any) -> str:
