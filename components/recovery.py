@@ -72,6 +72,9 @@ class Decision:
     """Declare the last deployed generation + 1 (0 when this stack never deployed it): the
     resource is gone from the cloud but may still be in the stack's state, where only a new
     replacement trigger makes a plain `pulumi up` (without --refresh) create it again."""
+    unavailable: bool = False
+    """The API could not be read for it: the decision keeps what was last deployed, and a
+    watcher should try again later."""
 
     @property
     def message(self) -> str:
@@ -187,6 +190,7 @@ def unreachable(name: str, problem: str, api: str = "TPU API") -> Decision:
         None,
         f"{api} unavailable ({problem}); nothing is replaced on unknown state",
         warn=True,
+        unavailable=True,
     )
 
 

@@ -63,7 +63,8 @@ class LoopbackJsonServer:
             self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         self.address = f"127.0.0.1:{self.server.server_address[1]}"
         self.endpoint = f"{'https' if tls else 'http'}://{self.address}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # A short poll: shutdown() waits for the loop to notice, up to this long (default 0.5 s).
+        self._thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
 
     def route(self, method: str, path: str, query: str, headers: dict[str, str]) -> tuple[int, Any]:
         raise NotImplementedError

@@ -1,0 +1,89 @@
+"""`pulumi up --refresh --yes` for one stack through the Pulumi Automation API, its outcome
+sorted into what the recover watcher acts on: succeeded, failed (retry later), busy (another
+update holds the stack). Needs the Pulumi CLI on PATH; nothing else in the project does."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Protocol
+
+from tpu_training_components.recovery_rounds import UpStatus
+
+_TAIL_LINES = 5
+
+
+class PulumiUnavailable(Exception):
+    """The Pulumi CLI is missing or unusable, or the stack does not exist: no round can recover."""
+
+
+@dataclass(frozen=True)
+class UpResult:
+    status: UpStatus
+    message: str
+    """One line: the update's result, or the last lines of the CLI's error."""
+    duration_seconds: float
+    changes: dict[str, int] = field(default_factory=dict)
+    """Resource operations the update performed (``{"create": 1, "same": 40}``)."""
+
+
+class UpRunner(Protocol):
+    """Runs `pulumi up --refresh --yes` for a stack; the seam the tests replace."""
+
+    def __call__(self, stack: str) -> UpResult: ...
+
+
+def _tail(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return " | ".join(lines[-_TAIL_LINES:])[:600] or "(no output)"
+
+
+class AutomationUp:
+    """The real runner: the Automation API's `Stack.up(refresh=True)` on the project in
+    ``work_dir``, with the CLI's output handed line by line to ``on_output``."""
+
+    def __init__(self, work_dir: Path, on_output: Callable[[str], None]) -> None:
+        from pulumi import automation
+
+        self._automation = automation
+        self._work_dir = str(work_dir)
+        self._on_output = on_output
+        try:
+            # Runs `pulumi version` once and checks it against the SDK's minimum.
+            self._command = automation.PulumiCommand()
+        except (OSError, subprocess.CalledProcessError, automation.errors.InvalidVersionError) as exc:
+            raise PulumiUnavailable(f"the Pulumi CLI cannot be run: {exc}") from None
+
+    def __call__(self, stack: str) -> UpResult:
+        automation = self._automation
+        started = time.monotonic()
+
+        def done(status: UpStatus, message: str, changes: Optional[dict[str, int]] = None) -> UpResult:
+            return UpResult(status, message, round(time.monotonic() - started, 3), dict(changes or {}))
+
+        try:
+            selected = automation.select_stack(
+                stack_name=stack,
+                work_dir=self._work_dir,
+                opts=automation.LocalWorkspaceOptions(pulumi_command=self._command),
+            )
+            result = selected.up(
+                refresh=True,
+                color="never",
+                on_output=self._on_output,
+                on_error=self._on_output,
+                message="python -m infra.recover: recovery after preemption, maintenance or a failed Job",
+            )
+        except automation.errors.StackNotFoundError:
+            raise PulumiUnavailable(
+                f"stack {stack!r} does not exist in the selected backend; create it with "
+                f"`pulumi stack init {stack}` and deploy it once with `pulumi up`"
+            ) from None
+        except automation.errors.ConcurrentUpdateError as exc:
+            return done("busy", f"another update holds the stack: {_tail(str(exc))}")
+        except automation.errors.CommandError as exc:
+            return done("failed", _tail(str(exc)))
+        summary = result.summary
+        return done("succeeded", f"update {summary.result}", summary.resource_changes)

@@ -1,0 +1,398 @@
+"""Recover a stack by itself: read the live TPU nodes and training Jobs, and run
+`pulumi up --refresh --yes` only when some VM or Job must be created or replaced.
+
+    python -m infra.recover --stack NAME [--once | --watch SECONDS] [--dry-run] [--json]
+
+Each round reads the stack's config the way `pulumi up` does (Pulumi.yaml and
+Pulumi.<stack>.yaml), lists the live nodes (one Cloud TPU API call per zone, or TPU_API_ENDPOINT)
+and Jobs (one Kubernetes call per namespace; KUBECONFIG, or the GKE API), decides with the same
+decision tables as the stack program, prints one line per decision, and runs `pulumi up` through
+the Pulumi Automation API when something must be recovered. A round where everything works costs
+those list calls and nothing more: no `pulumi up`, no stack lock.
+
+Exit status (see EXIT_*): 0 nothing to recover or `pulumi up` succeeded (and after a --watch ends
+by SIGINT/SIGTERM); 1 `pulumi up` failed; 2 invalid configuration; 64 invalid command line;
+69 the Pulumi CLI cannot be run or the stack does not exist; 75 nothing was done because live state
+or the stack itself was unavailable (try again later).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from types import FrameType
+from typing import Any, Callable, NoReturn, Optional, Sequence, TextIO
+
+import pulumi
+from tpu_training_components import reconcile
+from tpu_training_components.kube_api import ClusterRef, LiveJobs, list_live_jobs
+from tpu_training_components.recovery import Decision
+from tpu_training_components.recovery_rounds import Backoff, RoundPlan, next_round_in, plan_round
+
+from infra import offline, stack_config
+from infra.automation import AutomationUp, PulumiUnavailable, UpResult, UpRunner
+from infra.plan import UsageError, stack_name
+
+EXIT_OK = 0
+EXIT_UP_FAILED = 1
+EXIT_CONFIG_ERROR = 2
+EXIT_USAGE = 64
+"""The command line is wrong (sysexits.h EX_USAGE): nothing was run."""
+EXIT_UNAVAILABLE = 69
+"""The Pulumi CLI cannot be run, or the stack does not exist (EX_UNAVAILABLE)."""
+EXIT_TRY_LATER = 75
+"""Nothing was done: live state unreadable, or another update held the stack (EX_TEMPFAIL)."""
+
+MIN_WATCH_SECONDS = 10.0
+"""Shorter rounds would only list the same nodes again: a node takes minutes to re-create."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"error: {message}\n")
+
+
+def _watch_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(seconds) or seconds < MIN_WATCH_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give the seconds between rounds, at least {MIN_WATCH_SECONDS:g}"
+        )
+    return seconds
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m infra.recover",
+        description="Read live TPU VMs and Jobs; run `pulumi up --refresh --yes` only when something "
+        "must be created or replaced.",
+        epilog="Exit status: 0 nothing to recover or recovered; 1 `pulumi up` failed; 2 invalid "
+        "configuration; 64 invalid command line; 69 Pulumi CLI or stack unavailable; 75 live state or "
+        "stack unavailable, nothing done (try later).",
+    )
+    parser.add_argument(
+        "--stack", required=True, help="stack: [ORG/[PROJECT/]]NAME; reads Pulumi.<NAME>.yaml"
+    )
+    when = parser.add_mutually_exclusive_group()
+    when.add_argument("--once", action="store_true", help="run one round and exit (the default)")
+    when.add_argument(
+        "--watch",
+        metavar="SECONDS",
+        type=_watch_seconds,
+        help=f"run a round every SECONDS (at least {MIN_WATCH_SECONDS:g}) until SIGINT or SIGTERM",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="decide and print, never run `pulumi up` (needs no Pulumi CLI)"
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object per round on standard output (the readable lines go to standard error)",
+    )
+    return parser
+
+
+# ---------------------------------------------------------------------------------------------
+# One round
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """The stack a round recovers: its project, and its name as the CLI and the files know it."""
+
+    project: offline.Project
+    stack: str
+    """The stack's name: ``Pulumi.<stack>.yaml``."""
+    qualified: str
+    """As given on the command line (``org/project/name`` or ``name``): what `pulumi up` selects."""
+
+
+def load_settings(target: Target) -> tuple[stack_config.StackConfig, list[str]]:
+    """The stack's validated config as `pulumi up` would read it, and the warnings on the way.
+    Raises ``offline.ProjectFileError`` or ``stack_config.ConfigError``."""
+    values, secret_keys, warnings = offline.stack_config(target.project, target.stack)
+    loaded: list[stack_config.StackConfig] = []
+    run = offline.run(
+        lambda: loaded.append(stack_config.load(target.stack)),
+        project=target.project.name,
+        stack=target.stack,
+        config=values,
+        secret_keys=secret_keys,
+    )
+    return loaded[0], [*warnings, *loaded[0].warnings, *run.warnings]
+
+
+@dataclass
+class Probe:
+    """Reads the live state and decides, with the stack program's own reconcile functions."""
+
+    tpu_client: Any = None
+    read_jobs: Callable[[ClusterRef, set[str]], LiveJobs] = list_live_jobs
+
+    def __call__(self, settings: stack_config.StackConfig) -> list[tuple[str, Decision]]:
+        vms = reconcile.reconcile_tpu_vms(
+            settings.gcp_project,
+            [(vm.name, vm.zone) for vm in settings.tpu_vms],
+            grace=timedelta(minutes=settings.recovery.maintenance_grace_minutes),
+            client=self.tpu_client,
+        )
+        jobs = (
+            reconcile.reconcile_jobs(
+                ClusterRef(settings.gcp_project, settings.cluster.location, settings.cluster.name),
+                [(job.name, job.namespace) for job in settings.jobs],
+                read=self.read_jobs,
+            )
+            if settings.cluster
+            else []
+        )
+        return [*(("tpuVm", d) for d in vms), *(("job", d) for d in jobs)]
+
+
+@dataclass
+class RoundReport:
+    stack: str
+    number: int
+    started: str
+    decisions: list[tuple[str, Decision]] = field(default_factory=list)
+    plan: Optional[RoundPlan] = None
+    up: Optional[UpResult] = None
+    error: Optional[str] = None
+    """Why the round decided nothing (invalid configuration)."""
+    duration_seconds: float = 0.0
+
+    @property
+    def up_status(self) -> str:
+        if self.up is not None:
+            return self.up.status
+        return "not-run"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "round": self.number,
+            "started": self.started,
+            "durationSeconds": self.duration_seconds,
+            "error": self.error,
+            "decisions": [
+                {
+                    "kind": kind,
+                    "name": d.name,
+                    "action": d.action,
+                    "generation": d.generation,
+                    "afterLastDeployed": d.after_last_deployed,
+                    "reason": d.reason,
+                    "warn": d.warn,
+                    "unavailable": d.unavailable,
+                }
+                for kind, d in self.decisions
+            ],
+            "upNeeded": bool(self.plan and self.plan.run_up),
+            "up": {
+                "status": self.up_status,
+                "message": self.up.message if self.up else None,
+                "durationSeconds": self.up.duration_seconds if self.up else 0.0,
+                "changes": self.up.changes if self.up else {},
+            },
+        }
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Recoverer:
+    """Runs rounds for one stack and says what each did; the CLI wraps it."""
+
+    def __init__(
+        self,
+        target: Target,
+        *,
+        probe: Callable[[stack_config.StackConfig], list[tuple[str, Decision]]],
+        up: Optional[UpRunner],
+        say: Callable[[str], None],
+    ) -> None:
+        self.target = target
+        self.probe = probe
+        self.up = up
+        """None for a dry run: decide and say, never run `pulumi up`."""
+        self.say = say
+        self.rounds = 0
+
+    def run_round(self) -> RoundReport:
+        self.rounds += 1
+        started = time.monotonic()
+        report = RoundReport(self.target.qualified, self.rounds, _now())
+        try:
+            settings, warnings = load_settings(self.target)
+        except (offline.ProjectFileError, pulumi.RunError) as exc:
+            report.error = str(exc)
+            self.say(f"error: {exc}")
+            report.duration_seconds = round(time.monotonic() - started, 3)
+            return report
+        for warning in warnings:
+            self.say(f"warning: {warning}")
+        if not settings.recovery.read_live_state:
+            report.error = (
+                f"{stack_config.PROJECT}:recovery.readLiveState is false: the stack reads no live "
+                f"state, so there is nothing to recover by"
+            )
+            self.say(f"error: {report.error}")
+            report.duration_seconds = round(time.monotonic() - started, 3)
+            return report
+
+        report.decisions = self.probe(settings)
+        for kind, decision in report.decisions:
+            level = "warning" if decision.warn else "info"
+            self.say(f"{level}: {'TPU VM' if kind == 'tpuVm' else 'Job'} {decision.message}")
+        report.plan = plan_round([d for _, d in report.decisions])
+        self.say(f"{self.target.qualified}: {report.plan.summary}")
+        if report.plan.run_up:
+            if self.up is None:
+                report.up = UpResult("dry-run", "dry run: `pulumi up --refresh --yes` not run", 0.0)
+            else:
+                report.up = self.up(self.target.qualified)
+            self.say(f"{self.target.qualified}: pulumi up {report.up.status}: {report.up.message}")
+        report.duration_seconds = round(time.monotonic() - started, 3)
+        return report
+
+
+def exit_status(report: RoundReport) -> int:
+    """The status of a one-round run (``--once``)."""
+    if report.error is not None:
+        return EXIT_CONFIG_ERROR
+    status = report.up_status
+    if status == "failed":
+        return EXIT_UP_FAILED
+    if status == "busy":
+        return EXIT_TRY_LATER
+    if status in ("not-run",) and report.plan is not None and report.plan.unavailable:
+        return EXIT_TRY_LATER
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
+# The command
+# ---------------------------------------------------------------------------------------------
+
+
+class StopSignal:
+    """SIGINT and SIGTERM ask the watch to stop; it does so between rounds, never during a
+    `pulumi up`."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.event = threading.Event()
+        self._say = say
+
+    def install(self) -> None:
+        for number in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(number, self._handle)
+
+    def _handle(self, number: int, frame: Optional[FrameType]) -> None:
+        if not self.event.is_set():
+            self._say(f"{signal.Signals(number).name}: stopping after this round")
+        self.event.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self.event.is_set()
+
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds``, or until a stop is asked."""
+        self.event.wait(seconds)
+
+
+def watch(
+    recoverer: Recoverer,
+    *,
+    interval_seconds: Optional[float],
+    stop: StopSignal,
+    emit: Callable[[RoundReport], None],
+    backoff: Optional[Backoff] = None,
+) -> int:
+    """Run rounds: one (``interval_seconds`` None), or one every interval until ``stop``."""
+    backoff = backoff or Backoff()
+    while True:
+        report = recoverer.run_round()
+        emit(report)
+        if interval_seconds is None:
+            return exit_status(report)
+        if recoverer.rounds == 1 and report.error is not None:
+            return EXIT_CONFIG_ERROR  # a stack that never loads: say so at once, not every round
+        if report.up is not None:
+            backoff.record(report.up.status)
+        elif report.plan is not None:
+            backoff.record("not-run")
+        delay = next_round_in(interval_seconds, backoff, report.up.status if report.up else None)
+        if report.up is not None and report.up.status == "failed":
+            recoverer.say(
+                f"{recoverer.target.qualified}: `pulumi up` failed {backoff.failures} time(s) in a row; "
+                f"next round in {delay:.0f} s"
+            )
+        if stop.stopped:
+            return EXIT_OK
+        stop.sleep(delay)
+        if stop.stopped:
+            return EXIT_OK
+
+
+def _printer(stream: TextIO) -> Callable[[str], None]:
+    def say(line: str) -> None:
+        print(line, file=stream, flush=True)
+
+    return say
+
+
+def main(argv: Optional[Sequence[str]] = None, *, probe: Optional[Probe] = None) -> int:
+    args = _parser().parse_args(argv)
+    say = _printer(sys.stderr if args.json else sys.stdout)
+    try:
+        stack, stack_project = stack_name(args.stack)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        project = offline.load_project()
+    except offline.ProjectFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    if stack_project not in (None, project.name):
+        print(
+            f"error: --stack {args.stack!r} names project {stack_project!r}; this is {project.name!r}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+
+    try:
+        up = None if args.dry_run else AutomationUp(project.root, lambda line: say(f"  | {line}"))
+    except PulumiUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+
+    def emit(report: RoundReport) -> None:
+        if args.json:
+            print(json.dumps(report.to_json(), sort_keys=True), flush=True)
+
+    stop = StopSignal(say)
+    stop.install()
+    recoverer = Recoverer(Target(project, stack, args.stack), probe=probe or Probe(), up=up, say=say)
+    try:
+        return watch(recoverer, interval_seconds=args.watch, stop=stop, emit=emit)
+    except PulumiUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

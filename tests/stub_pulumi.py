@@ -1,0 +1,106 @@
+"""A stand-in `pulumi` executable for tests of the Automation API path: there is no Pulumi CLI on
+these machines. ``install(folder)`` writes it; put the folder first on PATH.
+
+It records every call's arguments (one JSON list a line in ``calls.jsonl``) and answers exactly
+the commands the Automation API issues for ``select_stack(...).up(refresh=True)``, with the
+output formats of Pulumi CLI 3.x; any other command fails loudly, so a test sees an unexpected
+call. ``behaviour.json`` in the folder chooses what `up` does:
+
+- ``{"up": "succeed"}``: prints an update's lines, exits 0;
+- ``{"up": "fail"}``: a provider error (a TPU stockout), exits 255;
+- ``{"up": "busy"}``: the Pulumi Cloud conflict error, exits 255;
+- ``{"up": "locked"}``: the self-managed backend's lock error, exits 255;
+- ``{"up": "succeed", "hold": true}``: writes ``up-started`` and waits until ``release`` exists;
+- ``{"stack_missing": true}``: `stack select` says the stack does not exist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+VERSION = "3.272.0"
+"""The CLI version the stub reports: the one matching the pinned SDK."""
+
+_SCRIPT = r"""#!{python}
+import json, os, sys, time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+args = sys.argv[1:]
+with open(HERE / "calls.jsonl", "a") as log:
+    log.write(json.dumps(args) + "\n")
+behaviour = json.loads((HERE / "behaviour.json").read_text()) if (HERE / "behaviour.json").exists() else {{}}
+if args and args[0] == "--non-interactive":
+    args = args[1:]
+stack = args[args.index("--stack") + 1] if "--stack" in args else None
+
+if args == ["version"]:
+    print("v{version}")
+elif args[:2] == ["stack", "select"]:
+    if behaviour.get("stack_missing"):
+        print(f"error: no stack named '{{stack}}' found", file=sys.stderr)
+        sys.exit(255)
+elif args[:1] == ["up"]:
+    if "--yes" not in args or "--skip-preview" not in args:
+        print("error: --yes must be passed in to proceed when running in non-interactive mode",
+              file=sys.stderr)
+        sys.exit(255)
+    mode = behaviour.get("up", "succeed")
+    print(f"Updating ({{stack}})")
+    if behaviour.get("hold"):
+        (HERE / "up-started").write_text("")
+        while not (HERE / "release").exists():
+            time.sleep(0.02)
+    if mode == "busy":
+        print("error: [409] Conflict: Another update is currently in progress.", file=sys.stderr)
+        sys.exit(255)
+    if mode == "locked":
+        print("error: the stack is currently locked by 1 lock(s). Either wait for the other "
+              "process(es) to end or delete the lock file with `pulumi cancel`.", file=sys.stderr)
+        sys.exit(255)
+    if mode == "fail":
+        print(" +  gcp:tpu/v2Vm:V2Vm demo-tpu-vm creating (0s) error: googleapi: Error 429: "
+              "There is no more capacity in the zone \"europe-west4-a\"")
+        print("error: update failed", file=sys.stderr)
+        sys.exit(255)
+    print(" +- gcp:tpu/v2Vm:V2Vm demo-tpu-vm replaced (95s)")
+    print("Resources:\n    +-1 replaced\n    36 unchanged")
+elif args[:3] == ["stack", "output", "--json"]:
+    print("{{}}")
+elif args[:3] == ["stack", "history", "--json"]:
+    print(json.dumps([{{
+        "kind": "update", "startTime": "2026-11-21T10:00:00.000Z", "endTime": "2026-11-21T10:01:35.000Z",
+        "message": "", "environment": {{}}, "config": {{}}, "result": "succeeded", "version": 7,
+        "resourceChanges": {{"replace": 1, "same": 36}},
+    }}]))
+else:
+    print(f"stub pulumi: unexpected command {{args}}", file=sys.stderr)
+    sys.exit(2)
+"""
+
+
+def install(folder: Path, **behaviour: Any) -> Path:
+    """Write the stub as ``folder/pulumi`` (executable) with ``behaviour``; return the folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "pulumi"
+    script.write_text(_SCRIPT.format(python=sys.executable, version=VERSION))
+    script.chmod(0o755)
+    (folder / "behaviour.json").write_text(json.dumps(behaviour))
+    return folder
+
+
+def calls(folder: Path) -> list[list[str]]:
+    """Every command line the stub received, in order."""
+    log = folder / "calls.jsonl"
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def on_path(folder: Path) -> dict[str, str]:
+    """An environment with the stub first on PATH."""
+    return {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"}

@@ -1,0 +1,457 @@
+"""`python -m infra.recover`: decisions -> `pulumi up` or nothing, the Automation API path through
+a stub `pulumi` on PATH, exit statuses, the watch loop, back-off and signals.
+
+Live state comes from the loopback fakes, through the real client libraries; the dev stack
+declares demo-tpu (europe-west4-a) and the Job train-v6e (namespace default)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import stub_pulumi
+from conftest import REPO
+from fake_kube_api import FakeKubernetesApi, job
+from fake_tpu_api import FakeTpuApi
+from tpu_training_components.recovery import Decision
+from tpu_training_components.recovery_rounds import Backoff, next_round_in, plan_round
+
+from infra import offline, recover
+from infra.automation import AutomationUp, PulumiUnavailable, UpResult
+
+ZONE = "europe-west4-a"
+WORKING_NODE = {"labels": {"recovery-generation": "3"}, "health": "HEALTHY"}
+RUNNING_JOB = job("train-v6e", generation=1, active=4, ready=4)
+
+
+@pytest.fixture
+def apis(tmp_path, monkeypatch):
+    """Both live APIs on loopback, holding a working dev stack; the environment points at them."""
+    with FakeTpuApi() as tpu, FakeKubernetesApi() as kube:
+        tpu.add(ZONE, "demo-tpu", "READY", **WORKING_NODE)
+        kube.add("default", RUNNING_JOB)
+        monkeypatch.setenv("TPU_API_ENDPOINT", tpu.endpoint)
+        monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig(tmp_path)))
+        yield tpu, kube
+
+
+class RecordingRunner:
+    """The `pulumi up` seam: records each stack it was asked to update, answers ``status``."""
+
+    def __init__(self, status: str = "succeeded") -> None:
+        self.status = status
+        self.stacks: list[str] = []
+
+    def __call__(self, stack: str) -> UpResult:
+        self.stacks.append(stack)
+        return UpResult(self.status, f"update {self.status}", 0.01, {"replace": 1})  # type: ignore[arg-type]
+
+
+def recoverer(runner=None, stack="dev", root: Path = REPO) -> tuple[recover.Recoverer, list[str]]:
+    said: list[str] = []
+    target = recover.Target(offline.load_project(root), stack, stack)
+    return recover.Recoverer(target, probe=recover.Probe(), up=runner, say=said.append), said
+
+
+# ---------------------------------------------------------------------------------------------
+# The decision -> action layer (pure)
+# ---------------------------------------------------------------------------------------------
+
+
+def decision(action: str, **kw) -> Decision:
+    return Decision(kw.pop("name", "vm"), action, 1, "because", **kw)  # type: ignore[arg-type]
+
+
+def test_up_runs_only_for_create_or_replace():
+    assert not plan_round([decision("keep"), decision("keep", warn=True)]).run_up
+    assert plan_round([decision("keep"), decision("replace", name="b")]).run_up
+    assert plan_round([decision("create")]).recovering[0].action == "create"
+    assert not plan_round([]).run_up
+
+
+def test_unavailable_state_never_runs_up_and_is_reported():
+    plan = plan_round([decision("keep", warn=True, unavailable=True, name="a"), decision("keep")])
+    assert not plan.run_up
+    assert [d.name for d in plan.unavailable] == ["a"]
+    assert "unavailable for a" in plan.summary
+
+
+def test_backoff_doubles_to_its_cap_and_starts_over_after_success():
+    backoff = Backoff(first_seconds=60, cap_seconds=300)
+    delays = []
+    for _ in range(5):
+        backoff.record("failed")
+        delays.append(backoff.delay_seconds)
+    assert delays == [60, 120, 240, 300, 300]
+    backoff.record("busy")  # someone else's update says nothing about capacity
+    assert backoff.delay_seconds == 300
+    backoff.record("succeeded")
+    assert backoff.delay_seconds == 0
+    for _ in range(500):  # no overflow however long the stockout lasts
+        backoff.record("failed")
+    assert backoff.delay_seconds == 300
+
+
+def test_backoff_refuses_a_first_wait_above_its_cap():
+    with pytest.raises(ValueError, match="at most the cap"):
+        Backoff(first_seconds=600, cap_seconds=60)
+
+
+def test_next_round_waits_the_longer_of_interval_and_backoff_only_after_a_failure():
+    backoff = Backoff(first_seconds=60)
+    backoff.record("failed")
+    assert next_round_in(10, backoff, "failed") == 60
+    assert next_round_in(120, backoff, "failed") == 120
+    assert next_round_in(10, backoff, "busy") == 10
+    assert next_round_in(10, backoff, None) == 10
+
+
+# ---------------------------------------------------------------------------------------------
+# Rounds against the live fakes, with an injected runner
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_working_stack_costs_one_call_per_zone_and_namespace_and_no_up(apis):
+    tpu, kube = apis
+    runner = RecordingRunner()
+    rec, said = recoverer(runner)
+    report = rec.run_round()
+    assert runner.stacks == []
+    assert report.plan is not None and not report.plan.run_up
+    assert recover.exit_status(report) == recover.EXIT_OK
+    assert len(tpu.calls) == 1 and len(kube.calls) == 1
+    assert "info: TPU VM demo-tpu: node is READY -> is kept (recovery generation 3)" in said
+    assert said[-1] == "dev: nothing to recover: every TPU VM and Job is working or done"
+
+
+@pytest.mark.parametrize(
+    ("up_status", "expected"),
+    [
+        ("succeeded", recover.EXIT_OK),
+        ("failed", recover.EXIT_UP_FAILED),
+        ("busy", recover.EXIT_TRY_LATER),
+    ],
+)
+def test_a_preempted_node_runs_up_once_and_its_result_sets_the_exit_status(apis, up_status, expected):
+    tpu, _ = apis
+    tpu.nodes[ZONE][0]["state"] = "PREEMPTED"
+    runner = RecordingRunner(up_status)
+    rec, said = recoverer(runner)
+    report = rec.run_round()
+    assert runner.stacks == ["dev"]
+    assert report.up is not None and report.up.status == up_status
+    assert recover.exit_status(report) == expected
+    assert "info: TPU VM demo-tpu: node is PREEMPTED -> will be replaced (recovery generation 4)" in said
+
+
+def test_a_failed_job_runs_up(apis):
+    _, kube = apis
+    kube.jobs["default"] = [
+        job("train-v6e", generation=1, conditions=(("Failed", "True", "BackoffLimitExceeded"),))
+    ]
+    runner = RecordingRunner()
+    report = recoverer(runner)[0].run_round()
+    assert runner.stacks == ["dev"]
+    assert [(kind, d.action) for kind, d in report.decisions] == [("tpuVm", "keep"), ("job", "replace")]
+
+
+def test_an_unreadable_api_runs_nothing_and_asks_to_try_later(apis):
+    tpu, _ = apis
+    tpu.fail_with = 503
+    runner = RecordingRunner()
+    report = recoverer(runner)[0].run_round()
+    assert runner.stacks == []
+    assert report.plan is not None and [d.name for d in report.plan.unavailable] == ["demo-tpu"]
+    assert recover.exit_status(report) == recover.EXIT_TRY_LATER
+
+
+def test_an_unreadable_zone_does_not_stop_the_recovery_of_another_resource(apis):
+    tpu, kube = apis
+    tpu.fail_with = 503
+    kube.jobs["default"] = []  # the Job is gone: `pulumi up` re-creates it
+    runner = RecordingRunner()
+    report = recoverer(runner)[0].run_round()
+    assert runner.stacks == ["dev"]
+    assert recover.exit_status(report) == recover.EXIT_OK
+
+
+def test_a_dry_run_decides_and_says_so_without_running_up(apis):
+    tpu, _ = apis
+    tpu.nodes[ZONE] = []
+    rec, said = recoverer(None)
+    report = rec.run_round()
+    assert report.up is not None and report.up.status == "dry-run"
+    assert recover.exit_status(report) == recover.EXIT_OK
+    assert report.to_json()["upNeeded"] is True
+    assert said[-1].startswith("dev: pulumi up dry-run")
+
+
+def project_copy(tmp_path: Path, stack_file: str) -> Path:
+    """This project's Pulumi.yaml and program, with one stack file of the test's own."""
+    root = tmp_path / "project"
+    root.mkdir()
+    shutil.copy(REPO / "Pulumi.yaml", root)
+    (root / "infra").symlink_to(REPO / "infra")
+    (root / "Pulumi.test.yaml").write_text(stack_file)
+    return root
+
+
+def test_invalid_config_is_reported_and_nothing_is_probed(apis, tmp_path):
+    tpu, kube = apis
+    root = project_copy(tmp_path, "config:\n  gcp:project: tpu-training-dev\n  tpu-training:tpuVms: 3\n")
+    runner = RecordingRunner()
+    rec, said = recoverer(runner, "test", root)
+    report = rec.run_round()
+    assert report.error is not None and "tpu-training:tpuVms" in report.error
+    assert recover.exit_status(report) == recover.EXIT_CONFIG_ERROR
+    assert tpu.calls == [] and kube.calls == [] and runner.stacks == []
+
+
+def test_a_stack_that_reads_no_live_state_is_a_config_error(apis, tmp_path):
+    root = project_copy(
+        tmp_path,
+        "config:\n  gcp:project: tpu-training-dev\n  tpu-training:recovery: {readLiveState: false}\n",
+    )
+    report = recoverer(RecordingRunner(), "test", root)[0].run_round()
+    assert report.error is not None and "readLiveState is false" in report.error
+    assert recover.exit_status(report) == recover.EXIT_CONFIG_ERROR
+
+
+# ---------------------------------------------------------------------------------------------
+# The watch loop: back-off, stopping
+# ---------------------------------------------------------------------------------------------
+
+
+class ScriptedStop(recover.StopSignal):
+    """Records each wait instead of sleeping; asks to stop after ``rounds`` waits."""
+
+    def __init__(self, rounds: int) -> None:
+        super().__init__(lambda line: None)
+        self.waits: list[float] = []
+        self.rounds = rounds
+
+    def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        if len(self.waits) >= self.rounds:
+            self.event.set()
+
+
+def test_watch_backs_off_after_failed_ups_and_returns_to_its_interval(apis):
+    tpu, _ = apis
+    tpu.nodes[ZONE][0]["state"] = "PREEMPTED"
+    runner = RecordingRunner("failed")
+    rec, said = recoverer(runner)
+    stop = ScriptedStop(rounds=5)
+    statuses = []
+
+    def emit(report):
+        statuses.append(report.up_status)
+        if len(statuses) == 3:  # capacity came back
+            runner.status = "succeeded"
+        if len(statuses) == 4:  # the new node is up
+            tpu.nodes[ZONE][0]["state"] = "READY"
+
+    status = recover.watch(
+        rec, interval_seconds=30, stop=stop, emit=emit, backoff=Backoff(first_seconds=60, cap_seconds=200)
+    )
+    assert status == recover.EXIT_OK
+    assert statuses == ["failed", "failed", "failed", "succeeded", "not-run"]
+    assert stop.waits == [60, 120, 200, 30, 30]
+    assert "dev: `pulumi up` failed 2 time(s) in a row; next round in 120 s" in said
+
+
+def test_watch_stops_at_once_on_a_config_error_in_its_first_round(apis, tmp_path):
+    root = project_copy(tmp_path, "config:\n  gcp:project: 12345\n")
+    rec, _ = recoverer(RecordingRunner(), "test", root)
+    stop = ScriptedStop(rounds=5)
+    assert (
+        recover.watch(rec, interval_seconds=30, stop=stop, emit=lambda r: None) == recover.EXIT_CONFIG_ERROR
+    )
+    assert stop.waits == []
+
+
+# ---------------------------------------------------------------------------------------------
+# The Automation API path, through a stub `pulumi` executable
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def stub(tmp_path, monkeypatch):
+    folder = stub_pulumi.install(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    return folder
+
+
+def set_behaviour(folder: Path, **behaviour) -> None:
+    (folder / "behaviour.json").write_text(json.dumps(behaviour))
+
+
+def test_automation_up_makes_exactly_these_cli_calls(stub):
+    lines: list[str] = []
+    result = AutomationUp(REPO, lines.append)("dev")
+    assert result.status == "succeeded"
+    assert result.changes == {"replace": 1, "same": 36}
+    # As pulumi 3.272.0's Automation API issues them: `pulumi up --refresh --yes`, no preview.
+    assert stub_pulumi.calls(stub) == [
+        ["version"],
+        ["--non-interactive", "stack", "select", "--stack", "dev"],
+        [
+            "--non-interactive",
+            "up",
+            "--yes",
+            "--skip-preview",
+            "--message",
+            "python -m infra.recover: recovery after preemption, maintenance or a failed Job",
+            "--color",
+            "never",
+            "--refresh",
+            "--exec-kind",
+            "auto.local",
+            "--stack",
+            "dev",
+        ],  # fmt: skip
+        ["--non-interactive", "stack", "output", "--json", "--stack", "dev"],
+        ["--non-interactive", "stack", "output", "--json", "--show-secrets", "--stack", "dev"],
+        [
+            "--non-interactive",
+            "stack",
+            "history",
+            "--json",
+            "--show-secrets",
+            "--page-size",
+            "1",
+            "--page",
+            "1",
+            "--stack",
+            "dev",
+        ],  # fmt: skip
+    ]
+    assert " +- gcp:tpu/v2Vm:V2Vm demo-tpu-vm replaced (95s)" in lines
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "status", "says"),
+    [
+        ({"up": "busy"}, "busy", "Another update is currently in progress"),
+        ({"up": "locked"}, "busy", "currently locked"),
+        ({"up": "fail"}, "failed", "update failed"),
+    ],
+)
+def test_automation_up_sorts_cli_failures(stub, behaviour, status, says):
+    set_behaviour(stub, **behaviour)
+    result = AutomationUp(REPO, lambda line: None)("dev")
+    assert result.status == status
+    assert says in result.message
+
+
+def test_a_missing_stack_or_cli_is_unavailable(stub, monkeypatch, tmp_path):
+    set_behaviour(stub, stack_missing=True)
+    with pytest.raises(PulumiUnavailable, match="pulumi stack init dev"):
+        AutomationUp(REPO, lambda line: None)("dev")
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
+    with pytest.raises(PulumiUnavailable, match="Pulumi CLI cannot be run"):
+        AutomationUp(REPO, lambda line: None)
+
+
+# ---------------------------------------------------------------------------------------------
+# The command, end to end, in a subprocess
+# ---------------------------------------------------------------------------------------------
+
+
+def run_recover(*args: str, env: dict[str, str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "infra.recover", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        **kw,
+    )
+
+
+def test_once_json_runs_up_through_the_cli_and_prints_one_object(apis, stub):
+    tpu, _ = apis
+    tpu.nodes[ZONE][0]["state"] = "TERMINATED"
+    done = run_recover("--stack", "dev", "--once", "--json", env=dict(os.environ))
+    assert done.returncode == recover.EXIT_OK, done.stderr
+    (line,) = done.stdout.splitlines()
+    report = json.loads(line)
+    assert report["upNeeded"] is True
+    assert report["up"]["status"] == "succeeded"
+    assert {d["name"]: d["action"] for d in report["decisions"]} == {
+        "demo-tpu": "replace",
+        "train-v6e": "keep",
+    }
+    assert [c[1] for c in stub_pulumi.calls(stub) if len(c) > 1][:2] == ["stack", "up"]
+    assert "  | Updating (dev)" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--once"],  # no --stack
+        ["--stack", "dev", "--watch", "0"],
+        ["--stack", "dev", "--watch", "nan"],
+        ["--stack", "dev", "--watch", "abc"],
+        ["--stack", "dev", "--once", "--watch", "60"],
+        ["--stack", "a/b/c/d"],
+        ["--stack", "org/other-project/dev"],
+    ],
+)
+def test_usage_errors_exit_64_before_any_work(stub, args, capsys):
+    try:
+        status = recover.main(args)
+    except SystemExit as exc:  # argparse's own refusals
+        status = exc.code
+    assert status == recover.EXIT_USAGE
+    assert "error:" in capsys.readouterr().err
+    assert stub_pulumi.calls(stub) == []
+
+
+def test_no_pulumi_cli_exits_69_before_any_probe(apis, tmp_path):
+    tpu, _ = apis
+    env = {**os.environ, "PATH": str(tmp_path / "empty")}
+    done = run_recover("--stack", "dev", env=env)
+    assert done.returncode == recover.EXIT_UNAVAILABLE
+    assert "Pulumi CLI cannot be run" in done.stderr
+    assert tpu.calls == []
+
+
+def test_sigterm_during_up_lets_the_up_finish_then_ends_the_watch(apis, stub):
+    tpu, _ = apis
+    tpu.nodes[ZONE][0]["state"] = "PREEMPTED"
+    set_behaviour(stub, up="succeed", hold=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "infra.recover", "--stack", "dev", "--watch", "3600", "--json"],
+        cwd=REPO,
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (stub / "up-started").exists():
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "pulumi up never started"
+            time.sleep(0.02)
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        assert process.poll() is None, "the watcher left in the middle of `pulumi up`"
+        (stub / "release").write_text("")
+        stdout, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == recover.EXIT_OK, stderr
+    rounds = [json.loads(line) for line in stdout.splitlines()]
+    assert [r["up"]["status"] for r in rounds] == ["succeeded"]
+    assert "SIGTERM: stopping after this round" in stderr
+    assert sum(1 for c in stub_pulumi.calls(stub) if "up" in c) == 1
