@@ -303,4 +303,30 @@ pulumi.export(
         for name, j in jobs.items()
     },
 )
+if settings.checkpointing is not None:
+    # How often each run checkpoints, and the share of its time preemptions and checkpoints cost.
+    checkpoint_plans = {
+        **{vm.name: settings.vm_checkpoints(vm) for vm in settings.tpu_vms},
+        **{job.name: settings.job_checkpoints(job) for job in settings.jobs},
+    }
+    pulumi.export(
+        "checkpointing",
+        {
+            name: {
+                "intervalSeconds": plan.interval_seconds,
+                "meanHoursBetweenInterruptions": round(plan.mean_seconds_between_interruptions / 3600, 2),
+                "expectedLostPercent": round(100 * plan.expected_lost_fraction, 2),
+            }
+            for name, plan in checkpoint_plans.items()
+            if plan is not None
+        },
+    )
+    for name, plan in checkpoint_plans.items():
+        if plan is not None:
+            pulumi.log.info(
+                f"{name}: checkpoint every {plan.interval_seconds} s (Young's interval for a "
+                f"{plan.cost_seconds:g} s checkpoint, one interruption per "
+                f"{plan.mean_seconds_between_interruptions / 3600:g} h): about "
+                f"{100 * plan.expected_lost_fraction:.1f}% of the run lost to checkpoints and re-done work"
+            )
 pulumi.export(reconcile.JOB_GENERATIONS_OUTPUT, {name: j.recovery_generation for name, j in jobs.items()})

@@ -19,6 +19,7 @@ import pulumi
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -33,6 +34,13 @@ from pydantic.alias_generators import to_camel
 from tpu_training_components import catalogue, naming
 from tpu_training_components.errors import suggestion
 from tpu_training_components.gcp_locations import region_problem, zone_problem
+from tpu_training_components.goodput import (
+    CheckpointPlan,
+    GoodputError,
+    InterruptionModel,
+    mean_seconds_between_interruptions,
+    plan_checkpoints,
+)
 from tpu_training_components.job_manifests import image_problem, job_name_problem, namespace_problem
 from tpu_training_components.maintenance_window import (
     DEFAULT_UPGRADE_EXCLUSION_START,
@@ -63,13 +71,14 @@ _PROJECT_KEYS = (
     "tpuVms",
     "bucket",
     "training",
+    "checkpointing",
     "recovery",
     "cluster",
     "nodePools",
     "jobs",
 )
 # Object keys whose declared default `{}` means "not set".
-_EMPTY_MEANS_UNSET = ("training", "cluster")
+_EMPTY_MEANS_UNSET = ("training", "checkpointing", "cluster")
 
 
 class ConfigError(pulumi.RunError):
@@ -215,6 +224,27 @@ class TrainingConfig(_Model):
             learning_rate_scaling=self.learning_rate_scaling,
             reference_cores=self.reference_cores,
         )
+
+
+def _int_is_a_float(value: Any) -> Any:
+    # YAML reads `60` as an integer; 60 seconds is still a number of seconds.
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+PositiveHours = Annotated[
+    StrictFloat, BeforeValidator(_int_is_a_float), Field(gt=0, le=10 * 365 * 24, allow_inf_nan=False)
+]
+
+
+class CheckpointingConfig(_Model):
+    """``tpu-training:checkpointing``: what a checkpoint costs and how often capacity goes away,
+    from which each VM and Job gets Young's checkpoint interval."""
+
+    # Up to a day: a checkpoint that takes longer cannot beat any interruption rate we model.
+    cost_seconds: Annotated[
+        StrictFloat, BeforeValidator(_int_is_a_float), Field(gt=0, le=24 * 3600, allow_inf_nan=False)
+    ]
+    mean_hours_between_interruptions: dict[InterruptionModel, PositiveHours] = Field(default_factory=dict)
 
 
 class RecoveryConfig(_Model):
@@ -413,6 +443,7 @@ class StackConfig(_Model):
     tpu_vms: tuple[TpuVmConfig, ...] = ()
     bucket: BucketConfig = BucketConfig()
     training: Optional[TrainingConfig] = None
+    checkpointing: Optional[CheckpointingConfig] = None
     recovery: RecoveryConfig = RecoveryConfig()
     cluster: Optional[ClusterConfig] = None
     node_pools: tuple[NodePoolConfig, ...] = ()
@@ -428,6 +459,7 @@ class StackConfig(_Model):
         problems += self._gke_problems(planned)
         problems += self._label_count_problems()
         problems += self._training_problems(planned)
+        problems += self._checkpointing_problems(planned)
         regions = self.regions
         if len(regions) > 1 and self.bucket.name:
             problems.append(
@@ -472,6 +504,30 @@ class StackConfig(_Model):
             except catalogue.CatalogueError as exc:
                 planned.append(exc)
         return planned
+
+    def _checkpointing_problems(self, planned: list[TpuNodePoolPlan | catalogue.CatalogueError]) -> list[str]:
+        """Every VM and Job must have an interval worth checkpointing at."""
+        if self.checkpointing is None:
+            return []
+        # No plans without a cluster (a problem reported on its own): then no Job is checked here.
+        pools = dict(zip((p.name for p in self.node_pools), planned, strict=False))
+        problems = []
+        for index, vm in enumerate(self.tpu_vms):
+            try:
+                self._vm_checkpoints(vm)
+            except GoodputError as exc:
+                problems.append(
+                    f"{PROJECT}:checkpointing, for tpuVms[{index}] ({vm.name}, {vm.provisioning}): {exc}"
+                )
+        for index, job in enumerate(self.jobs):
+            plan = pools.get(job.node_pool)
+            if not isinstance(plan, TpuNodePoolPlan):
+                continue  # the pool's own problem is reported
+            try:
+                self._job_checkpoints(plan)
+            except GoodputError as exc:
+                problems.append(f"{PROJECT}:checkpointing, for jobs[{index}] ({job.name}): {exc}")
+        return problems
 
     def _training_problems(self, planned: list[TpuNodePoolPlan | catalogue.CatalogueError]) -> list[str]:
         """The scaling rules must give a plan for every VM and every Job's slice."""
@@ -691,10 +747,53 @@ class StackConfig(_Model):
         # after preemption or failure finds the checkpoints of the one before.
         return f"gs://{self.bucket_name(region)}/checkpoints/{run}"
 
-    def _environment(self, checkpoint_dir: str, cores: int, env: dict[str, str]) -> dict[str, str]:
-        # Where to checkpoint, the run's scale, then the user's own variables (which win).
+    def _environment(
+        self, checkpoint_dir: str, cores: int, checkpoints: Optional[CheckpointPlan], env: dict[str, str]
+    ) -> dict[str, str]:
+        # Where and how often to checkpoint, the run's scale, then the user's own variables (which win).
         plan = self.training.plan_for(cores) if self.training else None
-        return {"CHECKPOINT_DIR": checkpoint_dir, **(plan.environment() if plan else {}), **env}
+        return {
+            "CHECKPOINT_DIR": checkpoint_dir,
+            **(checkpoints.environment() if checkpoints else {}),
+            **(plan.environment() if plan else {}),
+            **env,
+        }
+
+    def _vm_checkpoints(self, vm: TpuVmConfig) -> CheckpointPlan:
+        assert self.checkpointing is not None
+        model: InterruptionModel = "onDemand" if vm.provisioning == "on-demand" else vm.provisioning
+        # One TPU node resource is preempted, stopped or maintained as a whole: hosts=1.
+        mean = mean_seconds_between_interruptions(
+            model, overrides_hours=self.checkpointing.mean_hours_between_interruptions
+        )
+        return plan_checkpoints(self.checkpointing.cost_seconds, mean)
+
+    def _job_checkpoints(self, pool: TpuNodePoolPlan) -> CheckpointPlan:
+        assert self.checkpointing is not None
+        model: InterruptionModel = (
+            "flexStart"
+            if pool.flex_start
+            else "spot"
+            if pool.spot
+            else "reserved"
+            if pool.reservation
+            else "onDemand"
+        )
+        mean = mean_seconds_between_interruptions(
+            model,
+            overrides_hours=self.checkpointing.mean_hours_between_interruptions,
+            run_limit_seconds=pool.max_run_seconds,
+            hosts=pool.shape.vms,
+        )
+        return plan_checkpoints(self.checkpointing.cost_seconds, mean)
+
+    def vm_checkpoints(self, vm: TpuVmConfig) -> Optional[CheckpointPlan]:
+        """When the VM's run checkpoints (Young's interval), or None without ``checkpointing``."""
+        return self._vm_checkpoints(vm) if self.checkpointing else None
+
+    def job_checkpoints(self, job: JobConfig) -> Optional[CheckpointPlan]:
+        """When the Job's run checkpoints (Young's interval), or None without ``checkpointing``."""
+        return self._job_checkpoints(self.pool_plan(self.job_pool(job))) if self.checkpointing else None
 
     def checkpoint_dir(self, vm: TpuVmConfig) -> str:
         """Where a VM's run keeps its checkpoints, in the bucket of the VM's region."""
@@ -705,7 +804,9 @@ class StackConfig(_Model):
 
     def training_environment(self, vm: TpuVmConfig) -> dict[str, str]:
         """The environment every training process of the VM receives."""
-        return self._environment(self.checkpoint_dir(vm), vm.accelerator.cores, vm.env)
+        return self._environment(
+            self.checkpoint_dir(vm), vm.accelerator.cores, self.vm_checkpoints(vm), vm.env
+        )
 
     # GKE ------------------------------------------------------------------------------------
 
@@ -724,7 +825,7 @@ class StackConfig(_Model):
     def job_environment(self, job: JobConfig) -> dict[str, str]:
         """The environment of every Pod of the Job, scaled to one slice of its pool."""
         cores = self.pool_plan(self.job_pool(job)).shape.cores
-        return self._environment(self.job_checkpoint_dir(job), cores, job.env)
+        return self._environment(self.job_checkpoint_dir(job), cores, self.job_checkpoints(job), job.env)
 
     @property
     def namespaces(self) -> tuple[str, ...]:

@@ -1,0 +1,175 @@
+"""How often to checkpoint: Young's interval sqrt(2 x cost x MTBI), its expected loss, the
+defaults per provisioning model, and CHECKPOINT_INTERVAL_SECONDS reaching every VM and Job."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from conftest import refused, run_stack
+from tpu_training_components.goodput import (
+    DEFAULT_MEAN_HOURS_BETWEEN_INTERRUPTIONS,
+    GoodputError,
+    expected_lost_fraction,
+    mean_seconds_between_interruptions,
+    plan_checkpoints,
+)
+
+CHECKPOINTING = "tpu-training:checkpointing"
+HOUR = 3600
+
+
+# --- the formula ---------------------------------------------------------------------------
+
+
+def test_youngs_interval_for_a_minute_long_checkpoint_and_twelve_hours():
+    plan = plan_checkpoints(60, 12 * HOUR)
+    # sqrt(2 * 60 * 43200) = sqrt(5184000) = 2276.8...
+    assert plan.interval_seconds == 2277
+    assert plan.environment() == {"CHECKPOINT_INTERVAL_SECONDS": "2277"}
+
+
+@pytest.mark.parametrize(("cost", "hours"), [(10, 1), (60, 12), (300, 168), (30, 720)])
+def test_the_interval_minimises_the_expected_loss(cost, hours):
+    plan = plan_checkpoints(cost, hours * HOUR)
+    best = plan.expected_lost_fraction
+    for factor in (0.5, 0.8, 0.95, 1.05, 1.25, 2):
+        assert best < expected_lost_fraction(cost, hours * HOUR, plan.interval_seconds * factor)
+    # At the optimum the loss is sqrt(2C/M).
+    assert best == pytest.approx(math.sqrt(2 * cost / (hours * HOUR)), rel=1e-3)
+
+
+def test_hourly_is_near_optimal_only_for_some_rates():
+    """Seed 001's "about every hour" against Young's interval, for a 60 s checkpoint."""
+
+    def hourly_excess(hours: float) -> float:
+        mean = hours * HOUR
+        return expected_lost_fraction(60, mean, HOUR) / plan_checkpoints(60, mean).expected_lost_fraction
+
+    assert hourly_excess(30) < 1.01  # one interruption in 30 h: hourly is the optimum
+    assert hourly_excess(2) > 2  # one in 2 h (busy Spot capacity): hourly loses twice as much
+    assert hourly_excess(720) > 2.5  # one a month: hourly checkpoints far too often
+
+
+@pytest.mark.parametrize(
+    ("cost", "mean"), [(0, 3600), (-1, 3600), (float("nan"), 3600), (60, 0), (1800, 3600)]
+)
+def test_no_interval_for_impossible_costs(cost, mean):
+    with pytest.raises(GoodputError):
+        plan_checkpoints(cost, mean)
+
+
+def test_defaults_and_their_adjustments():
+    assert mean_seconds_between_interruptions("preemptible") == 12 * HOUR
+    assert mean_seconds_between_interruptions("spot", overrides_hours={"spot": 3}) == 3 * HOUR
+    # A flex-start node goes at its max run duration; a slice of them goes together.
+    assert mean_seconds_between_interruptions("flexStart", run_limit_seconds=24 * HOUR, hosts=4) == 24 * HOUR
+    # Spot VMs of a slice are reclaimed one by one, and any one stops the slice.
+    assert mean_seconds_between_interruptions("spot", hosts=4) == 6 * HOUR
+    assert set(DEFAULT_MEAN_HOURS_BETWEEN_INTERRUPTIONS) == {
+        "preemptible",
+        "spot",
+        "flexStart",
+        "onDemand",
+        "reserved",
+    }
+
+
+# --- the stack ------------------------------------------------------------------------------
+
+
+def test_dev_stack_passes_each_run_its_interval(config):
+    run = run_stack(config)
+    assert run.outputs["trainingEnvironments"]["demo-tpu"]["CHECKPOINT_INTERVAL_SECONDS"] == "2277"
+    # The v6e Job runs on flex-start (7 days): sqrt(2 * 60 * 604800) = 8518.9...
+    assert run.outputs["jobs"]["train-v6e"]["environment"]["CHECKPOINT_INTERVAL_SECONDS"] == "8519"
+    assert run.outputs["checkpointing"]["demo-tpu"] == {
+        "intervalSeconds": 2277,
+        "meanHoursBetweenInterruptions": 12,
+        "expectedLostPercent": 5.27,
+    }
+    job = run.one("kubernetes:batch/v1:Job", "train-v6e-job")
+    env = {e["name"]: e.get("value") for e in job.inputs["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["CHECKPOINT_INTERVAL_SECONDS"] == "8519"
+    script = run.one("gcp:tpu/v2Vm:V2Vm", "demo-tpu-vm").inputs["metadata"]["startup-script"]
+    assert "export CHECKPOINT_INTERVAL_SECONDS=2277" in script
+    assert any("demo-tpu: checkpoint every 2277 s" in line for line in run.infos)
+
+
+def test_overrides_and_slice_size_change_the_interval(config):
+    config[CHECKPOINTING] = {
+        "costSeconds": 30,
+        "meanHoursBetweenInterruptions": {"preemptible": 2, "spot": 8},
+    }
+    config["tpu-training:nodePools"][0].update(flexStart=False, spot=True)
+    run = run_stack(config)
+    # preemptible 2 h: sqrt(2 * 30 * 7200) = 657.2; the Job's 4-VM Spot slice: 8 h / 4 = 2 h too.
+    assert run.outputs["checkpointing"]["demo-tpu"]["intervalSeconds"] == 657
+    assert run.outputs["checkpointing"]["train-v6e"]["intervalSeconds"] == 657
+    assert run.outputs["checkpointing"]["train-v6e"]["meanHoursBetweenInterruptions"] == 2
+
+
+def test_without_checkpointing_no_interval_is_passed(config):
+    del config[CHECKPOINTING]
+    run = run_stack(config)
+    assert "CHECKPOINT_INTERVAL_SECONDS" not in run.outputs["trainingEnvironments"]["demo-tpu"]
+    assert "checkpointing" not in run.outputs
+
+
+def test_a_users_own_interval_wins(config):
+    config["tpu-training:tpuVms"][0]["env"] = {"CHECKPOINT_INTERVAL_SECONDS": "600"}
+    run = run_stack(config)
+    assert run.outputs["trainingEnvironments"]["demo-tpu"]["CHECKPOINT_INTERVAL_SECONDS"] == "600"
+
+
+@pytest.mark.parametrize(
+    ("checkpointing", "says"),
+    [
+        ({"costSeconds": 0}, "tpu-training:checkpointing.costSeconds = 0"),
+        ({"costSeconds": "60"}, 'tpu-training:checkpointing.costSeconds = "60"'),
+        ({}, "tpu-training:checkpointing"),
+        (
+            {"costSeconds": 60, "meanHoursBetweenInterruptions": {"sopt": 3}},
+            "meanHoursBetweenInterruptions.sopt",
+        ),
+        (
+            {"costSeconds": 60, "meanHoursBetweenInterruptions": {"spot": -3}},
+            "meanHoursBetweenInterruptions.spot",
+        ),
+        ({"costSeconds": 60, "costSecond": 1}, "checkpointing.costSecond"),
+    ],
+)
+def test_bad_checkpointing_is_refused_naming_the_key(config, checkpointing, says):
+    config[CHECKPOINTING] = checkpointing
+    if checkpointing == {}:
+        # `{}` is the declared default: no checkpointing, not an error.
+        assert "checkpointing" not in run_stack(config).outputs
+        return
+    assert says in refused(config)
+
+
+def test_a_checkpoint_slower_than_half_the_interruptions_is_refused_per_workload(config):
+    config[CHECKPOINTING] = {"costSeconds": 7 * HOUR}
+    message = refused(config)
+    assert "tpu-training:checkpointing, for tpuVms[0] (demo-tpu, preemptible)" in message
+    assert "at least half the mean time between interruptions" in message
+    assert "jobs[0]" not in message  # 7 h against flex-start's 7 days is fine
+
+
+def test_the_readme_table_is_what_the_formula_gives():
+    """README "How often to checkpoint" compares hourly with Young's interval: recomputed here."""
+    from conftest import REPO
+
+    text = (REPO / "README.md").read_text()
+    section = text.split("## How often to checkpoint", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and " s | " in line[:10]]
+    assert len(rows) >= 6
+    for row in rows:
+        cost, mean, interval, young, hourly, ratio = (cell.strip() for cell in row.strip("|").split("|"))
+        cost_s, mean_s = float(cost.split()[0]), float(mean.split()[0]) * HOUR
+        plan = plan_checkpoints(cost_s, mean_s)
+        hourly_loss = expected_lost_fraction(cost_s, mean_s, HOUR)
+        assert interval.startswith(f"{plan.interval_seconds} s"), row
+        assert young == f"{100 * plan.expected_lost_fraction:.1f}%", row
+        assert hourly == f"{100 * hourly_loss:.1f}%", row
+        assert ratio == f"{hourly_loss / plan.expected_lost_fraction:.2f}×", row
