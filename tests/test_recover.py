@@ -455,3 +455,20 @@ def test_sigterm_during_up_lets_the_up_finish_then_ends_the_watch(apis, stub):
     assert [r["up"]["status"] for r in rounds] == ["succeeded"]
     assert "SIGTERM: stopping after this round" in stderr
     assert sum(1 for c in stub_pulumi.calls(stub) if "up" in c) == 1
+
+
+def test_the_latency_benchmark_runs_and_its_probe_cost_does_not_grow_with_the_vms():
+    """benchmarks/recover_latency.py, smallest case: a smoke test. Its timings are printed, never
+    asserted; the API calls per round are a count, and must be one per zone at any size."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "recover_latency.py"), "--vms", "8", "--interval", "0.2"]
+        + ["--trials", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "latency: median" in done.stdout
+    lines = done.stdout.splitlines()
+    counts = [line.split(":")[1].strip() for line in lines if line.strip().endswith("calls")]
+    assert counts == ["4 calls", "4 calls"]  # 8 and 32 VMs in four zones
