@@ -6,7 +6,7 @@ writing time. With cost C, mean time between interruptions M and interval T, the
 fraction of time lost is about C/T (writing checkpoints) + T/(2M) (re-doing half an interval per
 interruption), smallest at T = sqrt(2CM) (Young, 1974; Daly, 2006, refines it for large C/M),
 where it is sqrt(2C/M). Seed 001's "about every hour" is that optimum only when
-M = 3600^2 / (2C): a day for a 75-second checkpoint.
+M = 3600^2 / (2C): 30 hours for a 60-second checkpoint.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from typing import Literal, Mapping, Optional
 InterruptionModel = Literal["preemptible", "spot", "flexStart", "onDemand", "reserved"]
 
 HOUR = 3600
+FLEX_START_LIMIT_SECONDS = 7 * 24 * HOUR
+"""Flex-start nodes live at most 7 days (GKE docs, dws): no interruption comes later."""
 
 DEFAULT_MEAN_HOURS_BETWEEN_INTERRUPTIONS: Mapping[InterruptionModel, float] = {
     # Google publishes no interruption rates; these are assumptions, stated with their reason, and
@@ -95,15 +97,17 @@ def mean_seconds_between_interruptions(
 ) -> float:
     """The mean time between interruptions of one workload.
 
-    ``run_limit_seconds`` (a flex-start pool's max run duration) caps it: the nodes go away then.
     ``hosts`` > 1 divides it for capacity whose VMs are interrupted one by one (Spot, on-demand,
     reserved GKE nodes): one VM's interruption stops the whole slice, so a slice of n VMs is
     interrupted n times as often (seed 001: the more TPUs, the likelier an event). A flex-start
-    slice, or one TPU VM resource, is provisioned and ends as one."""
+    slice, or one TPU VM resource, is provisioned and ends as one.
+    ``run_limit_seconds`` (a pool's max run duration) then caps it: every node goes at that time,
+    all together, so the limit is not divided. Flex-start is capped at its 7 days in any case."""
     hours = (overrides_hours or {}).get(model, DEFAULT_MEAN_HOURS_BETWEEN_INTERRUPTIONS[model])
     seconds = float(hours) * HOUR
-    if run_limit_seconds is not None:
-        seconds = min(seconds, float(run_limit_seconds))
     if model != "flexStart" and hosts > 1:
         seconds /= hosts
-    return seconds
+    limits = [run_limit_seconds] if run_limit_seconds is not None else []
+    if model == "flexStart":
+        limits.append(FLEX_START_LIMIT_SECONDS)
+    return min([seconds, *(float(limit) for limit in limits)])

@@ -129,6 +129,16 @@ def _no_reserved_label(key: str) -> str:
     return key
 
 
+def _int_is_a_float(value: Any) -> Any:
+    """YAML reads `60` as an integer; 60 seconds is still a number of seconds."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return value
+    try:
+        return float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        raise ValueError("is too large a number (above 1.8e308)") from None
+
+
 # Types whose errors name the one label or variable at fault (`labels.Team`, `env.PATH`).
 LabelKey = Annotated[
     StrictStr, AfterValidator(_no_problem(naming.label_key_problem)), AfterValidator(_no_reserved_label)
@@ -200,11 +210,8 @@ class TrainingConfig(_Model):
     learning_rate_scaling: LearningRateScaling = "none"
     reference_cores: StrictInt = Field(default=8, ge=1)
 
-    @field_validator("base_learning_rate", mode="before")
-    @classmethod
-    def _int_is_a_float(cls, value: Any) -> Any:
-        # YAML reads `1` as an integer; a learning rate of 1 is still a learning rate.
-        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    # YAML reads `1` as an integer; a learning rate of 1 is still a learning rate.
+    _learning_rate_as_float = field_validator("base_learning_rate", mode="before")(_int_is_a_float)
 
     @model_validator(mode="after")
     def _one_length(self) -> TrainingConfig:
@@ -224,11 +231,6 @@ class TrainingConfig(_Model):
             learning_rate_scaling=self.learning_rate_scaling,
             reference_cores=self.reference_cores,
         )
-
-
-def _int_is_a_float(value: Any) -> Any:
-    # YAML reads `60` as an integer; 60 seconds is still a number of seconds.
-    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 PositiveHours = Annotated[
@@ -918,6 +920,7 @@ def _allowed_keys() -> dict[str, list[str]]:
         "tpuVms.[]": aliases(TpuVmConfig),
         "bucket": aliases(BucketConfig),
         "training": aliases(TrainingConfig),
+        "checkpointing": aliases(CheckpointingConfig),
         "network": aliases(NetworkConfig),
         "recovery": aliases(RecoveryConfig),
         "cluster": aliases(ClusterConfig),

@@ -173,3 +173,36 @@ def test_the_readme_table_is_what_the_formula_gives():
         assert young == f"{100 * plan.expected_lost_fraction:.1f}%", row
         assert hourly == f"{100 * hourly_loss:.1f}%", row
         assert ratio == f"{hourly_loss / plan.expected_lost_fraction:.2f}×", row
+
+
+def test_a_run_limit_is_not_divided_by_the_hosts_and_flex_start_never_outlives_a_week():
+    # A 4-VM Spot slice with a 4 h max run duration: min(4 h, 24 h / 4) = 4 h.
+    spot = mean_seconds_between_interruptions("spot", run_limit_seconds=4 * HOUR, hosts=4)
+    assert spot == 4 * HOUR
+    flex = mean_seconds_between_interruptions("flexStart", overrides_hours={"flexStart": 1000})
+    assert flex == 7 * 24 * HOUR
+
+
+@pytest.mark.parametrize("key", ["costSeconds", "meanHoursBetweenInterruptions"])
+def test_numbers_too_large_for_a_float_are_refused_not_a_traceback(config, key):
+    huge = int("1" * 400)
+    config[CHECKPOINTING] = (
+        {"costSeconds": huge} if key == "costSeconds" else {"costSeconds": 60, key: {"spot": huge}}
+    )
+    message = refused(config)
+    assert f"tpu-training:checkpointing.{key}" in message
+    assert "too large a number" in message
+
+
+def test_an_unknown_checkpointing_key_lists_the_allowed_ones(config):
+    config[CHECKPOINTING] = {"costSeconds": 60, "costSecond": 1}
+    message = refused(config)
+    assert "allowed in tpu-training:checkpointing: costSeconds, meanHoursBetweenInterruptions" in message
+
+
+def test_a_learning_rate_too_large_for_a_float_is_refused_too(config):
+    # The same integer-to-float reading serves tpu-training:training.baseLearningRate.
+    config["tpu-training:training"]["baseLearningRate"] = int("9" * 400)
+    message = refused(config)
+    assert "tpu-training:training.baseLearningRate" in message
+    assert "too large a number" in message
