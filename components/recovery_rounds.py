@@ -17,8 +17,9 @@ from .recovery import Decision
 RECOVERING_ACTIONS = frozenset({"create", "replace"})
 """The actions that only `pulumi up` carries out."""
 
-UpStatus = Literal["succeeded", "failed", "busy", "not-run", "dry-run"]
-"""What became of a round's `pulumi up`: ``busy`` when another update held the stack."""
+UpStatus = Literal["succeeded", "failed", "busy", "not-run", "dry-run", "stopped"]
+"""What became of a round's `pulumi up`: ``busy`` when another update held the stack,
+``stopped`` when a stop was asked before it started."""
 
 
 @dataclass(frozen=True)

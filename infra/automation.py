@@ -8,11 +8,16 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
 
+from semver import VersionInfo
 from tpu_training_components.recovery_rounds import UpStatus
 
 _TAIL_LINES = 5
+
+MIN_CLI_VERSION = "3.226.0"
+"""Pulumi.yaml's `requiredPulumiVersion`: older CLIs ignore the replacement triggers recovery
+relies on, so an `up` by them would report success and recover nothing."""
 
 
 class PulumiUnavailable(Exception):
@@ -50,11 +55,51 @@ class AutomationUp:
         self._automation = automation
         self._work_dir = str(work_dir)
         self._on_output = on_output
+        minimum = VersionInfo.parse(MIN_CLI_VERSION)
         try:
-            # Runs `pulumi version` once and checks it against the SDK's minimum.
-            self._command = automation.PulumiCommand()
-        except (OSError, subprocess.CalledProcessError, automation.errors.InvalidVersionError) as exc:
+            # Runs `pulumi version` once and checks it against the minimum.
+            self._command = automation.PulumiCommand(version=minimum)
+        except (
+            OSError,
+            ValueError,  # output that is not UTF-8
+            subprocess.CalledProcessError,
+            automation.errors.InvalidVersionError,
+        ) as exc:
             raise PulumiUnavailable(f"the Pulumi CLI cannot be run: {exc}") from None
+        version = self._command.version
+        if version is None or version.compare(MIN_CLI_VERSION) < 0:
+            # PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK turns the SDK's own check off; not this one.
+            raise PulumiUnavailable(
+                f"the Pulumi CLI is version {version or 'unknown'}; recovery needs {MIN_CLI_VERSION} or "
+                f"later (Pulumi.yaml: requiredPulumiVersion), whose `pulumi up` honours replacement triggers"
+            )
+
+    def _select(self, stack: str) -> Any:
+        automation = self._automation
+        try:
+            return automation.select_stack(
+                stack_name=stack,
+                work_dir=self._work_dir,
+                opts=automation.LocalWorkspaceOptions(pulumi_command=self._command),
+            )
+        except automation.errors.StackNotFoundError:
+            raise PulumiUnavailable(
+                f"stack {stack!r} does not exist in the selected backend; create it with "
+                f"`pulumi stack init {stack}` and deploy it once with `pulumi up`"
+            ) from None
+
+    def read_config(self, stack: str) -> dict[str, tuple[str, bool]]:
+        """The stack's config as `pulumi up` hands it to the program, secrets decrypted:
+        ``{key: (value, secret)}`` (`pulumi config --show-secrets --json`; no lock taken)."""
+        try:
+            config = self._select(stack).get_all_config()
+        except PulumiUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure: the config cannot be known
+            raise PulumiUnavailable(
+                f"`pulumi config` for stack {stack!r} failed: {_tail(str(exc))}"
+            ) from None
+        return {key: (str(value.value), bool(value.secret)) for key, value in config.items()}
 
     def __call__(self, stack: str) -> UpResult:
         automation = self._automation
@@ -64,11 +109,7 @@ class AutomationUp:
             return UpResult(status, message, round(time.monotonic() - started, 3), dict(changes or {}))
 
         try:
-            selected = automation.select_stack(
-                stack_name=stack,
-                work_dir=self._work_dir,
-                opts=automation.LocalWorkspaceOptions(pulumi_command=self._command),
-            )
+            selected = self._select(stack)
             result = selected.up(
                 refresh=True,
                 color="never",
@@ -76,14 +117,19 @@ class AutomationUp:
                 on_error=self._on_output,
                 message="python -m infra.recover: recovery after preemption, maintenance or a failed Job",
             )
-        except automation.errors.StackNotFoundError:
-            raise PulumiUnavailable(
-                f"stack {stack!r} does not exist in the selected backend; create it with "
-                f"`pulumi stack init {stack}` and deploy it once with `pulumi up`"
-            ) from None
         except automation.errors.ConcurrentUpdateError as exc:
-            return done("busy", f"another update holds the stack: {_tail(str(exc))}")
+            return done(
+                "busy",
+                f"another update holds the stack: {_tail(str(exc))}; if none is running, a killed one "
+                f"left its lock: `pulumi cancel --stack {stack}`",
+            )
         except automation.errors.CommandError as exc:
             return done("failed", _tail(str(exc)))
+        except PulumiUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - output the SDK could not read: report, never crash the watch
+            return done(
+                "failed", f"pulumi up ran, but its result could not be read: {type(exc).__name__}: {exc}"
+            )
         summary = result.summary
         return done("succeeded", f"update {summary.result}", summary.resource_changes)

@@ -52,6 +52,8 @@ EXIT_TRY_LATER = 75
 
 MIN_WATCH_SECONDS = 10.0
 """Shorter rounds would only list the same nodes again: a node takes minutes to re-create."""
+MAX_WATCH_SECONDS = 24 * 3600.0
+"""Longer than a day between rounds is no watch; use --once on a schedule instead."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -65,9 +67,9 @@ def _watch_seconds(text: str) -> float:
         seconds = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(seconds) or seconds < MIN_WATCH_SECONDS:
+    if not math.isfinite(seconds) or not MIN_WATCH_SECONDS <= seconds <= MAX_WATCH_SECONDS:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: give the seconds between rounds, at least {MIN_WATCH_SECONDS:g}"
+            f"{text!r}: give the seconds between rounds, from {MIN_WATCH_SECONDS:g} to {MAX_WATCH_SECONDS:g}"
         )
     return seconds
 
@@ -90,7 +92,8 @@ def _parser() -> argparse.ArgumentParser:
         "--watch",
         metavar="SECONDS",
         type=_watch_seconds,
-        help=f"run a round every SECONDS (at least {MIN_WATCH_SECONDS:g}) until SIGINT or SIGTERM",
+        help=f"run a round every SECONDS ({MIN_WATCH_SECONDS:g} to {MAX_WATCH_SECONDS:g}) until SIGINT "
+        "or SIGTERM",
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="decide and print, never run `pulumi up` (needs no Pulumi CLI)"
@@ -119,10 +122,36 @@ class Target:
     """As given on the command line (``org/project/name`` or ``name``): what `pulumi up` selects."""
 
 
-def load_settings(target: Target) -> tuple[stack_config.StackConfig, list[str]]:
+Decrypt = Callable[[str], dict[str, tuple[str, bool]]]
+"""The stack's config with its secrets decrypted, as the Pulumi CLI gives it (``read_config``)."""
+
+
+class SecretsNeedTheCli(Exception):
+    """The stack file holds `secure:` values, and no Pulumi CLI is there to decrypt them."""
+
+
+def load_settings(
+    target: Target, decrypt: Optional[Decrypt] = None
+) -> tuple[stack_config.StackConfig, list[str]]:
     """The stack's validated config as `pulumi up` would read it, and the warnings on the way.
-    Raises ``offline.ProjectFileError`` or ``stack_config.ConfigError``."""
+
+    A stack file with `secure:` values is read through the Pulumi CLI (``decrypt``), never with
+    the offline plan's stand-ins: a stand-in where a name, a zone or a cluster goes would make the
+    probe look for a resource that does not exist, and recover it every round. Raises
+    ``offline.ProjectFileError``, ``stack_config.ConfigError`` or ``SecretsNeedTheCli``."""
     values, secret_keys, warnings = offline.stack_config(target.project, target.stack)
+    if secret_keys:
+        if decrypt is None:
+            raise SecretsNeedTheCli(
+                f"Pulumi.{target.stack}.yaml holds secrets ({', '.join(sorted(secret_keys))}); reading them "
+                f"needs the Pulumi CLI and the stack's secrets provider, which this run has not got"
+            )
+        decrypted = decrypt(target.qualified)
+        values.update({key: value for key, (value, _) in decrypted.items()})
+        secret_keys = [key for key, (_, secret) in decrypted.items() if secret]
+        warnings = [
+            w for w in warnings if not w.endswith(f"reads {offline.SECRET_PLACEHOLDER!r} in its place")
+        ]
     loaded: list[stack_config.StackConfig] = []
     run = offline.run(
         lambda: loaded.append(stack_config.load(target.stack)),
@@ -170,6 +199,8 @@ class RoundReport:
     up: Optional[UpResult] = None
     error: Optional[str] = None
     """Why the round decided nothing (invalid configuration)."""
+    unavailable: Optional[str] = None
+    """Why the round could not go on: no usable Pulumi CLI, or no such stack (exit 69)."""
     duration_seconds: float = 0.0
 
     @property
@@ -185,6 +216,7 @@ class RoundReport:
             "started": self.started,
             "durationSeconds": self.duration_seconds,
             "error": self.error,
+            "unavailable": self.unavailable,
             "decisions": [
                 {
                     "kind": kind,
@@ -222,12 +254,18 @@ class Recoverer:
         probe: Callable[[stack_config.StackConfig], list[tuple[str, Decision]]],
         up: Optional[UpRunner],
         say: Callable[[str], None],
+        decrypt: Optional[Decrypt] = None,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self.target = target
         self.probe = probe
         self.up = up
         """None for a dry run: decide and say, never run `pulumi up`."""
         self.say = say
+        self.decrypt = decrypt
+        """Reads the decrypted config through the Pulumi CLI; None when there is no CLI."""
+        self.stopping = stopping
+        """True once a stop was asked: a round then decides, but starts no `pulumi up`."""
         self.rounds = 0
 
     def run_round(self) -> RoundReport:
@@ -235,12 +273,22 @@ class Recoverer:
         started = time.monotonic()
         report = RoundReport(self.target.qualified, self.rounds, _now())
         try:
-            settings, warnings = load_settings(self.target)
+            self._run_round(report)
+        except PulumiUnavailable as exc:
+            report.unavailable = str(exc)
+            self.say(f"error: {exc}")
+        report.duration_seconds = round(time.monotonic() - started, 3)
+        return report
+
+    def _run_round(self, report: RoundReport) -> None:
+        try:
+            settings, warnings = load_settings(self.target, self.decrypt)
+        except SecretsNeedTheCli as exc:
+            raise PulumiUnavailable(str(exc)) from None
         except (offline.ProjectFileError, pulumi.RunError) as exc:
             report.error = str(exc)
             self.say(f"error: {exc}")
-            report.duration_seconds = round(time.monotonic() - started, 3)
-            return report
+            return
         for warning in warnings:
             self.say(f"warning: {warning}")
         if not settings.recovery.read_live_state:
@@ -249,8 +297,7 @@ class Recoverer:
                 f"state, so there is nothing to recover by"
             )
             self.say(f"error: {report.error}")
-            report.duration_seconds = round(time.monotonic() - started, 3)
-            return report
+            return
 
         report.decisions = self.probe(settings)
         for kind, decision in report.decisions:
@@ -258,26 +305,30 @@ class Recoverer:
             self.say(f"{level}: {'TPU VM' if kind == 'tpuVm' else 'Job'} {decision.message}")
         report.plan = plan_round([d for _, d in report.decisions])
         self.say(f"{self.target.qualified}: {report.plan.summary}")
-        if report.plan.run_up:
-            if self.up is None:
-                report.up = UpResult("dry-run", "dry run: `pulumi up --refresh --yes` not run", 0.0)
-            else:
-                report.up = self.up(self.target.qualified)
-            self.say(f"{self.target.qualified}: pulumi up {report.up.status}: {report.up.message}")
-        report.duration_seconds = round(time.monotonic() - started, 3)
-        return report
+        if not report.plan.run_up:
+            return
+        if self.up is None:
+            report.up = UpResult("dry-run", "dry run: `pulumi up --refresh --yes` not run", 0.0)
+        elif self.stopping():
+            # A stop asked while the round read live state: an update can take an hour; not now.
+            report.up = UpResult("stopped", "a stop was asked before `pulumi up` started; not run", 0.0)
+        else:
+            report.up = self.up(self.target.qualified)
+        self.say(f"{self.target.qualified}: pulumi up {report.up.status}: {report.up.message}")
 
 
 def exit_status(report: RoundReport) -> int:
     """The status of a one-round run (``--once``)."""
+    if report.unavailable is not None:
+        return EXIT_UNAVAILABLE
     if report.error is not None:
         return EXIT_CONFIG_ERROR
     status = report.up_status
     if status == "failed":
         return EXIT_UP_FAILED
-    if status == "busy":
+    if status in ("busy", "stopped"):
         return EXIT_TRY_LATER
-    if status in ("not-run",) and report.plan is not None and report.plan.unavailable:
+    if status == "not-run" and report.plan is not None and report.plan.unavailable:
         return EXIT_TRY_LATER
     return EXIT_OK
 
@@ -326,13 +377,14 @@ def watch(
     while True:
         report = recoverer.run_round()
         emit(report)
-        if interval_seconds is None:
+        if interval_seconds is None or report.unavailable is not None:
             return exit_status(report)
         if recoverer.rounds == 1 and report.error is not None:
             return EXIT_CONFIG_ERROR  # a stack that never loads: say so at once, not every round
         if report.up is not None:
             backoff.record(report.up.status)
-        elif report.plan is not None:
+        elif report.plan is not None and not report.plan.unavailable:
+            # Nothing to recover: the capacity problem is over. An unreadable API says nothing.
             backoff.record("not-run")
         delay = next_round_in(interval_seconds, backoff, report.up.status if report.up else None)
         if report.up is not None and report.up.status == "failed":
@@ -357,6 +409,8 @@ def _printer(stream: TextIO) -> Callable[[str], None]:
 def main(argv: Optional[Sequence[str]] = None, *, probe: Optional[Probe] = None) -> int:
     args = _parser().parse_args(argv)
     say = _printer(sys.stderr if args.json else sys.stdout)
+    stop = StopSignal(say)
+    stop.install()
     try:
         stack, stack_project = stack_name(args.stack)
     except UsageError as exc:
@@ -375,24 +429,34 @@ def main(argv: Optional[Sequence[str]] = None, *, probe: Optional[Probe] = None)
         return EXIT_USAGE
 
     try:
-        up = None if args.dry_run else AutomationUp(project.root, lambda line: say(f"  | {line}"))
+        cli: Optional[AutomationUp] = AutomationUp(project.root, lambda line: say(f"  | {line}"))
     except PulumiUnavailable as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+        if not args.dry_run:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_UNAVAILABLE
+        cli = None  # a dry run needs the CLI only to decrypt secrets
 
     def emit(report: RoundReport) -> None:
         if args.json:
             print(json.dumps(report.to_json(), sort_keys=True), flush=True)
 
-    stop = StopSignal(say)
-    stop.install()
-    recoverer = Recoverer(Target(project, stack, args.stack), probe=probe or Probe(), up=up, say=say)
+    recoverer = Recoverer(
+        Target(project, stack, args.stack),
+        probe=probe or Probe(),
+        up=None if args.dry_run else cli,
+        say=say,
+        decrypt=cli.read_config if cli else None,
+        stopping=lambda: stop.stopped,
+    )
+    return watch(recoverer, interval_seconds=args.watch, stop=stop, emit=emit)
+
+
+def _run() -> int:
     try:
-        return watch(recoverer, interval_seconds=args.watch, stop=stop, emit=emit)
-    except PulumiUnavailable as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+        return main()
+    except KeyboardInterrupt:  # before the handlers are installed, at start-up
+        return 130
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_run())

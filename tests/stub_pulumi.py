@@ -11,7 +11,10 @@ call. ``behaviour.json`` in the folder chooses what `up` does:
 - ``{"up": "busy"}``: the Pulumi Cloud conflict error, exits 255;
 - ``{"up": "locked"}``: the self-managed backend's lock error, exits 255;
 - ``{"up": "succeed", "hold": true}``: writes ``up-started`` and waits until ``release`` exists;
-- ``{"stack_missing": true}``: `stack select` says the stack does not exist.
+- ``{"stack_missing": true}``: `stack select` says the stack does not exist;
+- ``{"version": "3.200.0"}``: what `pulumi version` reports (default: ``VERSION``);
+- ``{"config": {...}}``: what `pulumi config --show-secrets --json` prints (default: ``{}``);
+- ``{"history": "[]"}``: what `pulumi stack history --json` prints instead of one update.
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ if args and args[0] == "--non-interactive":
 stack = args[args.index("--stack") + 1] if "--stack" in args else None
 
 if args == ["version"]:
-    print("v{version}")
+    print("v" + behaviour.get("version", "{version}"))
+elif args[:3] == ["config", "--show-secrets", "--json"]:
+    print(json.dumps(behaviour.get("config", {{}})))
 elif args[:2] == ["stack", "select"]:
     if behaviour.get("stack_missing"):
         print(f"error: no stack named '{{stack}}' found", file=sys.stderr)
@@ -71,6 +76,8 @@ elif args[:1] == ["up"]:
     print("Resources:\n    +-1 replaced\n    36 unchanged")
 elif args[:3] == ["stack", "output", "--json"]:
     print("{{}}")
+elif args[:3] == ["stack", "history", "--json"] and "history" in behaviour:
+    print(behaviour["history"])
 elif args[:3] == ["stack", "history", "--json"]:
     print(json.dumps([{{
         "kind": "update", "startTime": "2026-11-21T10:00:00.000Z", "endTime": "2026-11-21T10:01:35.000Z",

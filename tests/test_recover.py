@@ -203,6 +203,18 @@ def project_copy(tmp_path: Path, stack_file: str) -> Path:
     return root
 
 
+def test_a_stop_asked_during_the_round_starts_no_up(apis):
+    tpu, _ = apis
+    tpu.nodes[ZONE][0]["state"] = "PREEMPTED"
+    runner = RecordingRunner()
+    rec, _ = recoverer(runner)
+    rec.stopping = lambda: True
+    report = rec.run_round()
+    assert runner.stacks == []
+    assert report.up is not None and report.up.status == "stopped"
+    assert recover.exit_status(report) == recover.EXIT_TRY_LATER
+
+
 def test_invalid_config_is_reported_and_nothing_is_probed(apis, tmp_path):
     tpu, kube = apis
     root = project_copy(tmp_path, "config:\n  gcp:project: tpu-training-dev\n  tpu-training:tpuVms: 3\n")
@@ -265,6 +277,19 @@ def test_watch_backs_off_after_failed_ups_and_returns_to_its_interval(apis):
     assert statuses == ["failed", "failed", "failed", "succeeded", "not-run"]
     assert stop.waits == [60, 120, 200, 30, 30]
     assert "dev: `pulumi up` failed 2 time(s) in a row; next round in 120 s" in said
+
+
+def test_an_unreadable_api_between_failed_ups_does_not_restart_the_backoff(apis):
+    tpu, _ = apis
+    tpu.nodes[ZONE][0]["state"] = "PREEMPTED"
+    rec, _ = recoverer(RecordingRunner("failed"))
+    stop = ScriptedStop(rounds=3)
+
+    def emit(report):
+        tpu.fail_with = 503 if report.number == 1 else None  # round 2 cannot read the zone
+
+    recover.watch(rec, interval_seconds=30, stop=stop, emit=emit, backoff=Backoff(first_seconds=60))
+    assert stop.waits == [60, 30, 120]
 
 
 def test_watch_stops_at_once_on_a_config_error_in_its_first_round(apis, tmp_path):
@@ -351,6 +376,86 @@ def test_automation_up_sorts_cli_failures(stub, behaviour, status, says):
     assert says in result.message
 
 
+@pytest.mark.parametrize("skip_sdk_check", [False, True])
+def test_a_cli_older_than_the_projects_minimum_is_unavailable(stub, monkeypatch, skip_sdk_check):
+    # Even with the SDK's own check switched off, this one holds: such a CLI ignores the
+    # replacement triggers, and every `up` would "succeed" recovering nothing.
+    if skip_sdk_check:
+        monkeypatch.setenv("PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK", "true")
+    set_behaviour(stub, version="3.200.0")
+    with pytest.raises(PulumiUnavailable, match=r"3\.200\.0.*3\.226\.0|3\.226\.0.*3\.200\.0"):
+        AutomationUp(REPO, lambda line: None)
+
+
+def test_the_minimum_cli_is_the_projects_required_version():
+    from infra.automation import MIN_CLI_VERSION
+
+    assert f'requiredPulumiVersion: ">={MIN_CLI_VERSION}"' in (REPO / "Pulumi.yaml").read_text()
+
+
+def test_an_unreadable_result_is_a_failed_up_not_a_crash(stub):
+    set_behaviour(stub, history="[]")
+    result = AutomationUp(REPO, lambda line: None)("dev")
+    assert result.status == "failed"
+    assert "its result could not be read" in result.message
+
+
+SECRET_VMS = """config:
+  gcp:project: tpu-training-dev
+  tpu-training:tpuVms:
+    secure: AAABAHhlbmNyeXB0ZWQ=
+"""
+
+
+def decrypted_vms() -> dict:
+    vms = [
+        {
+            "name": "demo-tpu",
+            "zone": ZONE,
+            "acceleratorType": "v3-8",
+            "runtimeVersion": "tpu-vm-tf-2.16.1-pjrt",
+            "trainCommand": "python3 train.py",
+        }
+    ]
+    return {
+        "gcp:project": {"value": "tpu-training-dev", "secret": False},
+        "tpu-training:tpuVms": {"value": json.dumps(vms), "secret": True},
+    }
+
+
+def test_secrets_are_read_decrypted_through_the_cli_never_as_stand_ins(apis, stub, tmp_path):
+    """A stand-in where the VM's name goes would look for a node that does not exist, and
+    `pulumi up` it every round."""
+    tpu, _ = apis
+    set_behaviour(stub, config=decrypted_vms())
+    root = project_copy(tmp_path, SECRET_VMS)
+    cli = AutomationUp(root, lambda line: None)
+    runner = RecordingRunner()
+    rec, said = recoverer(runner, "test", root)
+    rec.decrypt = cli.read_config
+    report = rec.run_round()
+    assert [(d.name, d.action) for _, d in report.decisions] == [("demo-tpu", "keep")]
+    assert runner.stacks == []
+    assert not [line for line in said if "offline-secret" in line]
+    assert [
+        "--non-interactive",
+        "config",
+        "--show-secrets",
+        "--json",
+        "--stack",
+        "test",
+    ] in stub_pulumi.calls(stub)
+
+
+def test_secrets_without_a_cli_are_unavailable_not_guessed(apis, tmp_path):
+    tpu, _ = apis
+    root = project_copy(tmp_path, SECRET_VMS)
+    report = recoverer(None, "test", root)[0].run_round()
+    assert report.unavailable is not None and "holds secrets (tpu-training:tpuVms)" in report.unavailable
+    assert recover.exit_status(report) == recover.EXIT_UNAVAILABLE
+    assert tpu.calls == []
+
+
 def test_a_missing_stack_or_cli_is_unavailable(stub, monkeypatch, tmp_path):
     set_behaviour(stub, stack_missing=True)
     with pytest.raises(PulumiUnavailable, match="pulumi stack init dev"):
@@ -401,6 +506,7 @@ def test_once_json_runs_up_through_the_cli_and_prints_one_object(apis, stub):
         ["--stack", "dev", "--watch", "0"],
         ["--stack", "dev", "--watch", "nan"],
         ["--stack", "dev", "--watch", "abc"],
+        ["--stack", "dev", "--watch", "1e12"],  # past a day (and past what a thread can wait)
         ["--stack", "dev", "--once", "--watch", "60"],
         ["--stack", "a/b/c/d"],
         ["--stack", "org/other-project/dev"],
@@ -414,6 +520,16 @@ def test_usage_errors_exit_64_before_any_work(stub, args, capsys):
     assert status == recover.EXIT_USAGE
     assert "error:" in capsys.readouterr().err
     assert stub_pulumi.calls(stub) == []
+
+
+def test_a_missing_stack_still_prints_its_round_as_json(apis, stub):
+    tpu, _ = apis
+    tpu.nodes[ZONE][0]["state"] = "PREEMPTED"
+    set_behaviour(stub, stack_missing=True)
+    done = run_recover("--stack", "dev", "--once", "--json", env=dict(os.environ))
+    assert done.returncode == recover.EXIT_UNAVAILABLE
+    (line,) = done.stdout.splitlines()
+    assert "pulumi stack init dev" in json.loads(line)["unavailable"]
 
 
 def test_no_pulumi_cli_exits_69_before_any_probe(apis, tmp_path):
