@@ -221,6 +221,16 @@ def test_secrets_only_in_the_steps_that_use_them(name):
             ), f"{name}: {job_id} step {step.get('name')!r} sees a secret"
 
 
+def test_the_deployers_token_lives_in_an_environment_and_previews_use_their_own():
+    """A repository secret is readable by any branch's workflow; an environment's only where its
+    branch rule allows (README: the `recover` environment, default branch only)."""
+    (recover_job,) = load("recover.yml")["jobs"].values()
+    assert recover_job["environment"] == "recover"
+    preview_text = (WORKFLOWS / "preview.yml").read_text()
+    assert "secrets.PULUMI_ACCESS_TOKEN" not in preview_text
+    assert "secrets.PULUMI_PREVIEW_ACCESS_TOKEN" in preview_text
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_no_expression_inside_a_script(name):
     for job_id, step in steps(load(name)):
