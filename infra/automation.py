@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
 from semver import VersionInfo
+from tpu_training_components.deadline import DeadlineExceeded, call_with_deadline
 from tpu_training_components.recovery_rounds import UpStatus
 
 _TAIL_LINES = 5
@@ -18,6 +19,12 @@ _TAIL_LINES = 5
 MIN_CLI_VERSION = "3.226.0"
 """Pulumi.yaml's `requiredPulumiVersion`: older CLIs ignore the replacement triggers recovery
 relies on, so an `up` by them would report success and recover nothing."""
+
+
+UP_TIMEOUT_SECONDS = 4 * 3600.0
+"""Longest a `pulumi up` may take before the watcher stops waiting for it: creating a cluster and
+a few slices takes well under an hour; a CLI that has stopped answering would hold the watch for
+ever."""
 
 
 class PulumiUnavailable(Exception):
@@ -49,12 +56,19 @@ class AutomationUp:
     """The real runner: the Automation API's `Stack.up(refresh=True)` on the project in
     ``work_dir``, with the CLI's output handed line by line to ``on_output``."""
 
-    def __init__(self, work_dir: Path, on_output: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        work_dir: Path,
+        on_output: Callable[[str], None],
+        *,
+        up_timeout_seconds: float = UP_TIMEOUT_SECONDS,
+    ) -> None:
         from pulumi import automation
 
         self._automation = automation
         self._work_dir = str(work_dir)
         self._on_output = on_output
+        self._up_timeout = up_timeout_seconds
         minimum = VersionInfo.parse(MIN_CLI_VERSION)
         try:
             # Runs `pulumi version` once and checks it against the minimum.
@@ -108,14 +122,23 @@ class AutomationUp:
         def done(status: UpStatus, message: str, changes: Optional[dict[str, int]] = None) -> UpResult:
             return UpResult(status, message, round(time.monotonic() - started, 3), dict(changes or {}))
 
-        try:
-            selected = self._select(stack)
-            result = selected.up(
+        def update() -> Any:
+            return self._select(stack).up(
                 refresh=True,
                 color="never",
                 on_output=self._on_output,
                 on_error=self._on_output,
                 message="python -m infra.recover: recovery after preemption, maintenance or a failed Job",
+            )
+
+        try:
+            result = call_with_deadline(update, self._up_timeout, f"pulumi up --stack {stack}")
+        except DeadlineExceeded:
+            # The CLI may still be running and hold the stack: later rounds see `busy` until it ends.
+            return done(
+                "failed",
+                f"pulumi up did not finish within {self._up_timeout:g} s; it may still be running "
+                f"(`pulumi cancel --stack {stack}` stops it)",
             )
         except automation.errors.ConcurrentUpdateError as exc:
             return done(

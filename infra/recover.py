@@ -2,6 +2,7 @@
 `pulumi up --refresh --yes` only when some VM or Job must be created or replaced.
 
     python -m infra.recover --stack NAME [--once | --watch SECONDS] [--dry-run] [--json]
+                            [--up-timeout SECONDS]
 
 Each round reads the stack's config the way `pulumi up` does (Pulumi.yaml and
 Pulumi.<stack>.yaml), lists the live nodes (one Cloud TPU API call per zone, or TPU_API_ENDPOINT)
@@ -37,7 +38,7 @@ from tpu_training_components.recovery import Decision
 from tpu_training_components.recovery_rounds import Backoff, RoundPlan, next_round_in, plan_round
 
 from infra import offline, stack_config
-from infra.automation import AutomationUp, PulumiUnavailable, UpResult, UpRunner
+from infra.automation import UP_TIMEOUT_SECONDS, AutomationUp, PulumiUnavailable, UpResult, UpRunner
 from infra.plan import UsageError, stack_name
 
 EXIT_OK = 0
@@ -62,16 +63,20 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"error: {message}\n")
 
 
-def _watch_seconds(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(seconds) or not MIN_WATCH_SECONDS <= seconds <= MAX_WATCH_SECONDS:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: give the seconds between rounds, from {MIN_WATCH_SECONDS:g} to {MAX_WATCH_SECONDS:g}"
-        )
-    return seconds
+def _seconds(what: str, least: float, most: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            seconds = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if not math.isfinite(seconds) or not least <= seconds <= most:
+            raise argparse.ArgumentTypeError(f"{text!r}: give the seconds {what}, from {least:g} to {most:g}")
+        return seconds
+
+    return parse
+
+
+_watch_seconds = _seconds("between rounds", MIN_WATCH_SECONDS, MAX_WATCH_SECONDS)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -94,6 +99,14 @@ def _parser() -> argparse.ArgumentParser:
         type=_watch_seconds,
         help=f"run a round every SECONDS ({MIN_WATCH_SECONDS:g} to {MAX_WATCH_SECONDS:g}) until SIGINT "
         "or SIGTERM",
+    )
+    parser.add_argument(
+        "--up-timeout",
+        metavar="SECONDS",
+        type=_seconds("a `pulumi up` may take", 60, 7 * 24 * 3600),
+        default=UP_TIMEOUT_SECONDS,
+        help=f"stop waiting for a `pulumi up` after SECONDS and count it failed "
+        f"(default {UP_TIMEOUT_SECONDS:g})",
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="decide and print, never run `pulumi up` (needs no Pulumi CLI)"
@@ -429,7 +442,9 @@ def main(argv: Optional[Sequence[str]] = None, *, probe: Optional[Probe] = None)
         return EXIT_USAGE
 
     try:
-        cli: Optional[AutomationUp] = AutomationUp(project.root, lambda line: say(f"  | {line}"))
+        cli: Optional[AutomationUp] = AutomationUp(
+            project.root, lambda line: say(f"  | {line}"), up_timeout_seconds=args.up_timeout
+        )
     except PulumiUnavailable as exc:
         if not args.dry_run:
             print(f"error: {exc}", file=sys.stderr)

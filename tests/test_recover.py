@@ -393,6 +393,16 @@ def test_the_minimum_cli_is_the_projects_required_version():
     assert f'requiredPulumiVersion: ">={MIN_CLI_VERSION}"' in (REPO / "Pulumi.yaml").read_text()
 
 
+def test_an_up_that_never_ends_is_a_failure_after_its_timeout(stub):
+    set_behaviour(stub, up="succeed", hold=True)  # never released
+    try:
+        result = AutomationUp(REPO, lambda line: None, up_timeout_seconds=0.5)("dev")
+    finally:
+        (stub / "release").write_text("")  # let the stub process end
+    assert result.status == "failed"
+    assert "did not finish within 0.5 s" in result.message
+
+
 def test_an_unreadable_result_is_a_failed_up_not_a_crash(stub):
     set_behaviour(stub, history="[]")
     result = AutomationUp(REPO, lambda line: None)("dev")
@@ -507,6 +517,7 @@ def test_once_json_runs_up_through_the_cli_and_prints_one_object(apis, stub):
         ["--stack", "dev", "--watch", "nan"],
         ["--stack", "dev", "--watch", "abc"],
         ["--stack", "dev", "--watch", "1e12"],  # past a day (and past what a thread can wait)
+        ["--stack", "dev", "--up-timeout", "5"],
         ["--stack", "dev", "--once", "--watch", "60"],
         ["--stack", "a/b/c/d"],
         ["--stack", "org/other-project/dev"],
