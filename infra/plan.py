@@ -59,7 +59,9 @@ class UsageError(Exception):
     """The command line cannot be carried out; exit with ``EXIT_USAGE``."""
 
 
-class _Parser(argparse.ArgumentParser):
+class CommandLineParser(argparse.ArgumentParser):
+    """argparse, with exit status 64 for a bad command line (shared by infra.recover)."""
+
     def error(self, message: str) -> NoReturn:
         # argparse exits 2 on a bad argument, which is this tool's status for bad config.
         self.print_usage(sys.stderr)
@@ -67,7 +69,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = CommandLineParser(
         prog="python -m infra.plan",
         description="Show every resource `pulumi up` would register for a stack, offline.",
         epilog="Exit status: 0 success; 2 invalid configuration or project file; 64 invalid command "
@@ -113,6 +115,16 @@ def stack_name(stack: str) -> tuple[str, Optional[str]]:
             f"rule), optionally after ORG/ or ORG/PROJECT/; the plan reads Pulumi.<name>.yaml"
         )
     return parts[-1], parts[1] if len(parts) == 3 else None
+
+
+def load_project_for(stack: str, stack_project: Optional[str]) -> offline.Project:
+    """The project found from the working directory, which ``--stack`` (its project part
+    ``stack_project``) must not contradict. Raises ``offline.ProjectFileError`` (a broken project
+    file) or ``UsageError`` (``--stack`` names another project)."""
+    project = offline.load_project()
+    if stack_project not in (None, project.name):
+        raise UsageError(f"--stack {stack!r} names project {stack_project!r}; this is {project.name!r}")
+    return project
 
 
 def _writable_folder(folder: Path, option: str, shown: str) -> None:
@@ -354,15 +366,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     else:
         os.environ["TPU_TRAINING_OFFLINE"] = "1"
     try:
-        project = offline.load_project()
+        project = load_project_for(args.stack, stack_project)
     except offline.ProjectFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
-    if stack_project not in (None, project.name):
-        print(
-            f"error: --stack {args.stack!r} names project {stack_project!r}; this is {project.name!r}",
-            file=sys.stderr,
-        )
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
         result = offline.run_program(project, stack, previous_outputs=previous_outputs)

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from types import FrameType
-from typing import Any, Callable, NoReturn, Optional, Sequence, TextIO
+from typing import Any, Callable, Optional, Sequence, TextIO
 
 import pulumi
 from tpu_training_components import reconcile
@@ -39,7 +39,7 @@ from tpu_training_components.recovery_rounds import Backoff, RoundPlan, next_rou
 
 from infra import offline, stack_config
 from infra.automation import UP_TIMEOUT_SECONDS, AutomationUp, PulumiUnavailable, UpResult, UpRunner
-from infra.plan import UsageError, stack_name
+from infra.plan import CommandLineParser, UsageError, load_project_for, stack_name
 
 EXIT_OK = 0
 EXIT_UP_FAILED = 1
@@ -55,12 +55,6 @@ MIN_WATCH_SECONDS = 10.0
 """Shorter rounds would only list the same nodes again: a node takes minutes to re-create."""
 MAX_WATCH_SECONDS = 24 * 3600.0
 """Longer than a day between rounds is no watch; use --once on a schedule instead."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"error: {message}\n")
 
 
 def _seconds(what: str, least: float, most: float) -> Callable[[str], float]:
@@ -80,7 +74,7 @@ _watch_seconds = _seconds("between rounds", MIN_WATCH_SECONDS, MAX_WATCH_SECONDS
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = CommandLineParser(
         prog="python -m infra.recover",
         description="Read live TPU VMs and Jobs; run `pulumi up --refresh --yes` only when something "
         "must be created or replaced.",
@@ -426,20 +420,13 @@ def main(argv: Optional[Sequence[str]] = None, *, probe: Optional[Probe] = None)
     stop.install()
     try:
         stack, stack_project = stack_name(args.stack)
+        project = load_project_for(args.stack, stack_project)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        project = offline.load_project()
     except offline.ProjectFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
-    if stack_project not in (None, project.name):
-        print(
-            f"error: --stack {args.stack!r} names project {stack_project!r}; this is {project.name!r}",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
 
     try:
         cli: Optional[AutomationUp] = AutomationUp(
