@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -193,14 +192,10 @@ def test_a_dry_run_decides_and_says_so_without_running_up(apis):
     assert said[-1].startswith("dev: pulumi up dry-run")
 
 
-def project_copy(tmp_path: Path, stack_file: str) -> Path:
-    """This project's Pulumi.yaml and program, with one stack file of the test's own."""
-    root = tmp_path / "project"
-    root.mkdir()
-    shutil.copy(REPO / "Pulumi.yaml", root)
-    (root / "infra").symlink_to(REPO / "infra")
-    (root / "Pulumi.test.yaml").write_text(stack_file)
-    return root
+def with_stack(project: Path, stack_file: str) -> Path:
+    """``project`` (the ``scratch_project`` fixture) with the test's own stack ``test``."""
+    (project / "Pulumi.test.yaml").write_text(stack_file)
+    return project
 
 
 def test_a_stop_asked_during_the_round_starts_no_up(apis):
@@ -215,9 +210,9 @@ def test_a_stop_asked_during_the_round_starts_no_up(apis):
     assert recover.exit_status(report) == recover.EXIT_TRY_LATER
 
 
-def test_invalid_config_is_reported_and_nothing_is_probed(apis, tmp_path):
+def test_invalid_config_is_reported_and_nothing_is_probed(apis, scratch_project):
     tpu, kube = apis
-    root = project_copy(tmp_path, "config:\n  gcp:project: tpu-training-dev\n  tpu-training:tpuVms: 3\n")
+    root = with_stack(scratch_project, "config:\n  gcp:project: tpu-training-dev\n  tpu-training:tpuVms: 3\n")
     runner = RecordingRunner()
     rec, said = recoverer(runner, "test", root)
     report = rec.run_round()
@@ -226,9 +221,9 @@ def test_invalid_config_is_reported_and_nothing_is_probed(apis, tmp_path):
     assert tpu.calls == [] and kube.calls == [] and runner.stacks == []
 
 
-def test_a_stack_that_reads_no_live_state_is_a_config_error(apis, tmp_path):
-    root = project_copy(
-        tmp_path,
+def test_a_stack_that_reads_no_live_state_is_a_config_error(apis, scratch_project):
+    root = with_stack(
+        scratch_project,
         "config:\n  gcp:project: tpu-training-dev\n  tpu-training:recovery: {readLiveState: false}\n",
     )
     report = recoverer(RecordingRunner(), "test", root)[0].run_round()
@@ -292,8 +287,8 @@ def test_an_unreadable_api_between_failed_ups_does_not_restart_the_backoff(apis)
     assert stop.waits == [60, 30, 120]
 
 
-def test_watch_stops_at_once_on_a_config_error_in_its_first_round(apis, tmp_path):
-    root = project_copy(tmp_path, "config:\n  gcp:project: 12345\n")
+def test_watch_stops_at_once_on_a_config_error_in_its_first_round(apis, scratch_project):
+    root = with_stack(scratch_project, "config:\n  gcp:project: 12345\n")
     rec, _ = recoverer(RecordingRunner(), "test", root)
     stop = ScriptedStop(rounds=5)
     assert (
@@ -433,12 +428,12 @@ def decrypted_vms() -> dict:
     }
 
 
-def test_secrets_are_read_decrypted_through_the_cli_never_as_stand_ins(apis, stub, tmp_path):
+def test_secrets_are_read_decrypted_through_the_cli_never_as_stand_ins(apis, stub, scratch_project):
     """A stand-in where the VM's name goes would look for a node that does not exist, and
     `pulumi up` it every round."""
     tpu, _ = apis
     set_behaviour(stub, config=decrypted_vms())
-    root = project_copy(tmp_path, SECRET_VMS)
+    root = with_stack(scratch_project, SECRET_VMS)
     cli = AutomationUp(root, lambda line: None)
     runner = RecordingRunner()
     rec, said = recoverer(runner, "test", root)
@@ -457,9 +452,9 @@ def test_secrets_are_read_decrypted_through_the_cli_never_as_stand_ins(apis, stu
     ] in stub_pulumi.calls(stub)
 
 
-def test_secrets_without_a_cli_are_unavailable_not_guessed(apis, tmp_path):
+def test_secrets_without_a_cli_are_unavailable_not_guessed(apis, scratch_project):
     tpu, _ = apis
-    root = project_copy(tmp_path, SECRET_VMS)
+    root = with_stack(scratch_project, SECRET_VMS)
     report = recoverer(None, "test", root)[0].run_round()
     assert report.unavailable is not None and "holds secrets (tpu-training:tpuVms)" in report.unavailable
     assert recover.exit_status(report) == recover.EXIT_UNAVAILABLE
