@@ -24,7 +24,7 @@ from .identity import TrainingServiceAccount, TrainingServiceAccountArgs
 from .network import TrainingNetwork, TrainingNetworkArgs
 from .node_pool_plan import TpuNodePoolPlan, plan_tpu_node_pool
 from .scaling import TrainingPlan, plan_training
-from .tpu_node_pool import FlexStartTpuNodePool, FlexStartTpuNodePoolArgs
+from .tpu_node_pool import FlexStartTpuNodePool, FlexStartTpuNodePoolArgs, TpuNodePoolSelection
 from .tpu_vm import PreemptibleTpuVm, PreemptibleTpuVmArgs
 from .training_job import TpuTrainingJob, TpuTrainingJobArgs
 
@@ -43,6 +43,7 @@ __all__ = [
     "PreemptibleTpuVmArgs",
     "SliceShape",
     "TpuNodePoolPlan",
+    "TpuNodePoolSelection",
     "TpuTrainingJob",
     "TpuTrainingJobArgs",
     "TrainingNetwork",

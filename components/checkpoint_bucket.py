@@ -1,7 +1,5 @@
 """A regional Cloud Storage bucket for datasets and checkpoints, in the TPUs' own region."""
 
-from __future__ import annotations
-
 from typing import Mapping, Optional, TypedDict
 
 import pulumi

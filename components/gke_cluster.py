@@ -1,7 +1,5 @@
 """A GKE Standard cluster ready for flex-start TPU node pools, with secure defaults."""
 
-from __future__ import annotations
-
 import json
 import re
 from typing import Mapping, Optional, TypedDict

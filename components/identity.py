@@ -1,7 +1,5 @@
 """A dedicated, least-privilege service account for training workloads."""
 
-from __future__ import annotations
-
 from typing import Mapping, Optional, TypedDict
 
 import pulumi

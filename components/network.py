@@ -12,8 +12,6 @@ internet only through Cloud NAT:
   (https://cloud.google.com/kubernetes-engine/docs/how-to/private-clusters)
 """
 
-from __future__ import annotations
-
 import re
 from typing import Optional, Sequence, TypedDict
 
@@ -85,15 +83,15 @@ class TrainingNetwork(pulumi.ComponentResource):
     services_range_name: pulumi.Output[Optional[str]]
     """Secondary range for GKE services on the GKE region's subnet; None without ``gke_region``."""
 
-    plan: NetworkPlan
-    """The address plan, known before anything is created."""
-    subnets: dict[str, gcp.compute.Subnetwork]
-    """Region -> subnetwork, for callers that place TPU VMs or a cluster in it."""
-
     def __init__(
         self, name: str, args: TrainingNetworkArgs, opts: Optional[pulumi.ResourceOptions] = None
     ) -> None:
-        self.plan = plan = _plan(name, args)
+        # Python-only attributes, annotated here rather than on the class: class annotations are
+        # the component's outputs in the provider's schema, and these are not values other
+        # languages can hold.
+        self.plan: NetworkPlan = _plan(name, args)
+        """The address plan, known before anything is created."""
+        plan = self.plan
         super().__init__("tpu-training:network:TrainingNetwork", name, {}, opts)
         network_name = args["network_name"]
         project = args.get("project")
@@ -113,7 +111,8 @@ class TrainingNetwork(pulumi.ComponentResource):
             opts=child,
         )
 
-        self.subnets = {}
+        self.subnets: dict[str, gcp.compute.Subnetwork] = {}
+        """Region -> subnetwork, for callers that place TPU VMs or a cluster in it."""
         for subnet_plan in plan.subnets:
             region = subnet_plan.region
             # VPC-native GKE: pods and services get alias IPs from named ranges on this subnet.

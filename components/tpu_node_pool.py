@@ -1,7 +1,5 @@
 """A flex-start TPU node pool on GKE, set up flag by flag as seed 002's `gcloud` commands."""
 
-from __future__ import annotations
-
 from typing import Mapping, Optional, Sequence, TypedDict
 
 import pulumi
@@ -46,6 +44,61 @@ class FlexStartTpuNodePoolArgs(TypedDict):
     labels: NotRequired[Mapping[str, str]]
     """Labels on the nodes' VMs."""
     project: NotRequired[pulumi.Input[str]]
+
+
+class TpuNodePoolSelection(TypedDict):
+    """The pool a training Job runs on, as plain values (``FlexStartTpuNodePool.selection``): the
+    same values the pool was declared with, from which the Job derives the slice shape, the node
+    selector and the GKE pool names. Plain, not outputs: whether the Job is one Pod or an Indexed
+    Job with a headless Service must be known when it is declared, in every language."""
+
+    node_pool_name: str
+    """GKE name of the pool (of its first slice)."""
+    machine_type: str
+    """GKE TPU machine type, e.g. ``ct6e-standard-4t``."""
+    topology: str
+    """Slice topology, e.g. ``4x4``."""
+    node_locations: Sequence[str]
+    """Zones of the pool's nodes."""
+    cluster_region: str
+    """Region of the cluster."""
+    slices: NotRequired[int]
+    """Slices the pool may hold at once (default 1)."""
+    flex_start: NotRequired[bool]
+    """The pool provisions with flex-start (default True)."""
+    spot: NotRequired[bool]
+    """The pool's nodes are Spot VMs (default False)."""
+    reservation: NotRequired[Optional[str]]
+    """The reservation the pool consumes, if any."""
+
+
+def plan_selection(where: str, selection: TpuNodePoolSelection) -> TpuNodePoolPlan:
+    """The plan of the pool ``selection`` describes, or ``InvalidArgument`` naming ``where``."""
+    if not isinstance(selection, Mapping):
+        raise InvalidArgument(
+            f"{where}: node_pool must be the pool's selection (FlexStartTpuNodePool.selection), "
+            f"not a {type(selection).__name__}"
+        )
+    check_known(f"{where}: node_pool", selection, TpuNodePoolSelection.__annotations__)
+    try:
+        return plan_tpu_node_pool(
+            name=selection["node_pool_name"],
+            machine_type=selection["machine_type"],
+            topology=selection["topology"],
+            node_locations=selection["node_locations"],
+            cluster_region=selection["cluster_region"],
+            slices=selection.get("slices", 1),
+            flex_start=selection.get("flex_start", True),
+            spot=selection.get("spot", False),
+            reservation=selection.get("reservation"),
+        )
+    except CatalogueError as exc:
+        raise InvalidArgument(f"{where}: node_pool: {exc}") from None
+    except KeyError as exc:
+        raise InvalidArgument(
+            f"{where}: node_pool lacks {exc.args[0]!r}; give the pool's selection "
+            f"(FlexStartTpuNodePool.selection)"
+        ) from None
 
 
 def plan_for(name: str, args: FlexStartTpuNodePoolArgs) -> TpuNodePoolPlan:
@@ -97,8 +150,22 @@ class FlexStartTpuNodePool(pulumi.ComponentResource):
     ) -> None:
         plan = plan_for(name, args)
         super().__init__("tpu-training:gke:FlexStartTpuNodePool", name, {}, opts)
-        self.plan = plan
-        """The pool's derived settings and slice shape (VMs, chips per VM, labels) for Jobs."""
+        # Python-only attributes: annotated here, not on the class, whose annotations are the
+        # provider schema's outputs.
+        self.plan: TpuNodePoolPlan = plan
+        """The pool's derived settings and slice shape (VMs, chips per VM, labels)."""
+        self.selection: TpuNodePoolSelection = {
+            "node_pool_name": plan.name,
+            "machine_type": plan.shape.machine_type.name,
+            "topology": plan.shape.topology,
+            "node_locations": list(plan.node_locations),
+            "cluster_region": args["cluster_region"],
+            "slices": plan.slices,
+            "flex_start": plan.flex_start,
+            "spot": plan.spot,
+            "reservation": plan.reservation,
+        }
+        """What a ``TpuTrainingJob`` on this pool takes as its ``node_pool``."""
 
         self.pools = [
             _declare_pool(

@@ -1,8 +1,6 @@
 """A preemptible / Spot TPU VM that trains in a retry loop and resumes from its checkpoints."""
 
-from __future__ import annotations
-
-from typing import Any, Literal, Mapping, Optional, TypedDict
+from typing import Any, Mapping, Optional, TypedDict
 
 import pulumi
 import pulumi_gcp as gcp
@@ -21,7 +19,6 @@ from .gcp_locations import zone_problem
 from .recovery import GENERATION_LABEL
 from .startup_script import render_shutdown_script, render_startup_script
 
-Provisioning = Literal["preemptible", "spot", "on-demand", "reserved"]
 PROVISIONING_MODELS: tuple[str, ...] = ("preemptible", "spot", "on-demand", "reserved")
 
 
@@ -38,7 +35,8 @@ class PreemptibleTpuVmArgs(TypedDict):
     """``gs://`` prefix for this VM's checkpoints; keep it stable across re-creations."""
     service_account_email: pulumi.Input[str]
     """Identity of the VM. Required: the default compute service account is never used."""
-    provisioning: NotRequired[Provisioning]
+    # A plain str, not a Literal: the provider's schema analyzer (other languages) reads no Literal.
+    provisioning: NotRequired[str]
     """``preemptible`` (seed 000's ``--preemptible``), ``spot`` (default), ``on-demand`` or
     ``reserved``."""
     node_name: NotRequired[str]

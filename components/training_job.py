@@ -1,7 +1,5 @@
 """A Kubernetes training Job on a TPU node pool, re-created by `pulumi up` when it has failed."""
 
-from __future__ import annotations
-
 from typing import Any, Mapping, Optional, Sequence, TypedDict
 
 import pulumi
@@ -27,13 +25,14 @@ from .job_manifests import (
     service_account_manifest,
 )
 from .node_pool_plan import TpuNodePoolPlan
+from .tpu_node_pool import TpuNodePoolSelection, plan_selection
 
 
 class TpuTrainingJobArgs(TypedDict):
     provider: k8s.Provider
     """Kubernetes provider of the cluster (``GkeTpuCluster.provider``)."""
-    node_pool: TpuNodePoolPlan
-    """The pool whose slice the Job runs on (``FlexStartTpuNodePool.plan``): its shape, its
+    node_pool: TpuNodePoolSelection
+    """The pool whose slice the Job runs on (``FlexStartTpuNodePool.selection``): its shape, its
     capacity type and its GKE node pools decide where the Pods go."""
     image: str
     """Container image of the trainer."""
@@ -62,9 +61,10 @@ class TpuTrainingJobArgs(TypedDict):
     """Labels on every object, besides the project's own."""
 
 
-def _validate(name: str, args: TpuTrainingJobArgs) -> None:
+def _validate(name: str, args: TpuTrainingJobArgs) -> TpuNodePoolPlan:
     where = f"TpuTrainingJob {name!r}"
     check_known(where, args, TpuTrainingJobArgs.__annotations__)
+    pool = plan_selection(where, args["node_pool"])
     problem = job_name_problem(args.get("job_name", name))
     if problem:
         raise InvalidArgument(f"{where}: {problem}")
@@ -79,6 +79,7 @@ def _validate(name: str, args: TpuTrainingJobArgs) -> None:
     check_checkpoint_dir(where, args["checkpoint_dir"])
     check_environment(where, args.get("environment", {}), args["checkpoint_dir"])
     check_labels(where, args.get("labels", {}))
+    return pool
 
 
 class TpuTrainingJob(pulumi.ComponentResource):
@@ -98,9 +99,8 @@ class TpuTrainingJob(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: TpuTrainingJobArgs, opts: Optional[pulumi.ResourceOptions] = None
     ) -> None:
-        _validate(name, args)
+        pool = _validate(name, args)
         super().__init__("tpu-training:gke:TpuTrainingJob", name, {}, opts)
-        pool = args["node_pool"]
         shape = pool.shape
         job_name = args.get("job_name", name)
         namespace = args.get("namespace", "default")

@@ -245,7 +245,7 @@ for job, job_decision in zip(settings.jobs, job_decisions, strict=True):
         job.name,
         {
             "provider": cluster.provider,
-            "node_pool": job_pool.plan,
+            "node_pool": job_pool.selection,
             "image": job.image,
             "command": list(job.command),
             "checkpoint_dir": settings.job_checkpoint_dir(job),

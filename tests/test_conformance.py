@@ -27,6 +27,7 @@ from tpu_training_components import (
     FlexStartTpuNodePool,
     GkeTpuCluster,
     TpuNodePoolPlan,
+    TpuNodePoolSelection,
     TpuTrainingJob,
     plan_tpu_node_pool,
     region_of_zone,
@@ -232,6 +233,7 @@ FLEX_SHAPES = [name for name, shape in SHAPES.items() if shape.args.get("flex_st
 @dataclass(frozen=True)
 class Declared:
     plan: TpuNodePoolPlan
+    selection: TpuNodePoolSelection
     pools: tuple[dict[str, Any], ...]
     """Inputs of the declared NodePools, the first slice's first."""
 
@@ -258,7 +260,7 @@ def declared(shape_name: str) -> Declared:
 
     run = run_components(body)
     pools = sorted(run.by_type(POOL), key=lambda registration: registration.name)
-    return Declared(made[0].plan, tuple(registration.inputs for registration in pools))
+    return Declared(made[0].plan, made[0].selection, tuple(registration.inputs for registration in pools))
 
 
 RESERVATION_AFFINITY_FLAG = {
@@ -538,14 +540,14 @@ def test_pods_select_the_accelerator_and_topology_of_xpks_default_workload_and_o
 @functools.cache
 def declared_job(shape: str) -> dict[str, Any]:
     """The Job our TpuTrainingJob declares on the shape's pools, under mocks."""
-    plan = declared(shape).plan
+    selection = declared(shape).selection
 
     def body() -> None:
         TpuTrainingJob(
             "train",
             {
                 "provider": k8s.Provider("cluster", kubeconfig="{}"),
-                "node_pool": plan,
+                "node_pool": selection,
                 "image": "trainer:1",
                 "command": ["python3", "train.py"],
                 "checkpoint_dir": "gs://bucket/checkpoints/train",

@@ -19,7 +19,6 @@ from tpu_training_components import (
     GkeTpuCluster,
     InvalidArgument,
     TpuTrainingJob,
-    plan_tpu_node_pool,
 )
 from tpu_training_components.job_manifests import TrainingJobSpec, manifests
 
@@ -313,13 +312,13 @@ def _cluster_and_job(vms_topology: str = "4x4") -> Any:
             "job-1",
             {
                 "provider": cluster.provider,
-                "node_pool": plan_tpu_node_pool(
-                    name="v6e",
-                    machine_type="ct6e-standard-4t",
-                    topology=vms_topology,
-                    node_locations=["europe-west4-a"],
-                    cluster_region="europe-west4",
-                ),
+                "node_pool": {
+                    "node_pool_name": "v6e",
+                    "machine_type": "ct6e-standard-4t",
+                    "topology": vms_topology,
+                    "node_locations": ["europe-west4-a"],
+                    "cluster_region": "europe-west4",
+                },
                 "image": "trainer:1",
                 "command": ["python3", "train.py"],
                 "checkpoint_dir": "gs://bucket/checkpoints/job-1",
@@ -428,13 +427,13 @@ def test_job_arguments_are_checked():
             "Job_1",
             {
                 "provider": provider,
-                "node_pool": plan_tpu_node_pool(
-                    name="v6e",
-                    machine_type="ct6e-standard-4t",
-                    topology="2x2",
-                    node_locations=["europe-west4-a"],
-                    cluster_region="europe-west4",
-                ),
+                "node_pool": {
+                    "node_pool_name": "v6e",
+                    "machine_type": "ct6e-standard-4t",
+                    "topology": "2x2",
+                    "node_locations": ["europe-west4-a"],
+                    "cluster_region": "europe-west4",
+                },
                 "image": "i",
                 "command": ["a"],
                 "checkpoint_dir": "gs://b/c",
