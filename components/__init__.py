@@ -27,6 +27,13 @@ from .scaling import TrainingPlan, plan_training
 from .tpu_node_pool import FlexStartTpuNodePool, FlexStartTpuNodePoolArgs, TpuNodePoolSelection
 from .tpu_vm import PreemptibleTpuVm, PreemptibleTpuVmArgs
 from .training_job import TpuTrainingJob, TpuTrainingJobArgs
+from .training_recovery import (
+    RecoveredJob,
+    RecoveredTpuVm,
+    RecoveryCluster,
+    TrainingRecovery,
+    TrainingRecoveryArgs,
+)
 
 __all__ = [
     "AcceleratorType",
@@ -46,9 +53,14 @@ __all__ = [
     "TpuNodePoolSelection",
     "TpuTrainingJob",
     "TpuTrainingJobArgs",
+    "RecoveredJob",
+    "RecoveredTpuVm",
+    "RecoveryCluster",
     "TrainingNetwork",
     "TrainingNetworkArgs",
     "TrainingPlan",
+    "TrainingRecovery",
+    "TrainingRecoveryArgs",
     "TrainingServiceAccount",
     "TrainingServiceAccountArgs",
     "accelerator_type",

@@ -5,7 +5,6 @@ from the installed `tpu_training_components` package (see infra/requirements.txt
 """
 
 import os
-from datetime import timedelta
 from typing import Any, Optional
 
 import pulumi
@@ -18,10 +17,10 @@ from tpu_training_components import (
     PreemptibleTpuVm,
     TpuTrainingJob,
     TrainingNetwork,
+    TrainingRecovery,
     TrainingServiceAccount,
-    reconcile,
 )
-from tpu_training_components.kube_api import ClusterRef
+from tpu_training_components.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
 
 # `python -m infra.plan` sets this unless --live: an offline plan reads no live state.
 OFFLINE = os.environ.get("TPU_TRAINING_OFFLINE") == "1"
@@ -86,17 +85,26 @@ trainer = (
     else None
 )
 
-# Recovery is a reconcile: read the live nodes (one call per zone), decide, say why.
-decisions = reconcile.reconcile_tpu_vms(
-    settings.gcp_project,
-    [(vm.name, vm.zone) for vm in settings.tpu_vms],
-    read_live_state=settings.recovery.read_live_state and not OFFLINE,
-    grace=timedelta(minutes=settings.recovery.maintenance_grace_minutes),
-)
-reconcile.log_decisions(decisions)
-previous_state = reconcile.previous_state() if settings.tpu_vms or settings.jobs else None
-previous_generations = (
-    reconcile.last_deployed_generations(previous_state) if previous_state and settings.tpu_vms else None
+# Recovery is a reconcile: read the live nodes (one call per zone) and Jobs (one per namespace),
+# decide, say why; each VM and Job is declared at the generation decided here.
+recovery = TrainingRecovery(
+    "recovery",
+    {
+        "project": settings.gcp_project,
+        "tpu_vms": [{"name": vm.name, "zone": vm.zone} for vm in settings.tpu_vms],
+        "jobs": [{"name": job.name, "namespace": job.namespace} for job in settings.jobs],
+        "cluster": (
+            {
+                "project": settings.gcp_project,
+                "location": settings.cluster.location,
+                "name": settings.cluster.name,
+            }
+            if settings.cluster
+            else None
+        ),
+        "read_live_state": settings.recovery.read_live_state and not OFFLINE,
+        "maintenance_grace_minutes": settings.recovery.maintenance_grace_minutes,
+    },
 )
 
 # Computed once: each VM's and Job's environment goes to its resource and to a stack output.
@@ -104,8 +112,8 @@ training_environments = {vm.name: settings.training_environment(vm) for vm in se
 job_environments = {job.name: settings.job_environment(job) for job in settings.jobs}
 
 tpu_vms = {}
-for vm, decision in zip(settings.tpu_vms, decisions, strict=True):
-    assert trainer is not None and previous_generations is not None
+for vm in settings.tpu_vms:
+    assert trainer is not None
     vm_network, vm_subnetwork = network_in(vm.region, (vm.network, vm.subnetwork))
     tpu_vms[vm.name] = PreemptibleTpuVm(
         vm.name,
@@ -119,7 +127,7 @@ for vm, decision in zip(settings.tpu_vms, decisions, strict=True):
             "checkpoint_dir": settings.checkpoint_dir(vm),
             "environment": training_environments[vm.name],
             "service_account_email": trainer.email,
-            "recovery_generation": reconcile.generation_for(decision, previous_generations),
+            "recovery_generation": recovery.vm_generation(vm.name),
             "external_ip": vm.external_ip,
             "network": vm_network,
             "subnetwork": vm_subnetwork,
@@ -220,26 +228,9 @@ namespaces = {
     if cluster is not None
 }
 
-# Recovery is a reconcile for Jobs too: read the live Jobs (one call per namespace), decide, say why.
-job_decisions = (
-    reconcile.reconcile_jobs(
-        ClusterRef(settings.gcp_project, settings.cluster.location, settings.cluster.name),
-        [(job.name, job.namespace) for job in settings.jobs],
-        read_live_state=settings.recovery.read_live_state and not OFFLINE,
-    )
-    if settings.cluster
-    else []
-)
-reconcile.log_decisions(job_decisions)
-previous_job_generations = (
-    reconcile.last_deployed_generations(previous_state, reconcile.JOB_GENERATIONS_OUTPUT)
-    if previous_state and settings.jobs
-    else None
-)
-
 jobs = {}
-for job, job_decision in zip(settings.jobs, job_decisions, strict=True):
-    assert cluster is not None and pod_identity is not None and previous_job_generations is not None
+for job in settings.jobs:
+    assert cluster is not None and pod_identity is not None
     job_pool = node_pools[job.node_pool]
     jobs[job.name] = TpuTrainingJob(
         job.name,
@@ -254,7 +245,7 @@ for job, job_decision in zip(settings.jobs, job_decisions, strict=True):
             "google_service_account_id": pod_identity.account.name,
             "workload_pool": cluster.workload_pool,
             "namespace": job.namespace,
-            "recovery_generation": reconcile.generation_for(job_decision, previous_job_generations),
+            "recovery_generation": recovery.job_generation(job.name),
             "privileged": job.privileged,
         },
         # Pods wait for their pool's nodes; the bucket access must exist before training starts.
@@ -272,7 +263,8 @@ pulumi.export("trainingEnvironments", training_environments)
 pulumi.export(
     "tpuVms", {name: {"zone": v.zone, "state": v.state, "health": v.health} for name, v in tpu_vms.items()}
 )
-pulumi.export(reconcile.GENERATIONS_OUTPUT, {name: v.recovery_generation for name, v in tpu_vms.items()})
+# Read back by the next run's TrainingRecovery as "what this stack last deployed".
+pulumi.export(GENERATIONS_OUTPUT, recovery.vm_generations)
 if cluster is not None:
     pulumi.export(
         "cluster", {"name": cluster.cluster_name, "location": cluster.location, "endpoint": cluster.endpoint}
@@ -329,4 +321,4 @@ if settings.checkpointing is not None:
                 f"{plan.mean_seconds_between_interruptions / 3600:g} h): about "
                 f"{100 * plan.expected_lost_fraction:.1f}% of the run lost to checkpoints and re-done work"
             )
-pulumi.export(reconcile.JOB_GENERATIONS_OUTPUT, {name: j.recovery_generation for name, j in jobs.items()})
+pulumi.export(JOB_GENERATIONS_OUTPUT, recovery.job_generations)

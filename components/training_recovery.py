@@ -1,0 +1,194 @@
+"""Recovery that comes with the components: declare a ``TrainingRecovery`` listing the TPU VMs
+and training Jobs, and hand each its generation. It reads the live nodes and Jobs (one call per
+zone, one per namespace), decides with the decision tables, says why, and remembers what this
+stack last deployed, so that a later `pulumi up` re-creates exactly what was lost."""
+
+from datetime import timedelta
+from typing import Optional, Sequence, TypedDict
+
+import pulumi
+from typing_extensions import NotRequired
+
+from . import reconcile
+from .errors import InvalidArgument, check_known
+from .kube_api import ClusterRef
+from .recovery import Decision
+
+
+class RecoveredTpuVm(TypedDict):
+    """A TPU VM under recovery."""
+
+    name: str
+    """Its TPU node name (``PreemptibleTpuVm``'s ``node_name``, by default the component's name)."""
+    zone: str
+    """Its zone, e.g. ``europe-west4-a``."""
+
+
+class RecoveredJob(TypedDict):
+    """A training Job under recovery."""
+
+    name: str
+    """The Job's name (``TpuTrainingJob``'s ``job_name``, by default the component's name)."""
+    namespace: NotRequired[str]
+    """Its Kubernetes namespace (default ``default``)."""
+
+
+class RecoveryCluster(TypedDict):
+    """The GKE cluster the Jobs run on, by name: it is read before anything is declared."""
+
+    project: str
+    """Project of the cluster."""
+    location: str
+    """Region (or zone) of the cluster."""
+    name: str
+    """Name of the cluster (``GkeTpuCluster``'s ``cluster_name``)."""
+
+
+class TrainingRecoveryArgs(TypedDict):
+    project: str
+    """Google Cloud project of the TPU VMs."""
+    tpu_vms: NotRequired[Sequence[RecoveredTpuVm]]
+    """The TPU VMs whose live nodes decide their generations."""
+    jobs: NotRequired[Sequence[RecoveredJob]]
+    """The training Jobs whose live state decides their generations; needs ``cluster``."""
+    cluster: NotRequired[Optional[RecoveryCluster]]
+    """Where ``jobs`` run."""
+    read_live_state: NotRequired[bool]
+    """Read the live nodes and Jobs (default True). False keeps every last deployed generation:
+    an offline preview, or a stack that must not change on its own."""
+    maintenance_grace_minutes: NotRequired[int]
+    """How long a node under maintenance may stay unhealthy before it is replaced (default 30)."""
+
+
+def _check(name: str, args: TrainingRecoveryArgs) -> None:
+    where = f"TrainingRecovery {name!r}"
+    check_known(where, args, TrainingRecoveryArgs.__annotations__)
+    for key, entries, allowed in (
+        ("tpu_vms", args.get("tpu_vms", ()), RecoveredTpuVm.__annotations__),
+        ("jobs", args.get("jobs", ()), RecoveredJob.__annotations__),
+    ):
+        seen: set[str] = set()
+        for index, entry in enumerate(entries):
+            check_known(f"{where}: {key}[{index}]", entry, allowed)
+            if entry.get("name") in seen:
+                raise InvalidArgument(
+                    f"{where}: {key}[{index}] repeats the name {entry['name']!r}; each must be unique"
+                )
+            seen.add(entry["name"])
+    if args.get("jobs") and not args.get("cluster"):
+        raise InvalidArgument(f"{where}: jobs need the cluster they run on; give cluster")
+    grace = args.get("maintenance_grace_minutes", 30)
+    if isinstance(grace, bool) or not isinstance(grace, int) or grace < 0:
+        raise InvalidArgument(f"{where}: maintenance_grace_minutes {grace!r} must be a whole number >= 0")
+
+
+class TrainingRecovery(pulumi.ComponentResource):
+    """Recovery by `pulumi up` for a stack's TPU VMs and Jobs: reads what is live (one call per
+    zone, one per namespace), decides what to keep, create or replace, logs why, and gives each
+    its recovery generation to declare (``recovery_generation`` of ``PreemptibleTpuVm`` and
+    ``TpuTrainingJob``).
+
+    Export ``vm_generations`` as the stack output ``recoveryGenerations`` and ``job_generations``
+    as ``jobRecoveryGenerations``: the next run reads them back as "what was last deployed",
+    which is what a VM or Job keeps when its live state cannot be read.
+
+    Children: ``{name}-previous-state`` (a ``StackReference`` to this very stack).
+    """
+
+    vm_generations: pulumi.Output[dict[str, int]]
+    """TPU VM name -> the recovery generation to declare."""
+    job_generations: pulumi.Output[dict[str, int]]
+    """Job name -> the recovery generation to declare."""
+    decisions: pulumi.Output[dict[str, str]]
+    """VM or Job name -> what `pulumi up` does with it, and why."""
+
+    def __init__(
+        self, name: str, args: TrainingRecoveryArgs, opts: Optional[pulumi.ResourceOptions] = None
+    ) -> None:
+        _check(name, args)
+        super().__init__("tpu-training:recovery:TrainingRecovery", name, {}, opts)
+        read_live_state = args.get("read_live_state", True)
+        vms = list(args.get("tpu_vms", ()))
+        jobs = list(args.get("jobs", ()))
+        cluster = args.get("cluster")
+
+        vm_decisions = reconcile.reconcile_tpu_vms(
+            args["project"],
+            [(vm["name"], vm["zone"]) for vm in vms],
+            read_live_state=read_live_state,
+            grace=timedelta(minutes=args.get("maintenance_grace_minutes", 30)),
+        )
+        job_decisions = (
+            reconcile.reconcile_jobs(
+                ClusterRef(cluster["project"], cluster["location"], cluster["name"]),
+                [(job["name"], job.get("namespace", "default")) for job in jobs],
+                read_live_state=read_live_state,
+            )
+            if cluster and jobs
+            else []
+        )
+        reconcile.log_decisions([*vm_decisions, *job_decisions])
+        # Python-only (annotated here, not on the class, whose annotations are the schema's outputs).
+        self.vm_decisions: list[Decision] = vm_decisions
+        self.job_decisions: list[Decision] = job_decisions
+
+        previous = (
+            pulumi.StackReference(
+                f"{name}-previous-state",
+                stack_name=f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}",
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            if vms or jobs
+            else None
+        )
+        self.vm_generations = self._generations(previous, vm_decisions, reconcile.GENERATIONS_OUTPUT)
+        self.job_generations = self._generations(previous, job_decisions, reconcile.JOB_GENERATIONS_OUTPUT)
+        self.decisions = pulumi.Output.from_input(
+            {decision.name: decision.message for decision in (*vm_decisions, *job_decisions)}
+        )
+        self.register_outputs(
+            {
+                "vm_generations": self.vm_generations,
+                "job_generations": self.job_generations,
+                "decisions": self.decisions,
+            }
+        )
+
+    @staticmethod
+    def _generations(
+        previous: Optional[pulumi.StackReference], decisions: Sequence[Decision], output: str
+    ) -> pulumi.Output[dict[str, int]]:
+        if previous is None or not decisions:
+            return pulumi.Output.from_input({})
+        last = reconcile.last_deployed_generations(previous, output)
+        if any(decision.generation is None for decision in decisions):
+            previous.outputs.apply(lambda outputs: _warn_if_not_exported(outputs, output))
+        return pulumi.Output.all(*(reconcile.generation_for(decision, last) for decision in decisions)).apply(
+            lambda generations: dict(zip((d.name for d in decisions), generations, strict=True))
+        )
+
+    def vm_generation(self, name: str) -> pulumi.Output[int]:
+        """The generation to declare for TPU VM ``name`` (one of ``tpu_vms``)."""
+        return self._one(self.vm_generations, name, "tpu_vms")
+
+    def job_generation(self, name: str) -> pulumi.Output[int]:
+        """The generation to declare for Job ``name`` (one of ``jobs``)."""
+        return self._one(self.job_generations, name, "jobs")
+
+    def _one(self, generations: pulumi.Output[dict[str, int]], name: str, key: str) -> pulumi.Output[int]:
+        decisions = self.vm_decisions if key == "tpu_vms" else self.job_decisions
+        if name not in {decision.name for decision in decisions}:
+            raise InvalidArgument(
+                f"TrainingRecovery: {name!r} is not in its {key}; add it there to recover it"
+            )
+        return generations.apply(lambda by_name: by_name[name])
+
+
+def _warn_if_not_exported(outputs: Optional[dict], output: str) -> None:
+    # A stack that has outputs but not this one was deployed without exporting it: "the last
+    # deployed generation" then reads as 0, and a kept VM or Job at a later one would be replaced.
+    if outputs and output not in outputs:
+        pulumi.log.warn(
+            f"this stack has outputs but no {output!r}: export TrainingRecovery's generations under "
+            f"that name, or a VM or Job whose live state cannot be read falls back to generation 0"
+        )
