@@ -71,3 +71,12 @@ def check_environment(where: str, environment: Mapping[str, str], checkpoint_dir
                 )
         elif key in RESERVED_ENV_NAMES:
             raise InvalidArgument(f"{where}: environment variable {key}: {RESERVED_ENV_NAMES[key]}")
+
+
+def check_generation(where: str, generation: Any) -> None:
+    """A plain recovery generation must be a whole number >= 0: it becomes a label value and the
+    replacement trigger, where ``2.0`` or ``-1`` would read as a different generation."""
+    if isinstance(generation, pulumi.Output):
+        return
+    if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
+        raise InvalidArgument(f"{where}: recovery_generation {generation!r} must be a whole number >= 0")

@@ -82,6 +82,7 @@ class GkeTpuClusterArgs(TypedDict):
     """VPC network (name or id); the project's ``default`` network when omitted, which must then
     give private nodes Private Google Access and, for images outside Google, Cloud NAT."""
     subnetwork: NotRequired[Optional[pulumi.Input[str]]]
+    """Subnetwork of ``network`` in the cluster's region, for nodes and Pods."""
     pods_range_name: NotRequired[Optional[pulumi.Input[str]]]
     """Secondary range of ``subnetwork`` for Pod IPs; GKE creates one when omitted."""
     services_range_name: NotRequired[Optional[pulumi.Input[str]]]
@@ -95,6 +96,7 @@ class GkeTpuClusterArgs(TypedDict):
     deletion_protection: NotRequired[bool]
     """Refuse to delete the cluster (default True)."""
     labels: NotRequired[Mapping[str, str]]
+    """Resource labels on the cluster, besides the project's own."""
 
 
 def _validate(name: str, args: GkeTpuClusterArgs) -> RecurringWindow:
@@ -206,11 +208,17 @@ class GkeTpuCluster(pulumi.ComponentResource):
     """
 
     cluster_name: pulumi.Output[str]
+    """Name of the cluster."""
     location: pulumi.Output[str]
+    """Region of the cluster."""
     endpoint: pulumi.Output[str]
+    """The control plane's address."""
     kubeconfig: pulumi.Output[str]
+    """A kubeconfig for the cluster, e.g. for a Kubernetes provider in another language."""
     workload_pool: pulumi.Output[str]
+    """The cluster's Workload Identity pool (``PROJECT.svc.id.goog``)."""
     node_service_account_email: pulumi.Output[str]
+    """Identity of the cluster's nodes, for TPU node pools."""
 
     def __init__(
         self, name: str, args: GkeTpuClusterArgs, opts: Optional[pulumi.ResourceOptions] = None

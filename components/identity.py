@@ -17,7 +17,9 @@ class TrainingServiceAccountArgs(TypedDict):
     """Buckets the account reads and writes objects in, keyed by a stable short name (e.g. the
     region); the key names the IAM binding, so keep it stable."""
     display_name: NotRequired[str]
+    """Display name of the account (default "TPU training workloads")."""
     project: NotRequired[pulumi.Input[str]]
+    """Google Cloud project; the provider's project when omitted."""
 
 
 class TrainingServiceAccount(pulumi.ComponentResource):
@@ -27,7 +29,9 @@ class TrainingServiceAccount(pulumi.ComponentResource):
     """
 
     email: pulumi.Output[str]
+    """The account's email, to run VMs or Pods as."""
     member: pulumi.Output[str]
+    """The account as an IAM member (``serviceAccount:EMAIL``)."""
 
     def __init__(
         self, name: str, args: TrainingServiceAccountArgs, opts: Optional[pulumi.ResourceOptions] = None

@@ -44,6 +44,7 @@ class FlexStartTpuNodePoolArgs(TypedDict):
     labels: NotRequired[Mapping[str, str]]
     """Labels on the nodes' VMs."""
     project: NotRequired[pulumi.Input[str]]
+    """Google Cloud project; the provider's project when omitted."""
 
 
 class TpuNodePoolSelection(TypedDict):
@@ -143,7 +144,9 @@ class FlexStartTpuNodePool(pulumi.ComponentResource):
     max_nodes: pulumi.Output[int]
     """Nodes of all the pools together."""
     accelerator_label: pulumi.Output[str]
+    """The nodes' ``cloud.google.com/gke-tpu-accelerator`` label."""
     topology: pulumi.Output[str]
+    """The nodes' ``cloud.google.com/gke-tpu-topology`` label."""
 
     def __init__(
         self, name: str, args: FlexStartTpuNodePoolArgs, opts: Optional[pulumi.ResourceOptions] = None

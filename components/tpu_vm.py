@@ -11,6 +11,7 @@ from .errors import (
     InvalidArgument,
     check_checkpoint_dir,
     check_environment,
+    check_generation,
     check_known,
     check_labels,
     check_one_of,
@@ -90,6 +91,7 @@ def _validate(name: str, args: PreemptibleTpuVmArgs) -> catalogue.AcceleratorTyp
         raise InvalidArgument(f"{where}: train_command is blank; give the command that trains")
     check_checkpoint_dir(where, args["checkpoint_dir"])
     check_environment(where, args.get("environment", {}), args["checkpoint_dir"])
+    check_generation(where, args.get("recovery_generation", 0))
     check_labels(where, args.get("labels", {}))
     return accelerator
 
@@ -103,12 +105,17 @@ class PreemptibleTpuVm(pulumi.ComponentResource):
     """
 
     node_name: pulumi.Output[str]
+    """The TPU node's name."""
     zone: pulumi.Output[str]
+    """The TPU node's zone."""
     state: pulumi.Output[str]
     """Node state as last read by Pulumi (READY, PREEMPTED, ...)."""
     health: pulumi.Output[str]
+    """Node health as last read by Pulumi (HEALTHY, UNHEALTHY_MAINTENANCE, ...)."""
     checkpoint_uri: pulumi.Output[str]
+    """Where the VM's checkpoints are (``gs://``); it outlives every re-creation."""
     recovery_generation: pulumi.Output[int]
+    """The generation declared: it changes only when `pulumi up` re-creates the VM."""
 
     def __init__(
         self, name: str, args: PreemptibleTpuVmArgs, opts: Optional[pulumi.ResourceOptions] = None

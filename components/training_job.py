@@ -12,6 +12,7 @@ from .errors import (
     InvalidArgument,
     check_checkpoint_dir,
     check_environment,
+    check_generation,
     check_known,
     check_labels,
 )
@@ -78,6 +79,7 @@ def _validate(name: str, args: TpuTrainingJobArgs) -> TpuNodePoolPlan:
             raise InvalidArgument(f"{where}: {problem}")
     check_checkpoint_dir(where, args["checkpoint_dir"])
     check_environment(where, args.get("environment", {}), args["checkpoint_dir"])
+    check_generation(where, args.get("recovery_generation", 0))
     check_labels(where, args.get("labels", {}))
     return pool
 
@@ -92,9 +94,13 @@ class TpuTrainingJob(pulumi.ComponentResource):
     """
 
     job_name: pulumi.Output[str]
+    """Name of the Job (and of its service account and Service)."""
     namespace: pulumi.Output[str]
+    """Kubernetes namespace of the Job."""
     recovery_generation: pulumi.Output[int]
+    """The generation declared: it changes only when `pulumi up` re-creates the Job."""
     checkpoint_uri: pulumi.Output[str]
+    """Where the Job's checkpoints are (``gs://``); it outlives every Job of its name."""
 
     def __init__(
         self, name: str, args: TpuTrainingJobArgs, opts: Optional[pulumi.ResourceOptions] = None

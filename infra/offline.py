@@ -285,6 +285,8 @@ class Registration:
     inputs: dict[str, Any]
     options: dict[str, Any]
     outputs: dict[str, Any] = field(default_factory=dict)
+    provider: str = ""
+    """The provider reference (``urn::id``) the resource was registered with, if any."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -376,6 +378,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             inputs=_plain(inputs),
             options=_plain(options),
             outputs=_plain(self.resources[response.urn].state),
+            provider=request.provider,
         )
         return response
 

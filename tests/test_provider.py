@@ -1,0 +1,383 @@
+"""The components as a Pulumi package for other languages: the real provider process
+(``provider/__main__.py``) called over its real gRPC API, as the engine calls it when a
+TypeScript or YAML program declares a component.
+
+- GetSchema: every component, every input and output, each with a description and a type; valid
+  against Pulumi's package metaschema (pkg/codegen/schema/pulumi.json at pulumi v3.259.0, commit
+  0ac56e876614aedf12771d73ef7e80959b8a6fd4, in tests/fixtures/pulumi-v3.259.0/).
+- Construct: the provider declares the same children, with the same inputs and options, as the
+  Python class does under mocks (tests/fake_engine.py stands in for the engine's monitor)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import selectors
+import subprocess
+import sys
+import typing
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pulumi_kubernetes as k8s
+import pytest
+from conftest import REPO, run_components
+from fake_engine import FakeEngine
+from fake_tpu_api import FakeTpuApi
+from google.protobuf import struct_pb2
+from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
+from ruamel.yaml import YAML
+from tpu_training_components import PreemptibleTpuVm, TpuTrainingJob, TrainingRecovery
+from tpu_training_components.provider import COMPONENTS, PACKAGE_NAME
+
+
+def camel_case(name: str) -> str:
+    """The schema's property name for a Python argument name (``node_pool`` -> ``nodePool``)."""
+    first, *rest = name.split("_")
+    return first + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+METASCHEMA = REPO / "tests" / "fixtures" / "pulumi-v3.259.0" / "pulumi.json"
+PROJECT, STACK = "tpu-training", "test"
+# How a resource reference travels in a protobuf Struct (the SDK's rpc._special_sig_key and
+# _special_resource_sig).
+RESOURCE_SIGNATURE = "4dabf18193072939515e22adb298388d"
+RESOURCE_REFERENCE = "5cf8f73096256a8f31e491e813e4eb8e"
+STACK_URN = f"urn:pulumi:{STACK}::{PROJECT}::pulumi:pulumi:Stack::{PROJECT}-{STACK}"
+
+
+@pytest.fixture(scope="module")
+def tpu_api():
+    with FakeTpuApi() as api:
+        yield api
+
+
+@pytest.fixture(scope="module")
+def provider(tpu_api):
+    """The provider process as the language host starts it: ``python provider/ ENGINE``, with the
+    TPU API it reads on loopback."""
+    with FakeEngine(PROJECT, STACK) as engine:
+        process = subprocess.Popen(
+            [sys.executable, str(REPO / "provider"), engine.address],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(os.environ, PYTHONPATH=str(REPO), TPU_API_ENDPOINT=tpu_api.endpoint),
+        )
+        try:
+            selector = selectors.DefaultSelector()
+            assert process.stdout is not None
+            selector.register(process.stdout, selectors.EVENT_READ)
+            if not selector.select(timeout=60):
+                pytest.fail("the provider printed no port within 60 s")
+            port = int(process.stdout.readline())
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                yield provider_pb2_grpc.ResourceProviderStub(channel)
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def schema(provider) -> dict[str, Any]:
+    return json.loads(provider.GetSchema(provider_pb2.GetSchemaRequest(version=0)).schema)
+
+
+def token(component: type) -> str:
+    return f"{PACKAGE_NAME}:index:{component.__name__}"
+
+
+def args_type(component: type) -> Any:
+    return typing.get_type_hints(component.__init__)["args"]
+
+
+# --- GetSchema ---------------------------------------------------------------------------------
+
+
+def test_schema_lists_every_component_with_every_input_and_output(schema):
+    assert schema["name"] == PACKAGE_NAME
+    assert sorted(schema["resources"]) == sorted(token(c) for c in COMPONENTS)
+    for component in COMPONENTS:
+        resource = schema["resources"][token(component)]
+        assert resource["isComponent"] is True
+        assert resource["description"], component.__name__
+        inputs = {camel_case(key) for key in args_type(component).__annotations__}
+        assert set(resource["inputProperties"]) == inputs, component.__name__
+        outputs = {camel_case(key) for key in component.__annotations__ if not key.startswith("_")}
+        assert set(resource["properties"]) == outputs, component.__name__
+
+
+def _properties(schema: dict[str, Any]):
+    for name, resource in schema["resources"].items():
+        for kind in ("inputProperties", "properties"):
+            for key, prop in resource.get(kind, {}).items():
+                yield f"{name}.{kind}.{key}", prop
+    for name, complex_type in schema["types"].items():
+        for key, prop in complex_type.get("properties", {}).items():
+            yield f"{name}.{key}", prop
+
+
+def test_every_property_has_a_description_and_a_type(schema):
+    missing = [
+        where
+        for where, prop in _properties(schema)
+        if not prop.get("description") or not (prop.get("type") or prop.get("$ref"))
+    ]
+    assert missing == []
+
+
+def test_required_inputs_are_the_required_keys(schema):
+    for component in COMPONENTS:
+        args = args_type(component)
+        required = sorted(camel_case(key) for key in args.__required_keys__)
+        assert sorted(schema["resources"][token(component)].get("requiredInputs", [])) == required
+
+
+def check_against_metaschema(path: Path) -> subprocess.CompletedProcess[str]:
+    # check-jsonschema evaluates the metaschema's patterns as ECMAScript regexes, as JSON Schema says.
+    return subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--schemafile", str(METASCHEMA), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_schema_is_valid_against_pulumis_package_metaschema(schema, tmp_path):
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(schema))
+    done = check_against_metaschema(path)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_metaschema_check_notices_an_invalid_schema(schema, tmp_path):
+    broken = dict(schema, resources={"not a token": next(iter(schema["resources"].values()))})
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(broken))
+    assert check_against_metaschema(path).returncode != 0
+
+
+# --- Construct ---------------------------------------------------------------------------------
+
+
+def construct(provider, component: type, name: str, inputs: dict[str, Any], known: tuple = ()):
+    """Construct ``component`` through the provider; what it registered, and its outputs.
+    ``known`` are (urn, id, state) of resources the deployment already has."""
+    request_inputs = struct_pb2.Struct()
+    request_inputs.update(inputs)
+    with FakeEngine(PROJECT, STACK) as engine:
+        for resource in known:
+            engine.knows(*resource)
+        response = provider.Construct(
+            provider_pb2.ConstructRequest(
+                project=PROJECT,
+                stack=STACK,
+                organization="organization",
+                monitorEndpoint=engine.address,
+                type=token(component),
+                name=name,
+                parent=STACK_URN,
+                inputs=request_inputs,
+                dryRun=False,
+            ),
+            timeout=60,
+        )
+        return engine.registrations, response
+
+
+def python_run(body) -> list:
+    return run_components(body, stack=STACK).registrations
+
+
+def declared(registrations) -> list[tuple[str, str, str, Any, Any]]:
+    return [(r.urn, r.type, r.parent, r.inputs, r.options) for r in registrations]
+
+
+VM_ARGS: dict[str, Any] = {
+    "zone": "europe-west4-a",
+    "accelerator_type": "v3-8",
+    "runtime_version": "tpu-vm-tf-2.16.1-pjrt",
+    "train_command": "python3 train.py",
+    "checkpoint_dir": "gs://ckpt-europe-west4/checkpoints/demo",
+    "service_account_email": "trainer@p.iam.gserviceaccount.com",
+    "provisioning": "preemptible",
+    "environment": {"TRAIN_STEPS": "1000"},
+    "recovery_generation": 2,
+    "project": "p",
+}
+
+
+def camel(args: dict[str, Any]) -> dict[str, Any]:
+    return {camel_case(key): value for key, value in args.items()}
+
+
+def test_construct_declares_what_the_python_class_declares(provider):
+    through_provider, response = construct(provider, PreemptibleTpuVm, "demo", camel(VM_ARGS))
+    in_python = python_run(lambda: PreemptibleTpuVm("demo", dict(VM_ARGS)))  # type: ignore[arg-type]
+
+    assert declared(through_provider) == declared(in_python)
+    assert [r.type for r in through_provider] == [
+        "tpu-training:compute:PreemptibleTpuVm",
+        "gcp:tpu/v2Vm:V2Vm",
+    ]
+    state = dict(response.state)
+    assert state["recoveryGeneration"] == 2 and state["zone"] == "europe-west4-a"
+
+
+def test_construct_of_a_multi_host_job_declares_the_indexed_job_and_its_service(provider):
+    selection = {
+        "node_pool_name": "v6e",
+        "machine_type": "ct6e-standard-4t",
+        "topology": "4x4",
+        "node_locations": ["us-east5-a"],
+        "cluster_region": "us-east5",
+    }
+    args: dict[str, Any] = {
+        "node_pool": selection,
+        "image": "trainer:1",
+        "command": ["python3", "train.py"],
+        "checkpoint_dir": "gs://ckpt/checkpoints/train",
+        "google_service_account": "pods@p.iam.gserviceaccount.com",
+        "google_service_account_id": "projects/p/serviceAccounts/pods@p.iam.gserviceaccount.com",
+        "workload_pool": "p.svc.id.goog",
+    }
+    # The cluster's Kubernetes provider arrives as a resource reference, as another language's
+    # SDK sends it; in Python it is the object itself, registered first in the same stack.
+    provider_urn = f"urn:pulumi:{STACK}::{PROJECT}::pulumi:pulumi:Stack$pulumi:providers:kubernetes::gke"
+    reference = {RESOURCE_SIGNATURE: RESOURCE_REFERENCE, "urn": provider_urn, "id": "gke-id"}
+    inputs = camel(args) | {"nodePool": camel(selection), "provider": reference}
+    through_provider, _ = construct(
+        provider, TpuTrainingJob, "train", inputs, known=[(provider_urn, "gke-id", {"kubeconfig": "{}"})]
+    )
+
+    def body() -> None:
+        cluster = k8s.Provider("gke", kubeconfig="{}")
+        TpuTrainingJob("train", dict(args, provider=cluster))  # type: ignore[arg-type]
+
+    in_python = [r for r in python_run(body) if r.urn != provider_urn]
+
+    assert declared(through_provider) == declared(in_python)
+    assert {r.provider for r in through_provider if r.type.startswith("kubernetes:")} == {
+        f"{provider_urn}::gke-id"
+    }
+    kinds = sorted(r.type for r in through_provider)
+    assert "kubernetes:batch/v1:Job" in kinds and "kubernetes:core/v1:Service" in kinds
+    (job,) = [r for r in through_provider if r.type == "kubernetes:batch/v1:Job"]
+    assert job.inputs["spec"]["completionMode"] == "Indexed" and job.inputs["spec"]["parallelism"] == 4
+
+
+def test_construct_of_recovery_reads_the_stack_and_returns_the_generations(provider):
+    args: dict[str, Any] = {
+        "project": "p",
+        "tpu_vms": [{"name": "demo", "zone": "europe-west4-a"}],
+        "read_live_state": False,
+    }
+    through_provider, response = construct(provider, TrainingRecovery, "recovery", camel(args))
+    in_python = python_run(lambda: TrainingRecovery("recovery", dict(args)))  # type: ignore[arg-type]
+
+    assert declared(through_provider) == declared(in_python)
+    state = json.loads(json.dumps(dict(response.state), default=dict))
+    assert state["vmGenerations"] == {"demo": 0}
+    assert "live state not read" in state["decisions"]["demo"]
+
+
+def test_bad_input_through_the_provider_names_the_argument(provider):
+    with pytest.raises(grpc.RpcError) as failure:
+        construct(provider, PreemptibleTpuVm, "demo", camel(VM_ARGS) | {"provisioning": "cheap"})
+    assert "provisioning 'cheap' is not one of preemptible, spot, on-demand, reserved" in str(failure.value)
+
+
+def test_whole_numbers_from_the_wire_are_ints_and_fractions_are_refused(provider):
+    # Every number crosses gRPC as a double: 3 arrives as 3.0 and must label the node "3".
+    through_provider, _ = construct(
+        provider, PreemptibleTpuVm, "demo", camel(VM_ARGS) | {"recoveryGeneration": 3}
+    )
+    (vm,) = [r for r in through_provider if r.type == "gcp:tpu/v2Vm:V2Vm"]
+    assert vm.inputs["labels"]["recovery-generation"] == "3"
+    with pytest.raises(grpc.RpcError) as failure:
+        construct(provider, PreemptibleTpuVm, "demo", camel(VM_ARGS) | {"recoveryGeneration": 2.5})
+    assert "recovery_generation 2.5 must be a whole number >= 0" in str(failure.value)
+
+
+def test_recovery_in_the_provider_reads_the_live_tpu_api(provider, tpu_api):
+    """The provider process loads the TPU client beside the Pulumi provider server (their two
+    copies of google.rpc.Status would clash without the shim in tpu_training_components.provider)."""
+    tpu_api.add("europe-west4-a", "demo", "PREEMPTED", labels={"recovery-generation": "1"})
+    args = {"project": "p", "tpu_vms": [{"name": "demo", "zone": "europe-west4-a"}]}
+    _, response = construct(provider, TrainingRecovery, "recovery", camel(args))
+    state = json.loads(json.dumps(dict(response.state), default=dict))
+    assert state["vmGenerations"] == {"demo": 2}
+    assert "node is PREEMPTED -> will be replaced" in state["decisions"]["demo"]
+    assert len(tpu_api.calls) == 1
+
+
+# --- the README's examples for other languages match the served schema --------------------------
+
+
+def _readme_block(language: str, marker: str) -> str:
+    blocks = re.findall(rf"```{language}\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S)
+    (block,) = [block for block in blocks if marker in block]
+    return block
+
+
+def test_readme_yaml_program_uses_the_schema_as_served(schema):
+    program = YAML(typ="safe").load(_readme_block("yaml", "runtime: yaml"))
+    ours = {name: r for name, r in program["resources"].items() if r["type"].startswith(f"{PACKAGE_NAME}:")}
+    assert ours
+    for name, resource in ours.items():
+        package, component = resource["type"].split(":")
+        definition = schema["resources"][f"{package}:index:{component}"]
+        given = set(resource["properties"])
+        assert given <= set(definition["inputProperties"]), name
+        assert set(definition.get("requiredInputs", [])) <= given, name
+    for name, prop in re.findall(r"\$\{([\w-]+)\.(\w+)", _readme_block("yaml", "runtime: yaml")):
+        if name in ours:
+            component = ours[name]["type"].split(":")[1]
+            assert prop in schema["resources"][f"{PACKAGE_NAME}:index:{component}"]["properties"], (
+                name,
+                prop,
+            )
+
+
+def _object_keys(text: str) -> set[str]:
+    """The top-level keys of the object literal ``text`` starts with (``{...}``): identifiers that
+    open an entry (after ``{`` or ``,``), written ``key: value`` or as the shorthand ``key``."""
+    without_strings = re.sub(r'"[^"]*"', '""', text)
+    keys, depth, start = set(), 0, 0
+    for index, char in enumerate(without_strings):
+        if char in "{[(":
+            depth += 1
+            if depth == 1:
+                start = index + 1
+        elif char in "}])":
+            if depth == 1:
+                keys.update(_entry_key(without_strings[start:index]))
+            depth -= 1
+            if depth == 0:
+                break
+        elif char == "," and depth == 1:
+            keys.update(_entry_key(without_strings[start:index]))
+            start = index + 1
+    return keys
+
+
+def _entry_key(entry: str) -> list[str]:
+    match = re.match(r"\s*(\w+)\s*(?::|$)", entry)
+    return [match.group(1)] if match else []
+
+
+def test_readme_typescript_program_uses_the_schema_as_served(schema):
+    program = _readme_block("typescript", "@pulumi/tpu-training")
+    variables = dict(re.findall(r"const (\w+) = new tpu\.(\w+)\(", program))
+    constructions = list(re.finditer(r"new tpu\.(\w+)\(\"[\w-]+\", ", program))
+    assert constructions
+    for construction in constructions:
+        definition = schema["resources"][f"{PACKAGE_NAME}:index:{construction.group(1)}"]
+        keys = _object_keys(program[construction.end() :])
+        assert keys <= set(definition["inputProperties"]), construction.group(1)
+        assert set(definition.get("requiredInputs", [])) <= keys, construction.group(1)
+    for variable, prop in re.findall(r"\b(\w+)\.(\w+)\b", program):
+        if variable in variables:
+            assert prop in schema["resources"][f"{PACKAGE_NAME}:index:{variables[variable]}"]["properties"]
