@@ -235,6 +235,21 @@ def test_main_constructs_the_pack_with_every_policy(monkeypatch):
     assert made == [{"name": pack.PACK_NAME, "policies": pack.POLICIES}]
 
 
+def test_the_readme_table_is_the_pack():
+    """policy/README.md's table lists every policy once, with the pack's enforcement."""
+    rows = [
+        line.split("|")[1:3]
+        for line in (POLICY_DIR / "README.md").read_text().splitlines()
+        if line.startswith("| `")
+    ]
+    table = {name.strip().strip("`"): level.strip() for name, level in rows}
+    assert len(rows) == len(table) == len(pack.POLICIES)
+    for policy in pack.POLICIES:
+        level = "mandatory" if policy.enforcement_level == EnforcementLevel.MANDATORY else "advisory"
+        stack = " (stack)" if isinstance(policy, StackValidationPolicy) else ""
+        assert table[policy.name] == level + stack, policy.name
+
+
 def test_no_module_but_main_constructs_a_pack():
     for path in POLICY_DIR.glob("*.py"):
         if path.name != "__main__.py":
