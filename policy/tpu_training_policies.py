@@ -729,7 +729,7 @@ def _tpu_request(resources: list[_Resource], report: ReportViolation) -> None:
                 f"pools of one machine type: the Pods may land on {', '.join(sorted(machines))}",
             )
             continue
-        (machine, pool), *_ = machines.items()
+        ((machine, pool),) = machines.items()
         required = catalogue.machine_type(machine).chips_per_vm
         if chips != required:
             violation(prop, chips, f"{required}, the chips of one {machine} VM of node pool {pool.name!r}")
@@ -741,9 +741,10 @@ def _checkpoint_bucket(resource: _Resource) -> Optional[str]:
     if resource.type == TPU_VM:
         script = resource.at("metadata", "startup-script")
         match = _CHECKPOINT_EXPORT.search(script) if isinstance(script, str) else None
-        if match:
-            words = shlex.split(match.group(1), comments=True)
-            uris = words[:1]
+        try:
+            uris = shlex.split(match.group(1), comments=True)[:1] if match else []
+        except ValueError:  # not a line the component renders: no bucket to hold it to
+            uris = []
     else:
         pods = _pods_of(resource)
         for _, container in pods.containers() if pods else ():
