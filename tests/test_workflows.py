@@ -290,3 +290,20 @@ def test_recover_runs_on_a_schedule_and_by_hand():
     (recover,) = [s for s in job["steps"] if "infra.recover" in s.get("run", "")]
     assert '--stack "$STACK" --once --json' in recover["run"]
     assert recover["env"]["STACK"] == "${{ matrix.stack }}"
+
+
+def test_the_preview_runs_the_policy_pack_in_its_own_environment():
+    """`pulumi preview --policy-pack policy`: pulumi/actions v7.0.0 (the pinned commit) names the
+    input `policyPacks` in its action.yml and passes each entry as --policy-pack; actionlint does
+    not know this action's inputs, so the name is pinned here."""
+    (job,) = load("preview.yml")["jobs"].values()
+    names = [step.get("name") for step in job["steps"]]
+    (preview,) = [s for s in job["steps"] if s.get("uses", "").startswith("pulumi/actions@")]
+    assert preview["uses"].endswith("@8e5e406f4007fca908480587cb9893c07090f58d")
+    assert preview["with"]["policyPacks"] == "policy"
+    # The pack's venv is where policy/PulumiPolicy.yaml sends the CLI, built before the preview.
+    pack = yaml.safe_load((REPO / "policy" / "PulumiPolicy.yaml").read_text())
+    venv = f"policy/{pack['runtime']['options']['virtualenv']}"
+    (build,) = [s for s in job["steps"] if f"python3 -m venv {venv}\n" in s.get("run", "")]
+    assert "(cd policy && venv/bin/python -m pip install -r requirements.txt)" in build["run"]
+    assert names.index(build["name"]) < names.index(preview["name"])
