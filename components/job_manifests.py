@@ -19,6 +19,9 @@ from .recovery import GENERATION_LABEL
 TPU_RESOURCE = "google.com/tpu"
 WORKLOAD_IDENTITY_ANNOTATION = "iam.gke.io/gcp-service-account"
 SKIP_AWAIT_ANNOTATION = "pulumi.com/skipAwait"
+PRIVILEGED_OPT_IN_ANNOTATION = "tpu-training/privileged"
+"""Set to ``"true"`` on a Job that runs its trainer privileged on purpose (``privileged=True``):
+the policy pack refuses privileged training Pods without it."""
 PART_OF_LABEL = "app.kubernetes.io/part-of"
 PART_OF = "tpu-training"
 """Every Job this project declares carries ``app.kubernetes.io/part-of: tpu-training``; recovery
@@ -229,7 +232,10 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
     metadata = _metadata(spec, spec.name, generation=True)
     # `pulumi up` returns once the Job is accepted instead of waiting days for it to finish;
     # recovery reads the Job's state itself on the next run.
-    metadata["annotations"] = {SKIP_AWAIT_ANNOTATION: "true"}
+    metadata["annotations"] = {
+        SKIP_AWAIT_ANNOTATION: "true",
+        **({PRIVILEGED_OPT_IN_ANNOTATION: "true"} if spec.privileged else {}),
+    }
     pod_spec: dict[str, Any] = {
         "serviceAccountName": spec.service_account,
         # Never, not seed 002's OnFailure for single-host: a pod failure policy requires it, and

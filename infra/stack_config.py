@@ -859,10 +859,11 @@ class StackConfig(_Model):
     @property
     def common_labels(self) -> dict[str, str]:
         """The project's own labels, then the user's (which win)."""
+        managed_by, project, stack = naming.STACK_LABEL_KEYS
         return {
-            "managed-by": "pulumi",
-            "pulumi-project": PROJECT,
-            "pulumi-stack": naming.label_value(self.stack),
+            managed_by: "pulumi",
+            project: PROJECT,
+            stack: naming.label_value(self.stack),
             **self.labels,
         }
 

@@ -35,7 +35,12 @@ from pulumi_policy import (
 )
 from tpu_training_components import catalogue
 from tpu_training_components.errors import CHECKPOINT_VARIABLE
-from tpu_training_components.job_manifests import SKIP_AWAIT_ANNOTATION, TPU_RESOURCE
+from tpu_training_components.job_manifests import (
+    PRIVILEGED_OPT_IN_ANNOTATION,
+    SKIP_AWAIT_ANNOTATION,
+    TPU_RESOURCE,
+)
+from tpu_training_components.naming import STACK_LABEL_KEYS
 from tpu_training_components.node_pool_plan import (
     ACCELERATOR_NODE_LABEL,
     FLEX_START_NODE_LABEL,
@@ -62,12 +67,7 @@ POD_SPECS: Mapping[str, tuple[str, ...]] = {
 }
 """Resources that carry Pods, and where each keeps its Pod spec."""
 
-PRIVILEGED_OPT_IN_ANNOTATION = "tpu-training/privileged"
-"""The annotation, set to ``"true"`` in a Job's (or Pod's) own metadata, by which it opts in to
-privileged containers. ``TpuTrainingJob(privileged=True)`` does not write it yet (policy/README.md)."""
-
-MANAGED_LABELS = ("managed-by", "pulumi-project", "pulumi-stack")
-"""Labels the stack puts on everything that takes labels (``infra/stack_config.common_labels``)."""
+MANAGED_LABELS = STACK_LABEL_KEYS
 
 _DEFAULT_COMPUTE_ACCOUNT = re.compile(r"^[0-9]+-compute@developer\.gserviceaccount\.com$")
 _WHOLE_NUMBER = re.compile(r"^[0-9]+$")

@@ -26,7 +26,7 @@ import pulumi_policy
 import pytest
 import tpu_training_policies as pack
 import yaml
-from conftest import REPO
+from conftest import REPO, run_stack
 from google.protobuf import empty_pb2, json_format, struct_pb2
 from pulumi.runtime import proto
 from pulumi.runtime.proto import analyzer_pb2_grpc
@@ -850,3 +850,13 @@ def test_the_served_pack_refuses_a_broken_bucket_and_a_misplaced_one(analyzer, d
         "location is \"US-EAST5\"; required: EUROPE-WEST4, the region of gcp:tpu/v2Vm:V2Vm 'demo-tpu-vm', "
         "which checkpoints to it" in diagnostic.message
     )
+
+
+def test_a_stack_job_with_privileged_true_opts_in_through_the_component(config):
+    """`jobs[].privileged: true` is a declared choice: TpuTrainingJob writes the opt-in
+    annotation, so the mandatory policy lets exactly that Job through."""
+    config["tpu-training:jobs"][0]["privileged"] = True
+    registrations = run_stack(config).registrations
+    (job,) = [r for r in registrations if r.name == JOB]
+    assert job.inputs["metadata"]["annotations"][pack.PRIVILEGED_OPT_IN_ANNOTATION] == "true"
+    assert violations(BY_NAME["training-pod-not-privileged"], registrations) == []
