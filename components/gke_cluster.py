@@ -36,6 +36,8 @@ _CLUSTER_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 
 
 class MaintenanceWindow(TypedDict):
+    """When GKE may upgrade and repair the cluster: a daily window with a recurrence."""
+
     start_time: str
     """Start, ``HH:MM`` UTC."""
     end_time: str

@@ -19,11 +19,11 @@ PROJECT_ID_RULE = "6 to 30 lowercase letters, digits or '-', starting with a let
 
 
 MAX_LABELS = 64
+"""Google Cloud: "Each resource can have multiple labels, up to a maximum of 64"
+(https://cloud.google.com/resource-manager/docs/labels-overview#requirements)."""
 
 STACK_LABEL_KEYS = ("managed-by", "pulumi-project", "pulumi-stack")
 """The labels the stack program puts on everything that takes labels (and the policy pack checks)."""
-"""Google Cloud: "Each resource can have multiple labels, up to a maximum of 64"
-(https://cloud.google.com/resource-manager/docs/labels-overview#requirements)."""
 
 
 def label_key_problem(key: str) -> str | None:

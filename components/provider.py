@@ -2,6 +2,8 @@
 library, under the package name ``tpu-training``. Kept here so that tests and the provider's entry
 point read one list."""
 
+import asyncio
+import re
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Optional
@@ -16,6 +18,8 @@ import google.rpc.status_pb2 as _canonical_status
 sys.modules.setdefault("pulumi.runtime.proto.status_pb2", _canonical_status)
 
 import pulumi  # noqa: E402
+from pulumi.errors import InputPropertyError  # noqa: E402
+from pulumi.output import contains_unknowns  # noqa: E402
 from pulumi.provider import main  # noqa: E402
 from pulumi.provider.experimental.analyzer import (  # noqa: E402
     ComponentDefinition,
@@ -23,8 +27,10 @@ from pulumi.provider.experimental.analyzer import (  # noqa: E402
     PropertyType,
 )
 from pulumi.provider.experimental.component import ComponentProvider  # noqa: E402
+from pulumi.provider.server import ComponentInitError  # noqa: E402
 
 from .checkpoint_bucket import CheckpointBucket  # noqa: E402
+from .errors import InvalidArgument  # noqa: E402
 from .gke_cluster import GkeTpuCluster  # noqa: E402
 from .identity import TrainingServiceAccount  # noqa: E402
 from .network import TrainingNetwork  # noqa: E402
@@ -60,30 +66,44 @@ PACKAGE_VERSION = _version()
 
 
 class TpuTrainingProvider(ComponentProvider):
-    """The SDK's component provider, with one fix on the way in: every number crosses the wire as
-    a protobuf double, so ``recovery_generation: 2`` from TypeScript arrives as ``2.0`` and would
-    label a node ``"2.0"``. Values the schema types as integers become ints again; a number with
-    a fraction stays as it came and is refused by the component, naming the argument."""
+    """The SDK's component provider, with three fixes on the way in and one on the way out.
+
+    - Every number crosses the wire as a protobuf double, so ``recoveryGeneration: 2`` from
+      TypeScript arrives as ``2.0`` and would label a node ``"2.0"``: values the schema types as
+      integers become ints again (a number with a fraction stays as it came, and the component
+      refuses it, naming the argument).
+    - An integer that comes from another resource (``recovery.vmGenerations["x"]``) arrives as an
+      Output, on which the SDK's own integer check fails with a TypeError: it is passed on as an
+      Output of an int.
+    - A plain input (``nodePool``, ``tpuVms``) written from another resource's known value, as a
+      YAML ``${...}`` is, arrives wrapped in an Output with its dependencies: it is unwrapped to
+      its value, or refused by name when the value is not known yet.
+    - A component's refusal (``InvalidArgument``) or a wrong type reaches the caller as a message
+      naming the argument in the schema's camelCase, without a Python traceback.
+    """
 
     def __init__(self) -> None:
         super().__init__(list(COMPONENTS), PACKAGE_NAME, None, PACKAGE_VERSION)
 
     def map_inputs(self, inputs: Any, component_def: ComponentDefinition) -> Any:
-        whole = {
-            key: self._whole_numbers(value, component_def.inputs[key])
-            if key in component_def.inputs
-            else value
-            for key, value in inputs.items()
-        }
-        return super().map_inputs(whole, component_def)
+        prepared: dict[str, Any] = {}
+        integer_outputs: dict[str, pulumi.Output[Any]] = {}
+        for key, value in inputs.items():
+            prop = component_def.inputs.get(key)
+            if prop is not None and isinstance(value, pulumi.Output):
+                if prop.plain:
+                    value = _known_value(value, key, component_def.name)
+                elif prop.type is PropertyType.INTEGER:
+                    integer_outputs[component_def.inputs_mapping[key]] = value.apply(_whole_number)
+                    continue
+            prepared[key] = self._whole_numbers(value, prop)
+        return {**super().map_inputs(prepared, component_def), **integer_outputs}
 
     def _whole_numbers(self, value: Any, prop: Optional[PropertyDefinition]) -> Any:
-        if prop is None:
+        if prop is None or isinstance(value, pulumi.Output):
             return value
-        if isinstance(value, pulumi.Output):
-            return value.apply(lambda known: self._whole_numbers(known, prop))
-        if prop.type is PropertyType.INTEGER and isinstance(value, float) and value.is_integer():
-            return int(value)
+        if prop.type is PropertyType.INTEGER:
+            return _whole_number(value)
         if isinstance(value, list) and prop.items:
             return [self._whole_numbers(item, prop.items) for item in value]
         if isinstance(value, dict) and prop.additional_properties:
@@ -93,6 +113,52 @@ class TpuTrainingProvider(ComponentProvider):
             if type_def is not None and not type_def.enum:
                 return {k: self._whole_numbers(v, type_def.properties.get(k)) for k, v in value.items()}
         return value
+
+    def construct(
+        self, name: str, resource_type: str, inputs: Any, options: Optional[pulumi.ResourceOptions] = None
+    ) -> Any:
+        try:
+            return super().construct(name, resource_type, inputs, options)
+        except ComponentInitError as failure:
+            component_def = self._component_defs[resource_type.rsplit(":", maxsplit=1)[-1]]
+            inner = failure.inner
+            message = str(inner)
+            if not isinstance(inner, InvalidArgument):
+                # Not a refusal the component wrote: a value of a type the schema does not allow
+                # (YAML is not type-checked), caught where the component first used it.
+                message = (
+                    f"{component_def.name} {name!r}: an argument has a type the schema does not allow "
+                    f"({type(inner).__name__}: {inner})"
+                )
+            raise pulumi.RunError(_in_schema_names(message, component_def)) from None
+
+
+def _whole_number(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _known_value(value: pulumi.Output[Any], key: str, component: str) -> Any:
+    """The value of a plain input that arrived as an Output because it came from another resource.
+    The provider server makes such Outputs from values it already holds, so they are resolved."""
+    data = getattr(value, "_data", None)
+    if isinstance(data, asyncio.Future) and data.done() and not data.cancelled() and data.exception() is None:
+        resolved = data.result()
+        if resolved.is_known and not contains_unknowns(resolved.value) and not resolved.is_secret:
+            return resolved.value
+    raise InputPropertyError(
+        key,
+        f"{key} of {component} must be a value known when the component is declared (it decides which "
+        f"resources the component declares): not a secret, and not an output unknown during preview",
+    )
+
+
+def _in_schema_names(message: str, component_def: ComponentDefinition) -> str:
+    """A component's message in the names another language's program uses (``recoveryGeneration``
+    for ``recovery_generation``)."""
+    for schema_name, python_name in component_def.inputs_mapping.items():
+        if schema_name != python_name:
+            message = re.sub(rf"\b{python_name}\b", schema_name, message)
+    return message
 
 
 def serve() -> None:

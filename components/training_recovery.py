@@ -99,8 +99,10 @@ class TrainingRecovery(pulumi.ComponentResource):
     """TPU VM name -> the recovery generation to declare."""
     job_generations: pulumi.Output[dict[str, int]]
     """Job name -> the recovery generation to declare."""
-    decisions: pulumi.Output[dict[str, str]]
-    """VM or Job name -> what `pulumi up` does with it, and why."""
+    vm_decisions: pulumi.Output[dict[str, str]]
+    """TPU VM name -> what `pulumi up` does with it, and why."""
+    job_decisions: pulumi.Output[dict[str, str]]
+    """Job name -> what `pulumi up` does with it, and why."""
 
     def __init__(
         self, name: str, args: TrainingRecoveryArgs, opts: Optional[pulumi.ResourceOptions] = None
@@ -129,8 +131,7 @@ class TrainingRecovery(pulumi.ComponentResource):
         )
         reconcile.log_decisions([*vm_decisions, *job_decisions])
         # Python-only (annotated here, not on the class, whose annotations are the schema's outputs).
-        self.vm_decisions: list[Decision] = vm_decisions
-        self.job_decisions: list[Decision] = job_decisions
+        self._decided = {"tpu_vms": vm_decisions, "jobs": job_decisions}
 
         previous = (
             pulumi.StackReference(
@@ -143,14 +144,14 @@ class TrainingRecovery(pulumi.ComponentResource):
         )
         self.vm_generations = self._generations(previous, vm_decisions, reconcile.GENERATIONS_OUTPUT)
         self.job_generations = self._generations(previous, job_decisions, reconcile.JOB_GENERATIONS_OUTPUT)
-        self.decisions = pulumi.Output.from_input(
-            {decision.name: decision.message for decision in (*vm_decisions, *job_decisions)}
-        )
+        self.vm_decisions = pulumi.Output.from_input({d.name: d.message for d in vm_decisions})
+        self.job_decisions = pulumi.Output.from_input({d.name: d.message for d in job_decisions})
         self.register_outputs(
             {
                 "vm_generations": self.vm_generations,
                 "job_generations": self.job_generations,
-                "decisions": self.decisions,
+                "vm_decisions": self.vm_decisions,
+                "job_decisions": self.job_decisions,
             }
         )
 
@@ -161,8 +162,8 @@ class TrainingRecovery(pulumi.ComponentResource):
         if previous is None or not decisions:
             return pulumi.Output.from_input({})
         last = reconcile.last_deployed_generations(previous, output)
-        if any(decision.generation is None for decision in decisions):
-            previous.outputs.apply(lambda outputs: _warn_if_not_exported(outputs, output))
+        # Said on every run, not only on the one whose API is down: by then it is too late.
+        previous.outputs.apply(lambda outputs: _warn_if_not_exported(outputs, output))
         return pulumi.Output.all(*(reconcile.generation_for(decision, last) for decision in decisions)).apply(
             lambda generations: dict(zip((d.name for d in decisions), generations, strict=True))
         )
@@ -176,8 +177,7 @@ class TrainingRecovery(pulumi.ComponentResource):
         return self._one(self.job_generations, name, "jobs")
 
     def _one(self, generations: pulumi.Output[dict[str, int]], name: str, key: str) -> pulumi.Output[int]:
-        decisions = self.vm_decisions if key == "tpu_vms" else self.job_decisions
-        if name not in {decision.name for decision in decisions}:
+        if name not in {decision.name for decision in self._decided[key]}:
             raise InvalidArgument(
                 f"TrainingRecovery: {name!r} is not in its {key}; add it there to recover it"
             )
@@ -190,5 +190,6 @@ def _warn_if_not_exported(outputs: Optional[dict], output: str) -> None:
     if outputs and output not in outputs:
         pulumi.log.warn(
             f"this stack has outputs but no {output!r}: export TrainingRecovery's generations under "
-            f"that name, or a VM or Job whose live state cannot be read falls back to generation 0"
+            f"that name (one TrainingRecovery per stack). Without it, a VM or Job whose live state "
+            f"cannot be read is declared at generation 0, which replaces it if it runs at a later one"
         )

@@ -162,9 +162,18 @@ def test_the_metaschema_check_notices_an_invalid_schema(schema, tmp_path):
 # --- Construct ---------------------------------------------------------------------------------
 
 
-def construct(provider, component: type, name: str, inputs: dict[str, Any], known: tuple = ()):
+def construct(
+    provider,
+    component: type,
+    name: str,
+    inputs: dict[str, Any],
+    known: tuple = (),
+    depends: dict[str, list[str]] | None = None,
+    preview: bool = False,
+):
     """Construct ``component`` through the provider; what it registered, and its outputs.
-    ``known`` are (urn, id, state) of resources the deployment already has."""
+    ``known`` are (urn, id, state) of resources the deployment already has; ``depends`` the
+    resources each input came from, as the SDK of the calling language reports them."""
     request_inputs = struct_pb2.Struct()
     request_inputs.update(inputs)
     with FakeEngine(PROJECT, STACK) as engine:
@@ -180,7 +189,11 @@ def construct(provider, component: type, name: str, inputs: dict[str, Any], know
                 name=name,
                 parent=STACK_URN,
                 inputs=request_inputs,
-                dryRun=False,
+                inputDependencies={
+                    key: provider_pb2.ConstructRequest.PropertyDependencies(urns=urns)
+                    for key, urns in (depends or {}).items()
+                },
+                dryRun=preview,
             ),
             timeout=60,
         )
@@ -280,7 +293,7 @@ def test_construct_of_recovery_reads_the_stack_and_returns_the_generations(provi
     assert declared(through_provider) == declared(in_python)
     state = json.loads(json.dumps(dict(response.state), default=dict))
     assert state["vmGenerations"] == {"demo": 0}
-    assert "live state not read" in state["decisions"]["demo"]
+    assert "live state not read" in state["vmDecisions"]["demo"]
 
 
 def test_bad_input_through_the_provider_names_the_argument(provider):
@@ -298,7 +311,7 @@ def test_whole_numbers_from_the_wire_are_ints_and_fractions_are_refused(provider
     assert vm.inputs["labels"]["recovery-generation"] == "3"
     with pytest.raises(grpc.RpcError) as failure:
         construct(provider, PreemptibleTpuVm, "demo", camel(VM_ARGS) | {"recoveryGeneration": 2.5})
-    assert "recovery_generation 2.5 must be a whole number >= 0" in str(failure.value)
+    assert "recoveryGeneration 2.5 must be a whole number >= 0" in str(failure.value)
 
 
 def test_recovery_in_the_provider_reads_the_live_tpu_api(provider, tpu_api):
@@ -309,7 +322,7 @@ def test_recovery_in_the_provider_reads_the_live_tpu_api(provider, tpu_api):
     _, response = construct(provider, TrainingRecovery, "recovery", camel(args))
     state = json.loads(json.dumps(dict(response.state), default=dict))
     assert state["vmGenerations"] == {"demo": 2}
-    assert "node is PREEMPTED -> will be replaced" in state["decisions"]["demo"]
+    assert "node is PREEMPTED -> will be replaced" in state["vmDecisions"]["demo"]
     assert len(tpu_api.calls) == 1
 
 
@@ -381,3 +394,61 @@ def test_readme_typescript_program_uses_the_schema_as_served(schema):
     for variable, prop in re.findall(r"\b(\w+)\.(\w+)\b", program):
         if variable in variables:
             assert prop in schema["resources"][f"{PACKAGE_NAME}:index:{variables[variable]}"]["properties"]
+
+
+# --- inputs as other languages send them: from other resources, unknown, of the wrong type -----
+
+OTHER = f"urn:pulumi:{STACK}::{PROJECT}::tpu-training:recovery:TrainingRecovery::recovery"
+UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"  # the SDK's rpc.UNKNOWN: a value not known in preview
+
+
+def test_a_generation_from_another_resource_becomes_the_nodes_label(provider):
+    """The README's TypeScript and YAML programs pass recovery.vmGenerations["demo-tpu"]: an input
+    with a dependency, which the provider receives as an Output."""
+    inputs = camel(VM_ARGS) | {"recoveryGeneration": 4}
+    through_provider, _ = construct(
+        provider, PreemptibleTpuVm, "demo", inputs, depends={"recoveryGeneration": [OTHER]}
+    )
+    (vm,) = [r for r in through_provider if r.type == "gcp:tpu/v2Vm:V2Vm"]
+    assert vm.inputs["labels"]["recovery-generation"] == "4"
+    assert vm.options["replacementTrigger"] == 4
+    assert OTHER in vm.options["dependsOn"]
+
+
+def test_a_plain_input_written_from_another_resource_is_used_by_value(provider):
+    args: dict[str, Any] = {"project": "p", "tpu_vms": [{"name": "demo", "zone": "europe-west4-a"}]}
+    inputs = camel(args) | {"readLiveState": False}
+    _, response = construct(provider, TrainingRecovery, "recovery", inputs, depends={"tpuVms": [OTHER]})
+    state = json.loads(json.dumps(dict(response.state), default=dict))
+    assert state["vmGenerations"] == {"demo": 0}
+
+
+def test_a_plain_input_unknown_in_preview_is_refused_by_name(provider):
+    inputs = {"project": "p", "tpuVms": UNKNOWN, "readLiveState": False}
+    with pytest.raises(grpc.RpcError) as failure:
+        construct(provider, TrainingRecovery, "recovery", inputs, depends={"tpuVms": [OTHER]}, preview=True)
+    assert "tpuVms of TrainingRecovery must be a value known when the component is declared" in str(
+        failure.value.trailing_metadata()
+    ) + str(failure.value)
+
+
+def test_a_value_of_the_wrong_type_is_a_message_not_a_traceback(provider):
+    with pytest.raises(grpc.RpcError) as failure:
+        construct(provider, PreemptibleTpuVm, "demo", camel(VM_ARGS) | {"labels": ["a"]})
+    message = str(failure.value)
+    assert "PreemptibleTpuVm 'demo': an argument has a type the schema does not allow" in message
+    assert "Traceback" not in message and 'File "' not in message
+
+
+def test_a_vm_and_a_job_of_one_name_each_keep_their_decision(provider):
+    args: dict[str, Any] = {
+        "project": "p",
+        "tpu_vms": [{"name": "train", "zone": "europe-west4-a"}],
+        "jobs": [{"name": "train"}],
+        "cluster": {"project": "p", "location": "us-east5", "name": "c"},
+        "read_live_state": False,
+    }
+    _, response = construct(provider, TrainingRecovery, "recovery", camel(args))
+    state = json.loads(json.dumps(dict(response.state), default=dict))
+    assert set(state["vmDecisions"]) == {"train"} and set(state["jobDecisions"]) == {"train"}
+    assert state["vmGenerations"] == {"train": 0} and state["jobGenerations"] == {"train": 0}

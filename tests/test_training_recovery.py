@@ -83,13 +83,18 @@ def test_unreadable_apis_keep_the_last_deployed_generations(live):
     assert any("nothing is replaced" in warning for warning in run.warnings)
 
 
-def test_a_stack_that_never_exported_the_generations_is_warned_about(live):
+@pytest.mark.parametrize("api_down", [False, True], ids=["api-up", "api-down"])
+def test_a_stack_that_never_exported_the_generations_is_warned_about_on_every_run(live, api_down):
+    """Warned while the API answers too: on the run whose API is down the damage is done (the
+    VM, its last generation unknown, is declared at 0)."""
     tpu, _ = live
-    tpu.fail_with = 503
+    tpu.add("europe-west4-a", "demo-tpu", "READY", labels={"recovery-generation": "1"})
+    tpu.fail_with = 503 if api_down else None
 
     run = run_importer({"someOtherOutput": "x"})
 
     assert any("no 'recoveryGenerations'" in warning and "export" in warning for warning in run.warnings)
+    assert run.one(VM, "demo-tpu-vm").options["replacementTrigger"] == (0 if api_down else 1)
 
 
 def test_the_stack_program_declares_its_generations_through_the_component(config):
