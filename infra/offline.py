@@ -612,6 +612,18 @@ def run(
     )
 
 
+def _share_config_module(program_dir: Path) -> None:
+    """The program imports its config module as `stack_config` (the language host puts only its
+    folder on sys.path); this package has loaded the same file as `infra.stack_config` already.
+    One module, not a second copy whose pydantic models are built again (18 ms of the dev plan)."""
+    loaded = sys.modules.get("infra.stack_config")
+    source = getattr(loaded, "__file__", None)
+    if loaded is None or source is None or "stack_config" in sys.modules:
+        return
+    if Path(source).resolve() == (program_dir / "stack_config.py").resolve():
+        sys.modules["stack_config"] = loaded
+
+
 def run_program(
     project: Project,
     stack: str,
@@ -625,6 +637,7 @@ def run_program(
     program_dir = str(project.program_dir)
     if program_dir not in sys.path:
         sys.path.insert(0, program_dir)
+    _share_config_module(project.program_dir)
     result = run(
         lambda: runpy.run_path(str(project.program_dir / "__main__.py"), run_name="__main__"),
         project=project.name,
