@@ -9,9 +9,10 @@ medians over the rounds, each case's first run (which checks that it works) not 
 memory is each run's own maximum resident set (`os.wait4`), not the children's total.
 
 - P1: the dev plan against its import floor (a process that imports exactly the modules the dev
-  plan loads, listed by a plan run, with the collector off and the same quick exit as the plan)
-  and, when xpk is installed (`--xpk PATH`, or on PATH), against
-  `xpk cluster create --tpu-type=v6e-16 --flex --dry-run`, which only prints commands.
+  plan loads, listed by a plan run, with the collector off and the same quick exit as the plan),
+  the part of that floor the Pulumi SDK and providers make up alone, and, when xpk is installed
+  (`--xpk PATH`, or on PATH), `xpk cluster create --tpu-type=v6e-16 --flex --dry-run`, which only
+  prints commands.
 - P2: generated stacks of N TPU VMs (four zones, three regions) with N/4 flex-start node pools
   and N/4 Jobs (four namespaces), each against the dev plan, and the cost of each added resource.
 - P3: the largest stack planned with --live against loopback fakes of the Cloud TPU and
@@ -63,6 +64,9 @@ POOL_SHAPES = (
     ("ct6e-standard-4t", "4x4", "us-east5-b"),
 )
 NAMESPACES = ("default", "research", "team-a", "team-b")
+SDK_PACKAGES = ("pulumi", "pulumi_gcp", "pulumi_kubernetes")
+"""The Pulumi SDK and providers: their part of the floor is what no change to this project's code
+can take away."""
 CLIENT_LIBRARIES = ("google.cloud.tpu", "google.cloud.container", "kubernetes")
 """What the live probes import; an offline plan reads no live state and needs none of them."""
 
@@ -428,6 +432,7 @@ class Measured:
     dev: Case
     floor: Case
     floor_note: str
+    sdk_floor: Case
     modules: list[str]
     xpk: Optional[Case]
     xpk_version: Optional[str]
@@ -447,7 +452,14 @@ class Measured:
 
     @property
     def cases(self) -> list[Case]:
-        return [self.dev, self.floor, *([self.xpk] if self.xpk else []), *self.generated, self.live]
+        return [
+            self.dev,
+            self.floor,
+            self.sdk_floor,
+            *([self.xpk] if self.xpk else []),
+            *self.generated,
+            self.live,
+        ]
 
 
 def _zones_and_namespaces(size: StackSize) -> tuple[int, int]:
@@ -479,6 +491,17 @@ def measure(folder: Path, sizes: list[StackSize], xpk: Optional[str], rounds: in
         env,
     )
     floor_note = run(floor, record=smoke)[1].strip()
+    sdk_modules_file = folder / "sdk-modules.json"
+    sdk_modules = [name for name in modules if name.split(".")[0] in SDK_PACKAGES]
+    sdk_modules_file.write_text(json.dumps(sdk_modules))
+    sdk_floor = Case(
+        "sdk-floor",
+        f"  of which the SDK's ({len(sdk_modules)} modules)",
+        [sys.executable, "-c", IMPORT_FLOOR, str(sdk_modules_file), str(folder / "infra")],
+        folder,
+        env,
+    )
+    run(sdk_floor, record=smoke)
 
     xpk_case, xpk_version = None, None
     if xpk:
@@ -513,7 +536,9 @@ def measure(folder: Path, sizes: list[StackSize], xpk: Optional[str], rounds: in
             tpu_calls, kube_calls = (now - then for now, then in zip(apis.calls(), before, strict=True))
             calls.append((size, tpu_calls, kube_calls, *_zones_and_namespaces(size)))
 
-        measured = Measured(dev, floor, floor_note, modules, xpk_case, xpk_version, generated, live, calls)
+        measured = Measured(
+            dev, floor, floor_note, sdk_floor, modules, xpk_case, xpk_version, generated, live, calls
+        )
         order = random.Random(12)
         for _ in range(0 if smoke else rounds):
             for case in order.sample(measured.cases, len(measured.cases)):
@@ -534,6 +559,8 @@ def report(measured: Measured, largest: StackSize) -> list[dict[str, Any]]:
     print(HEADER)
     print(row(f"dev plan ({dev.resources} resources)", dev, dev))
     print(row(floor.label, floor, dev, f"collector off, os._exit; {measured.floor_note}"))
+    sdk = measured.sdk_floor
+    print(row(sdk.label, sdk, dev, f"{', '.join(SDK_PACKAGES)} and what they import"))
     if xpk:
         print(row(xpk.label, xpk, dev, "cluster create --tpu-type=v6e-16 --flex"))
     else:
@@ -542,6 +569,11 @@ def report(measured: Measured, largest: StackSize) -> list[dict[str, Any]]:
     if xpk:
         against += f"; dev plan / xpk dry-run = {dev.median / xpk.median:.2f}x (CPU {dev.cpu / xpk.cpu:.2f}x)"
     print(against)
+    if xpk:
+        print(
+            f"  the SDK's imports alone / xpk dry-run = {sdk.median / xpk.median:.2f}x time, "
+            f"{sdk.peak_mib / xpk.peak_mib:.2f}x peak memory"
+        )
     listed, loaded = ", ".join(CLIENT_LIBRARIES), ", ".join(measured.client_libraries)
     print(f"  client libraries the offline plan loads ({listed}): {loaded or 'none'}")
 

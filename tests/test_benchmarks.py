@@ -24,7 +24,7 @@ def test_the_plan_speed_benchmark_runs_every_section(tmp_path):
     for section in ("P1 ", "P2 ", "P3 ", "Goals (issue #12)"):
         assert f"\n{section}" in out, section
     assert "xpk dry-run: skipped" in out  # --smoke never runs xpk
-    assert "import floor (" in out and "not importable by name: 0" in out
+    assert "import floor (" in out and "not importable by name: 0" in out and "of which the SDK's (" in out
     assert (
         "client libraries the offline plan loads (google.cloud.tpu, google.cloud.container, kubernetes): none"
         in out
@@ -34,7 +34,7 @@ def test_the_plan_speed_benchmark_runs_every_section(tmp_path):
     )
 
     document = json.loads(figures.read_text())
-    assert set(document["cases"]) == {"dev", "floor", "vms-16", "live"}
+    assert set(document["cases"]) == {"dev", "floor", "sdk-floor", "vms-16", "live"}
     assert all(len(case["seconds"]) == 1 for case in document["cases"].values())
     assert document["cases"]["vms-16"]["resources"] > document["cases"]["dev"]["resources"]
     assert document["client_libraries_loaded"] == []
