@@ -1,0 +1,42 @@
+"""benchmarks/plan_speed.py, smallest case: a smoke test. Its timings are printed, never asserted;
+what is asserted are facts that hold at any speed: every case ran, the offline plan loads no
+client library, and a --live plan makes one call per zone and one per namespace."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def test_the_plan_speed_benchmark_runs_every_section(tmp_path):
+    figures = tmp_path / "figures.json"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "plan_speed.py"), "--smoke", "--json", str(figures)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for section in ("P1 ", "P2 ", "P3 ", "Goals (issue #12)"):
+        assert f"\n{section}" in out, section
+    assert "xpk dry-run: skipped" in out  # --smoke never runs xpk
+    assert "import floor (" in out and "not importable by name: 0" in out and "of which the SDK's (" in out
+    assert (
+        "client libraries the offline plan loads (google.cloud.tpu, google.cloud.container, kubernetes): none"
+        in out
+    )
+    assert (
+        "16 VMs, 4 pools, 4 Jobs:   4 TPU + 4 Kubernetes API calls; = zones + namespaces (4 + 4): yes" in out
+    )
+
+    document = json.loads(figures.read_text())
+    assert set(document["cases"]) == {"dev", "floor", "sdk-floor", "vms-16", "live"}
+    assert all(len(case["seconds"]) == 1 for case in document["cases"].values())
+    assert document["cases"]["vms-16"]["resources"] > document["cases"]["dev"]["resources"]
+    assert document["client_libraries_loaded"] == []
+    assert document["live_calls"] == [{"vms": 16, "tpu": 4, "kubernetes": 4, "zones": 4, "namespaces": 4}]
+    assert [goal["reached"] is None for goal in document["goals"]] == [True, False, True, True]
