@@ -112,19 +112,32 @@ _UNSURE = object()
 # fast path does not build itself: directives (`%YAML 1.1` changes the rules), document end
 # markers (`...`, which ruamel reads into a block scalar before it), escapes in double-quoted
 # scalars (1.2 added `\/`), tabs, the characters only YAML 1.1 counts as line breaks (NEL, LS,
-# PS) and a byte-order mark inside the text. Such files go to ruamel.
-_RUAMEL_ONLY = re.compile(r"^%|^\.\.\.|[\t\\\x85\u2028\u2029\ufeff]", re.MULTILINE)
+# PS) and a byte-order mark inside the text. Also what a review found libyaml reads otherwise:
+# a lone CR, which both parsers count as a line break but `^` does not (so a directive or `...`
+# after one would pass this check); any `?` (libyaml loses the token after an empty `?` key in a
+# flow sequence); and a `:` right after a quoted or bracketed flow key (`["k":v]`, which ruamel
+# refuses). Such files go to ruamel.
+_RUAMEL_ONLY = re.compile(
+    r"^%|^\.\.\.|[\t\\\x85\u2028\u2029\ufeff?]|\r(?!\n)|[\"'\]}]:(?=[^\s])", re.MULTILINE
+)
+# Deeper than this, ruamel's composer (about two frames a level) and this path's (one) would hit
+# Python's recursion limit at different depths: leave the document to ruamel, which decides.
+_MAX_FAST_DEPTH = 100
 
 
 class _LeftToRuamel(Exception):
     pass
 
 
-def _ruamel_node(event: Any, events: Iterator[Any], resolver: Any, tags: dict[str, Any]) -> Any:
+def _ruamel_node(
+    event: Any, events: Iterator[Any], resolver: Any, tags: dict[str, Any], depth: int = 0
+) -> Any:
     """The node ruamel's composer makes of ``event`` (and of the events up to its end), its tag
     resolved by ruamel's own YAML 1.2 resolver. Anchors, aliases, explicit tags and block
     scalars are left to ruamel."""
     if isinstance(event, libyaml_events.AliasEvent) or event.anchor is not None or event.tag is not None:
+        raise _LeftToRuamel
+    if depth > _MAX_FAST_DEPTH:
         raise _LeftToRuamel
     if isinstance(event, libyaml_events.ScalarEvent):
         if event.style in ("|", ">"):
@@ -143,15 +156,15 @@ def _ruamel_node(event: Any, events: Iterator[Any], resolver: Any, tags: dict[st
             if isinstance(item, libyaml_events.SequenceEndEvent):
                 tag = resolver.resolve(ruamel_nodes.SequenceNode, None, event.implicit)
                 return ruamel_nodes.SequenceNode(tag, items, flow_style=event.flow_style)
-            items.append(_ruamel_node(item, events, resolver, tags))
+            items.append(_ruamel_node(item, events, resolver, tags, depth + 1))
     if isinstance(event, libyaml_events.MappingStartEvent):
         pairs: list[tuple[Any, Any]] = []
         for key in events:
             if isinstance(key, libyaml_events.MappingEndEvent):
                 tag = resolver.resolve(ruamel_nodes.MappingNode, None, event.implicit)
                 return ruamel_nodes.MappingNode(tag, pairs, flow_style=event.flow_style)
-            key_node = _ruamel_node(key, events, resolver, tags)
-            pairs.append((key_node, _ruamel_node(next(events), events, resolver, tags)))
+            key_node = _ruamel_node(key, events, resolver, tags, depth + 1)
+            pairs.append((key_node, _ruamel_node(next(events), events, resolver, tags, depth + 1)))
     raise _LeftToRuamel
 
 

@@ -77,6 +77,14 @@ def test_yaml_1_2_values_on_the_fast_path(value, expected):
         "a: 1\n...\n",  # a document end marker
         "a: [\n",  # not YAML
         "",  # no document
+        # Found by review (differential fuzzing against ruamel alone):
+        "# c\r%YAML 1.1\r---\ra: on\rb: 012\rc: 12:30\r",  # a directive after a lone CR
+        "a: b\r...\r...\r",  # document end markers after lone CRs
+        "a: [?, :, b]\n",  # libyaml drops the token after an empty `?` key
+        "a: [?]]\n",  # ... and accepts the extra `]` ruamel refuses
+        'a: ["k":v]\n',  # a `:` right after a quoted flow key: ruamel refuses it
+        "a: [[k]:v]\n",
+        "notes: " + "[" * 490 + "]" * 490 + "\n",  # deeper than ruamel's composer can go
     ],
 )
 def test_what_libyaml_may_read_otherwise_is_left_to_ruamel(text):
