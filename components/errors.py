@@ -73,10 +73,11 @@ def check_environment(where: str, environment: Mapping[str, str], checkpoint_dir
             raise InvalidArgument(f"{where}: environment variable {key}: {RESERVED_ENV_NAMES[key]}")
 
 
-def check_generation(where: str, generation: Any) -> None:
-    """A plain recovery generation must be a whole number >= 0: it becomes a label value and the
-    replacement trigger, where ``2.0`` or ``-1`` would read as a different generation."""
-    if isinstance(generation, pulumi.Output):
+def check_whole_number(where: str, key: str, value: Any) -> None:
+    """A plain count must be a whole number >= 0 (an Output is checked by nobody: its value is not
+    known yet). For a recovery generation: it becomes a label value and the replacement trigger,
+    where ``2.0`` or ``-1`` would read as a different generation."""
+    if isinstance(value, pulumi.Output):
         return
-    if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
-        raise InvalidArgument(f"{where}: recovery_generation {generation!r} must be a whole number >= 0")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgument(f"{where}: {key} {value!r} must be a whole number >= 0")

@@ -1,6 +1,6 @@
 """A flex-start TPU node pool on GKE, set up flag by flag as seed 002's `gcloud` commands."""
 
-from typing import Mapping, Optional, Sequence, TypedDict
+from typing import Any, Mapping, Optional, Sequence, TypedDict
 
 import pulumi
 import pulumi_gcp as gcp
@@ -82,17 +82,7 @@ def plan_selection(where: str, selection: TpuNodePoolSelection) -> TpuNodePoolPl
         )
     check_known(f"{where}: node_pool", selection, TpuNodePoolSelection.__annotations__)
     try:
-        return plan_tpu_node_pool(
-            name=selection["node_pool_name"],
-            machine_type=selection["machine_type"],
-            topology=selection["topology"],
-            node_locations=selection["node_locations"],
-            cluster_region=selection["cluster_region"],
-            slices=selection.get("slices", 1),
-            flex_start=selection.get("flex_start", True),
-            spot=selection.get("spot", False),
-            reservation=selection.get("reservation"),
-        )
+        return _plan(selection["node_pool_name"], selection)
     except CatalogueError as exc:
         raise InvalidArgument(f"{where}: node_pool: {exc}") from None
     except KeyError as exc:
@@ -108,20 +98,26 @@ def plan_for(name: str, args: FlexStartTpuNodePoolArgs) -> TpuNodePoolPlan:
     check_known(where, args, FlexStartTpuNodePoolArgs.__annotations__)
     check_labels(where, args.get("labels", {}))
     try:
-        return plan_tpu_node_pool(
-            name=args.get("node_pool_name", name),
-            machine_type=args["machine_type"],
-            topology=args["topology"],
-            node_locations=args["node_locations"],
-            cluster_region=args["cluster_region"],
-            slices=args.get("slices", 1),
-            flex_start=args.get("flex_start", True),
-            spot=args.get("spot", False),
-            reservation=args.get("reservation"),
-            max_run_duration=args.get("max_run_duration"),
-        )
+        return _plan(args.get("node_pool_name", name), args)
     except CatalogueError as exc:
         raise InvalidArgument(f"{where}: {exc}") from None
+
+
+def _plan(name: str, values: Mapping[str, Any]) -> TpuNodePoolPlan:
+    """The plan of a pool from its arguments, or from a Job's selection of it (the same keys,
+    without ``max_run_duration``, which only the pool's own nodes need)."""
+    return plan_tpu_node_pool(
+        name=name,
+        machine_type=values["machine_type"],
+        topology=values["topology"],
+        node_locations=values["node_locations"],
+        cluster_region=values["cluster_region"],
+        slices=values.get("slices", 1),
+        flex_start=values.get("flex_start", True),
+        spot=values.get("spot", False),
+        reservation=values.get("reservation"),
+        max_run_duration=values.get("max_run_duration"),
+    )
 
 
 class FlexStartTpuNodePool(pulumi.ComponentResource):

@@ -11,10 +11,10 @@ from .errors import (
     InvalidArgument,
     check_checkpoint_dir,
     check_environment,
-    check_generation,
     check_known,
     check_labels,
     check_one_of,
+    check_whole_number,
 )
 from .gcp_locations import zone_problem
 from .recovery import GENERATION_LABEL
@@ -91,7 +91,7 @@ def _validate(name: str, args: PreemptibleTpuVmArgs) -> catalogue.AcceleratorTyp
         raise InvalidArgument(f"{where}: train_command is blank; give the command that trains")
     check_checkpoint_dir(where, args["checkpoint_dir"])
     check_environment(where, args.get("environment", {}), args["checkpoint_dir"])
-    check_generation(where, args.get("recovery_generation", 0))
+    check_whole_number(where, "recovery_generation", args.get("recovery_generation", 0))
     check_labels(where, args.get("labels", {}))
     return accelerator
 

@@ -12,9 +12,9 @@ from .errors import (
     InvalidArgument,
     check_checkpoint_dir,
     check_environment,
-    check_generation,
     check_known,
     check_labels,
+    check_whole_number,
 )
 from .job_manifests import (
     TrainingJobSpec,
@@ -79,7 +79,7 @@ def _validate(name: str, args: TpuTrainingJobArgs) -> TpuNodePoolPlan:
             raise InvalidArgument(f"{where}: {problem}")
     check_checkpoint_dir(where, args["checkpoint_dir"])
     check_environment(where, args.get("environment", {}), args["checkpoint_dir"])
-    check_generation(where, args.get("recovery_generation", 0))
+    check_whole_number(where, "recovery_generation", args.get("recovery_generation", 0))
     check_labels(where, args.get("labels", {}))
     return pool
 

@@ -10,7 +10,7 @@ import pulumi
 from typing_extensions import NotRequired
 
 from . import reconcile
-from .errors import InvalidArgument, check_known
+from .errors import InvalidArgument, check_known, check_whole_number
 from .kube_api import ClusterRef
 from .recovery import Decision
 
@@ -77,9 +77,7 @@ def _check(name: str, args: TrainingRecoveryArgs) -> None:
             seen.add(entry["name"])
     if args.get("jobs") and not args.get("cluster"):
         raise InvalidArgument(f"{where}: jobs need the cluster they run on; give cluster")
-    grace = args.get("maintenance_grace_minutes", 30)
-    if isinstance(grace, bool) or not isinstance(grace, int) or grace < 0:
-        raise InvalidArgument(f"{where}: maintenance_grace_minutes {grace!r} must be a whole number >= 0")
+    check_whole_number(where, "maintenance_grace_minutes", args.get("maintenance_grace_minutes", 30))
 
 
 class TrainingRecovery(pulumi.ComponentResource):
