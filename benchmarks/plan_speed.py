@@ -331,6 +331,19 @@ def resources_in(case: Case, output: str, *, warnings_allowed: bool) -> int:
     return int(match.group(1))
 
 
+def import_case(
+    key: str, label: str, modules: list[str], modules_file: Path, folder: Path, env: dict[str, str]
+) -> Case:
+    """A process that only imports ``modules``, listed in ``modules_file`` (see IMPORT_FLOOR)."""
+    return Case(
+        key,
+        f"{label} ({len(modules)} modules)",
+        [sys.executable, "-c", IMPORT_FLOOR, str(modules_file), str(folder / "infra")],
+        folder,
+        env,
+    )
+
+
 def plan_case(key: str, label: str, stack: str, folder: Path, env: dict[str, str], *extra: str) -> Case:
     return Case(key, label, [sys.executable, "-m", "infra.plan", "--stack", stack, *extra], folder, env)
 
@@ -483,24 +496,12 @@ def measure(folder: Path, sizes: list[StackSize], xpk: Optional[str], rounds: in
     dev = plan_case("dev", "dev plan", "dev", folder, env)
     dev.resources = resources_in(dev, run(listing, record=False)[0], warnings_allowed=True)
     modules = json.loads(modules_file.read_text())
-    floor = Case(
-        "floor",
-        f"import floor ({len(modules)} modules)",
-        [sys.executable, "-c", IMPORT_FLOOR, str(modules_file), str(folder / "infra")],
-        folder,
-        env,
-    )
+    floor = import_case("floor", "import floor", modules, modules_file, folder, env)
     floor_note = run(floor, record=smoke)[1].strip()
     sdk_modules_file = folder / "sdk-modules.json"
     sdk_modules = [name for name in modules if name.split(".")[0] in SDK_PACKAGES]
     sdk_modules_file.write_text(json.dumps(sdk_modules))
-    sdk_floor = Case(
-        "sdk-floor",
-        f"  of which the SDK's ({len(sdk_modules)} modules)",
-        [sys.executable, "-c", IMPORT_FLOOR, str(sdk_modules_file), str(folder / "infra")],
-        folder,
-        env,
-    )
+    sdk_floor = import_case("sdk-floor", "  of which the SDK's", sdk_modules, sdk_modules_file, folder, env)
     run(sdk_floor, record=smoke)
 
     xpk_case, xpk_version = None, None
