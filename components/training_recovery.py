@@ -128,7 +128,7 @@ class TrainingRecovery(pulumi.ComponentResource):
             else []
         )
         reconcile.log_decisions([*vm_decisions, *job_decisions])
-        # Python-only (annotated here, not on the class, whose annotations are the schema's outputs).
+        # For vm_generation/job_generation; private, so it is not one of the schema's outputs.
         self._decided = {"tpu_vms": vm_decisions, "jobs": job_decisions}
 
         previous = (
