@@ -11,7 +11,7 @@ import pulumi
 
 from .job_recovery import decide_job, unreachable_cluster
 from .kube_api import ClusterRef, LiveJobs, list_live_jobs
-from .recovery import Decision, decide, unreachable, utc_now
+from .recovery import Decision, decide, fresh_generation, unreachable, utc_now
 from .tpu_api import list_live_nodes
 
 GENERATIONS_OUTPUT = "recoveryGenerations"
@@ -101,11 +101,20 @@ def last_deployed_generations(
     )
 
 
-def generation_for(decision: Decision, previous: pulumi.Output[dict[str, int]]) -> pulumi.Input[int]:
-    """The decision's generation; or the last deployed one (0 if none) when it keeps that; or,
-    for a resource gone from the cloud, the last deployed one + 1 (0 if it was never deployed)."""
+def generation_for(
+    decision: Decision, previous: pulumi.Output[dict[str, int]], now: datetime
+) -> pulumi.Input[int]:
+    """The generation to declare for ``decision``, made at ``now``.
+
+    - kept: the live resource's own generation (its label), or, when that cannot be read, the
+      last deployed one (0 if none): the same value declares no change;
+    - created or replaced: a generation never used before (``fresh_generation``): above the live
+      one and the last deployed one, and above any an update that failed half-way may have left
+      in the stack's state, so the replacement trigger always fires."""
+    if decision.action == "keep":
+        if decision.generation is not None:
+            return decision.generation
+        return previous.apply(lambda gens: gens.get(decision.name, 0))
     if decision.generation is not None:
-        return decision.generation
-    if decision.after_last_deployed:
-        return previous.apply(lambda gens: gens[decision.name] + 1 if decision.name in gens else 0)
-    return previous.apply(lambda gens: gens.get(decision.name, 0))
+        return fresh_generation(decision.generation, now)
+    return previous.apply(lambda gens: fresh_generation(gens.get(decision.name, -1) + 1, now))

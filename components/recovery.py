@@ -79,11 +79,13 @@ class Decision:
     @property
     def message(self) -> str:
         verb = {"create": "will be created", "keep": "is kept", "replace": "will be replaced"}
-        if self.after_last_deployed:
-            generation = "last deployed + 1"
+        if self.action != "keep":
+            generation = "a new recovery generation"
         else:
-            generation = "last deployed" if self.generation is None else str(self.generation)
-        return f"{self.name}: {self.reason} -> {verb[self.action]} (recovery generation {generation})"
+            generation = (
+                f"recovery generation {'last deployed' if self.generation is None else self.generation}"
+            )
+        return f"{self.name}: {self.reason} -> {verb[self.action]} ({generation})"
 
 
 def keep(name: str, generation: Optional[int], reason: str, *, warn: bool = False) -> Decision:
@@ -209,3 +211,17 @@ def _minutes(delta: timedelta) -> str:
 
 def utc_now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def fresh_generation(at_least: int, now: datetime) -> int:
+    """A generation no earlier deployment of the resource can have used: the decision's UTC time
+    as the number YYYYMMDDhhmmss, or ``at_least`` when that is higher.
+
+    "Last deployed + 1" is not enough: the engine writes a resource's state as it changes it, but
+    the stack outputs that say what was last deployed only when the program reached its end, so
+    after an update that failed half-way (a node deleted, its re-creation refused for want of
+    capacity) the state can already hold "last deployed + 1". Declaring that value again is then
+    no change to the engine, and a plain `pulumi up` would leave the node absent. A time-based
+    number grows with every decision, whatever the outputs say."""
+    stamp = int(now.astimezone(timezone.utc).strftime("%Y%m%d%H%M%S"))
+    return max(stamp, at_least)

@@ -3,13 +3,14 @@ and training Jobs, and hand each its generation. It reads the live nodes and Job
 zone, one per namespace), decides with the decision tables, says why, and remembers what this
 stack last deployed, so that a later `pulumi up` re-creates exactly what was lost."""
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Optional, Sequence, TypedDict
 
 import pulumi
 from typing_extensions import NotRequired
 
 from . import reconcile
+from . import recovery as _recovery
 from .errors import InvalidArgument, check_known, check_whole_number
 from .kube_api import ClusterRef
 from .recovery import Decision
@@ -140,8 +141,13 @@ class TrainingRecovery(pulumi.ComponentResource):
             if vms or jobs
             else None
         )
-        self.vm_generations = self._generations(previous, vm_decisions, reconcile.GENERATIONS_OUTPUT)
-        self.job_generations = self._generations(previous, job_decisions, reconcile.JOB_GENERATIONS_OUTPUT)
+        decided_at = _recovery.utc_now()
+        self.vm_generations = self._generations(
+            previous, vm_decisions, reconcile.GENERATIONS_OUTPUT, decided_at
+        )
+        self.job_generations = self._generations(
+            previous, job_decisions, reconcile.JOB_GENERATIONS_OUTPUT, decided_at
+        )
         self.vm_decisions = pulumi.Output.from_input({d.name: d.message for d in vm_decisions})
         self.job_decisions = pulumi.Output.from_input({d.name: d.message for d in job_decisions})
         self.register_outputs(
@@ -155,16 +161,19 @@ class TrainingRecovery(pulumi.ComponentResource):
 
     @staticmethod
     def _generations(
-        previous: Optional[pulumi.StackReference], decisions: Sequence[Decision], output: str
+        previous: Optional[pulumi.StackReference],
+        decisions: Sequence[Decision],
+        output: str,
+        decided_at: datetime,
     ) -> pulumi.Output[dict[str, int]]:
         if previous is None or not decisions:
             return pulumi.Output.from_input({})
         last = reconcile.last_deployed_generations(previous, output)
         # Said on every run, not only on the one whose API is down: by then it is too late.
         previous.outputs.apply(lambda outputs: _warn_if_not_exported(outputs, output))
-        return pulumi.Output.all(*(reconcile.generation_for(decision, last) for decision in decisions)).apply(
-            lambda generations: dict(zip((d.name for d in decisions), generations, strict=True))
-        )
+        return pulumi.Output.all(
+            *(reconcile.generation_for(decision, last, decided_at) for decision in decisions)
+        ).apply(lambda generations: dict(zip((d.name for d in decisions), generations, strict=True)))
 
     def vm_generation(self, name: str) -> pulumi.Output[int]:
         """The generation to declare for TPU VM ``name`` (one of ``tpu_vms``)."""

@@ -9,6 +9,7 @@ import runpy
 import shutil
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
@@ -108,4 +109,27 @@ def run_plan(
         capture_output=True,
         text=True,
         timeout=120,
+    )
+
+
+DECIDED_AT = datetime(2026, 11, 23, 12, 0, 0, tzinfo=timezone.utc)
+FRESH = 20261123120000
+"""The generation a VM or Job re-created at ``DECIDED_AT`` gets (``recovery.fresh_generation``)."""
+
+
+@pytest.fixture
+def decided_at(monkeypatch):
+    """Recovery decides at ``DECIDED_AT``: a re-created resource gets generation ``FRESH``. Only
+    the clock that stamps new generations is fixed; grace periods still count from real time."""
+    from tpu_training_components import recovery
+
+    monkeypatch.setattr(recovery, "utc_now", lambda: DECIDED_AT)
+    return FRESH
+
+
+def fresh_stamp_since(started: datetime, value: Any) -> bool:
+    """Whether ``value`` is a generation stamped (YYYYMMDDhhmmss, UTC) at or after ``started``:
+    for a subprocess, whose clock a test cannot fix."""
+    return isinstance(value, int) and int(started.strftime("%Y%m%d%H%M%S")) <= value <= int(
+        datetime.now(timezone.utc).strftime("%Y%m%d%H%M%S")
     )

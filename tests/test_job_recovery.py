@@ -209,7 +209,7 @@ def _job(run, name="train-v6e"):
     return run.one(JOB, f"{name}-job")
 
 
-def test_failed_job_is_replaced_alone(gke_only, live_cluster):
+def test_failed_job_is_replaced_alone(gke_only, live_cluster, decided_at):
     gke_only["tpu-training:jobs"].append(dict(gke_only["tpu-training:jobs"][0], name="other-run"))
     live_cluster.add(
         "default", job("train-v6e", generation=3, conditions=(("Failed", "True", "BackoffLimitExceeded"),))
@@ -220,8 +220,9 @@ def test_failed_job_is_replaced_alone(gke_only, live_cluster):
     failed = run_stack(copy.deepcopy(gke_only), previous_outputs=previous)
     assert len(live_cluster.calls) == 1  # one namespace, one call
     replaced = _job(failed)
-    assert replaced.options["replacementTrigger"] == 4 and replaced.options["deleteBeforeReplace"] is True
-    assert replaced.inputs["metadata"]["labels"]["recovery-generation"] == "4"
+    assert replaced.options["replacementTrigger"] == decided_at
+    assert replaced.options["deleteBeforeReplace"] is True
+    assert replaced.inputs["metadata"]["labels"]["recovery-generation"] == str(decided_at)
     assert any(
         "train-v6e: Job has Failed (BackoffLimitExceeded" in m and "will be replaced" in m
         for m in failed.infos
@@ -252,14 +253,13 @@ def test_cluster_down_keeps_the_last_deployed_generation(gke_only, live_cluster)
     )
 
 
-def test_absent_job_gets_a_new_generation_so_a_plain_up_recreates_it(gke_only, live_cluster):
+def test_absent_job_gets_a_new_generation_so_a_plain_up_recreates_it(gke_only, live_cluster, decided_at):
     """Deleted by hand: still in the stack's state, so only a new trigger makes `pulumi up`
     (without --refresh) create it again."""
     run = run_stack(gke_only, previous_outputs={"jobRecoveryGenerations": {"train-v6e": 2}})
-    assert _job(run).options["replacementTrigger"] == 3
+    assert _job(run).options["replacementTrigger"] == decided_at
     assert any(
-        "no such Job in its namespace -> will be created (recovery generation last deployed + 1)" in m
-        for m in run.infos
+        "no such Job in its namespace -> will be created (a new recovery generation)" in m for m in run.infos
     )
 
 
@@ -271,6 +271,6 @@ def test_unreadable_generation_label_never_counts_as_zero(label):
     assert (failed.action, failed.generation, failed.after_last_deployed) == ("replace", None, True)
 
 
-def test_absent_job_never_deployed_starts_at_zero(gke_only, live_cluster):
+def test_absent_job_never_deployed_gets_a_new_generation_too(gke_only, live_cluster, decided_at):
     run = run_stack(gke_only, previous_outputs={"jobRecoveryGenerations": {}})
-    assert _job(run).options["replacementTrigger"] == 0
+    assert _job(run).options["replacementTrigger"] == decided_at

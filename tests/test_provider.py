@@ -17,13 +17,14 @@ import selectors
 import subprocess
 import sys
 import typing
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pulumi_kubernetes as k8s
 import pytest
-from conftest import REPO, run_components
+from conftest import REPO, fresh_stamp_since, run_components
 from fake_engine import FakeEngine
 from fake_tpu_api import FakeTpuApi
 from google.protobuf import struct_pb2
@@ -319,9 +320,12 @@ def test_recovery_in_the_provider_reads_the_live_tpu_api(provider, tpu_api):
     copies of google.rpc.Status would clash without the shim in tpu_training_components.provider)."""
     tpu_api.add("europe-west4-a", "demo", "PREEMPTED", labels={"recovery-generation": "1"})
     args = {"project": "p", "tpu_vms": [{"name": "demo", "zone": "europe-west4-a"}]}
+    started = datetime.now(timezone.utc)
     _, response = construct(provider, TrainingRecovery, "recovery", camel(args))
     state = json.loads(json.dumps(dict(response.state), default=dict))
-    assert state["vmGenerations"] == {"demo": 2}
+    # A number crosses gRPC as a double; a 14-digit stamp is exact in one.
+    (generation,) = state["vmGenerations"].values()
+    assert fresh_stamp_since(started, int(generation)) and generation == int(generation)
     assert "node is PREEMPTED -> will be replaced" in state["vmDecisions"]["demo"]
     assert len(tpu_api.calls) == 1
 

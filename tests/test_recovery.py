@@ -7,7 +7,7 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from conftest import changed_registrations, run_plan, run_stack
+from conftest import changed_registrations, fresh_stamp_since, run_plan, run_stack
 from fake_tpu_api import FakeTpuApi
 from tpu_training_components import recovery
 from tpu_training_components.recovery import LiveNode, decide
@@ -78,8 +78,8 @@ def test_unknown_generation_or_state_never_counts_as_zero(live, action):
     decision = decide("demo-tpu", live, now=NOW)
     assert (decision.action, decision.generation, decision.warn) == (action, None, True)
     assert decision.after_last_deployed is (action == "replace")
-    expected = "last deployed + 1" if action == "replace" else "last deployed"
-    assert decision.message.endswith(f"(recovery generation {expected})")
+    expected = "a new recovery generation" if action == "replace" else "recovery generation last deployed"
+    assert decision.message.endswith(f"({expected})")
 
 
 @pytest.mark.parametrize(
@@ -170,7 +170,7 @@ def _vm(run, name):
     return run.one(VM, f"{name}-vm")
 
 
-def test_preemption_bumps_one_vm_and_changes_nothing_else(config, live_api):
+def test_preemption_bumps_one_vm_and_changes_nothing_else(config, live_api, decided_at):
     for name in ("vm-b", "vm-c"):
         config["tpu-training:tpuVms"].append(dict(config["tpu-training:tpuVms"][0], name=name))
     for name in ("demo-tpu", "vm-b", "vm-c"):
@@ -181,10 +181,12 @@ def test_preemption_bumps_one_vm_and_changes_nothing_else(config, live_api):
 
     live = run_stack(copy.deepcopy(config), previous_outputs=previous)
     assert len(live_api.calls) == 1  # one zone, one call
-    assert _vm(live, "vm-b").options["replacementTrigger"] == 4
-    assert _vm(live, "vm-b").inputs["labels"]["recovery-generation"] == "4"
+    assert _vm(live, "vm-b").options["replacementTrigger"] == decided_at
+    assert _vm(live, "vm-b").inputs["labels"]["recovery-generation"] == str(decided_at)
     assert _vm(live, "vm-b").options["deleteBeforeReplace"] is True
-    assert any("vm-b: node is PREEMPTED -> will be replaced (recovery generation 4)" in m for m in live.infos)
+    assert any(
+        "vm-b: node is PREEMPTED -> will be replaced (a new recovery generation)" in m for m in live.infos
+    )
 
     # Against the same stack with every node READY, only vm-b's generation differs.
     live_api.nodes.clear()
@@ -201,25 +203,32 @@ def test_api_down_keeps_the_last_deployed_generation(config, live_api):
     assert any("TPU API unavailable" in w and "nothing is replaced" in w for w in run.warnings)
 
 
-def test_node_gone_from_the_cloud_gets_a_new_generation(config, live_api):
+def test_node_gone_from_the_cloud_gets_a_new_generation(config, live_api, decided_at):
     """Deleted outside Pulumi (or by GCP): the node is still in the stack's state, where a plain
     `pulumi up` (no --refresh) sees no diff. A new trigger makes it replace: the provider's
     delete of an absent node succeeds (a 404 on delete counts as deleted), then it is created."""
     run = run_stack(config, previous_outputs={"recoveryGenerations": {"demo-tpu": 2}})
-    assert _vm(run, "demo-tpu").options["replacementTrigger"] == 3
-    assert _vm(run, "demo-tpu").inputs["labels"]["recovery-generation"] == "3"
+    assert _vm(run, "demo-tpu").options["replacementTrigger"] == decided_at
+    assert _vm(run, "demo-tpu").inputs["labels"]["recovery-generation"] == str(decided_at)
     assert any(
-        "no such node in its zone -> will be created (recovery generation last deployed + 1)" in m
-        for m in run.infos
+        "no such node in its zone -> will be created (a new recovery generation)" in m for m in run.infos
     )
 
 
-def test_first_deployment_starts_at_generation_zero(config, live_api):
+def test_a_new_generation_is_above_the_last_deployed_even_when_the_clock_is_behind(config, live_api):
+    # A clock that is behind (another machine's) never makes a generation already used.
+    run = run_stack(config, previous_outputs={"recoveryGenerations": {"demo-tpu": 30000101000000}})
+    assert _vm(run, "demo-tpu").options["replacementTrigger"] == 30000101000001
+
+
+def test_first_deployment_gets_a_new_generation_too(config, live_api, decided_at):
+    # A first `up` that failed half-way may have left the VM in the state already: never 0 again.
     run = run_stack(config)
-    assert _vm(run, "demo-tpu").inputs["labels"]["recovery-generation"] == "0"
+    assert _vm(run, "demo-tpu").inputs["labels"]["recovery-generation"] == str(decided_at)
 
 
 def test_plan_live_shows_the_bump_and_nothing_else():
+    started = datetime.now(timezone.utc)
     with FakeTpuApi() as api:
         api.add(ZONE, "demo-tpu", "PREEMPTED", labels={"recovery-generation": "0"})
         live = run_plan("--live", "--json", "-", env={"TPU_API_ENDPOINT": api.endpoint})
@@ -234,5 +243,6 @@ def test_plan_live_shows_the_bump_and_nothing_else():
     ]
     assert diff == ["demo-tpu-vm"]
     vm = next(r for r in document["resources"] if r["name"] == "demo-tpu-vm")
-    assert vm["options"]["replacementTrigger"] == 1 and vm["options"]["deleteBeforeReplace"] is True
-    assert "info: demo-tpu: node is PREEMPTED -> will be replaced (recovery generation 1)" in tree.stdout
+    assert fresh_stamp_since(started, vm["options"]["replacementTrigger"])
+    assert vm["options"]["deleteBeforeReplace"] is True
+    assert "info: demo-tpu: node is PREEMPTED -> will be replaced (a new recovery generation)" in tree.stdout

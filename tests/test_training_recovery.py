@@ -44,7 +44,7 @@ def live(monkeypatch, tmp_path):
         yield tpu, kube
 
 
-def test_importer_program_recovers_a_preempted_vm_and_a_failed_job(live):
+def test_importer_program_recovers_a_preempted_vm_and_a_failed_job(live, decided_at):
     tpu, kube = live
     tpu.add("europe-west4-a", "demo-tpu", "PREEMPTED", labels={"recovery-generation": "2"})
     kube.add("default", job("train", generation=1, conditions=(("Failed", "True", "BackoffLimitExceeded"),)))
@@ -52,11 +52,14 @@ def test_importer_program_recovers_a_preempted_vm_and_a_failed_job(live):
     run = run_importer({"recoveryGenerations": {"demo-tpu": 2}, "jobRecoveryGenerations": {"train": 1}})
 
     assert len(tpu.calls) == 1 and len(kube.calls) == 1  # one zone, one namespace
-    assert run.one(VM, "demo-tpu-vm").options["replacementTrigger"] == 3
-    assert run.one(JOB, "train-job").options["replacementTrigger"] == 2
-    assert run.outputs == {"recoveryGenerations": {"demo-tpu": 3}, "jobRecoveryGenerations": {"train": 2}}
+    assert run.one(VM, "demo-tpu-vm").options["replacementTrigger"] == decided_at
+    assert run.one(JOB, "train-job").options["replacementTrigger"] == decided_at
+    assert run.outputs == {
+        "recoveryGenerations": {"demo-tpu": decided_at},
+        "jobRecoveryGenerations": {"train": decided_at},
+    }
     assert any(
-        "demo-tpu: node is PREEMPTED -> will be replaced (recovery generation 3)" in m for m in run.infos
+        "demo-tpu: node is PREEMPTED -> will be replaced (a new recovery generation)" in m for m in run.infos
     )
 
 
