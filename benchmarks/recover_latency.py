@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Optional, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
@@ -30,7 +31,7 @@ import yaml  # noqa: E402
 from fake_tpu_api import FakeTpuApi  # noqa: E402
 
 from infra import offline, recover  # noqa: E402
-from infra.automation import UpResult  # noqa: E402
+from infra.automation import PendingChange, UpResult  # noqa: E402
 
 ZONES = ("europe-west4-a", "us-central1-a", "us-central1-b", "us-central1-f")
 PROJECT_ID = "tpu-training-bench"
@@ -65,10 +66,13 @@ class Recorder:
         self.called = threading.Event()
         self.at = 0.0
 
-    def __call__(self, stack: str) -> UpResult:
+    def __call__(self, stack: str, targets: Optional[Sequence[str]] = None) -> UpResult:
         self.at = time.monotonic()
         self.called.set()
         return UpResult("succeeded", "recorded", 0.0)
+
+    def pending_changes(self, stack: str) -> list[PendingChange]:
+        return []  # a deployed stack with no edit waiting
 
 
 def detection(

@@ -17,9 +17,10 @@ from .recovery import Decision
 RECOVERING_ACTIONS = frozenset({"create", "replace"})
 """The actions that only `pulumi up` carries out."""
 
-UpStatus = Literal["succeeded", "failed", "busy", "not-run", "dry-run", "stopped"]
+UpStatus = Literal["succeeded", "failed", "busy", "not-run", "dry-run", "stopped", "blocked"]
 """What became of a round's `pulumi up`: ``busy`` when another update held the stack,
-``stopped`` when a stop was asked before it started."""
+``stopped`` when a stop was asked before it started, ``blocked`` when nothing could be recovered
+without also applying changes nobody has deployed yet (a person must deploy them)."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,10 @@ class RoundPlan:
     def summary(self) -> str:
         if self.run_up:
             names = ", ".join(d.name for d in self.recovering)
-            return f"{len(self.recovering)} to create or replace ({names}): running `pulumi up --refresh`"
+            return (
+                f"{len(self.recovering)} to create or replace ({names}): running `pulumi up --refresh` "
+                f"for them alone"
+            )
         if self.unavailable:
             names = ", ".join(d.name for d in self.unavailable)
             return f"nothing recovered: live state unavailable for {names}, kept as last deployed"

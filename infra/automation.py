@@ -1,17 +1,23 @@
-"""`pulumi up --refresh --yes` for one stack through the Pulumi Automation API, its outcome
-sorted into what the recover watcher acts on: succeeded, failed (retry later), busy (another
-update holds the stack). Needs the Pulumi CLI on PATH; nothing else in the project does."""
+"""The Pulumi CLI for the recover watcher, through the Automation API: the stack's decrypted
+config, a preview of what is pending, and `pulumi up --refresh --yes`, targeted at what recovery
+decided. Every CLI call has a deadline. Needs the Pulumi CLI on PATH; nothing else in the project
+does."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol
+from typing import IO, Any, Callable, Mapping, Optional, Protocol, Sequence
 
+from pulumi.automation import CommandResult, PulumiCommand
+from pulumi.automation.errors import create_command_error
 from semver import VersionInfo
-from tpu_training_components.deadline import DeadlineExceeded, call_with_deadline
 from tpu_training_components.recovery_rounds import UpStatus
 
 _TAIL_LINES = 5
@@ -20,15 +26,29 @@ MIN_CLI_VERSION = "3.226.0"
 """Pulumi.yaml's `requiredPulumiVersion`: older CLIs ignore the replacement triggers recovery
 relies on, so an `up` by them would report success and recover nothing."""
 
-
 UP_TIMEOUT_SECONDS = 4 * 3600.0
-"""Longest a `pulumi up` may take before the watcher stops waiting for it: creating a cluster and
-a few slices takes well under an hour; a CLI that has stopped answering would hold the watch for
-ever."""
+"""Longest a `pulumi up` may take before the watcher stops it: creating a cluster and a few
+slices takes well under an hour; a CLI that has stopped answering would hold the watch for ever."""
+PREVIEW_TIMEOUT_SECONDS = 30 * 60.0
+"""Longest a `pulumi preview` may take: it changes nothing and calls no cloud API but the reads."""
+CLI_TIMEOUT_SECONDS = 120.0
+"""Longest any other CLI call may take (`version`, `stack select`, `config`, `stack output`,
+`stack history`): each reads a file or the backend and answers in seconds."""
+STOP_GRACE_SECONDS = 60.0
+"""After its deadline a CLI call gets SIGINT, with which `pulumi up` stops starting operations
+and waits for those in flight, and this long to end before SIGKILL."""
 
 
 class PulumiUnavailable(Exception):
     """The Pulumi CLI is missing or unusable, or the stack does not exist: no round can recover."""
+
+
+class PulumiTryLater(Exception):
+    """The CLI could not say now (a preview failed): nothing was changed; a later round tries."""
+
+
+class PulumiTimedOut(PulumiTryLater):
+    """A CLI call ran past its deadline and was stopped: nothing is known of its result."""
 
 
 @dataclass(frozen=True)
@@ -41,10 +61,45 @@ class UpResult:
     """Resource operations the update performed (``{"create": 1, "same": 40}``)."""
 
 
-class UpRunner(Protocol):
-    """Runs `pulumi up --refresh --yes` for a stack; the seam the tests replace."""
+UNCHANGED_OPS = frozenset({"same", "read", "refresh", "discard", "import"})
+"""Preview steps that change nothing in the cloud (pkg/display/json.go ``PreviewStep.Op``)."""
 
-    def __call__(self, stack: str) -> UpResult: ...
+
+@dataclass(frozen=True)
+class PendingChange:
+    """One step a full `pulumi preview` shows: a change to a resource the program declares."""
+
+    urn: str
+    op: str
+    """``create``, ``update``, ``replace``, ``delete``, ... (the engine's step operation)."""
+    keys: tuple[str, ...] = ()
+    """The properties that cause it (``replaceReasons`` or ``diffReasons``)."""
+
+    @property
+    def shown(self) -> str:
+        type_, name = _type_and_name(self.urn)
+        because = f" ({', '.join(self.keys)})" if self.keys else ""
+        return f"{type_} {name}: {self.op}{because}"
+
+
+def _type_and_name(urn: str) -> tuple[str, str]:
+    # urn:pulumi:STACK::PROJECT::PARENT$TYPE::NAME
+    parts = urn.split("::")
+    if len(parts) < 4:
+        return "", urn
+    return parts[2].rsplit("$", 1)[-1], "::".join(parts[3:])
+
+
+class UpRunner(Protocol):
+    """The CLI, as a round uses it; the seam the tests replace."""
+
+    def __call__(self, stack: str, targets: Optional[Sequence[str]] = None) -> UpResult:
+        """`pulumi up --refresh --yes`, only for ``targets`` (URNs) when given."""
+        ...
+
+    def pending_changes(self, stack: str) -> list[PendingChange]:
+        """What a full `pulumi up` would change now (a preview without refresh)."""
+        ...
 
 
 def _tail(text: str) -> str:
@@ -52,9 +107,130 @@ def _tail(text: str) -> str:
     return " | ".join(lines[-_TAIL_LINES:])[:600] or "(no output)"
 
 
+def _timeout_for(args: Sequence[str], up_timeout_seconds: float) -> float:
+    words = [a for a in args if not a.startswith("-")]
+    if words[:1] == ["up"]:
+        return up_timeout_seconds
+    if words[:1] == ["preview"]:
+        return min(PREVIEW_TIMEOUT_SECONDS, up_timeout_seconds)
+    return CLI_TIMEOUT_SECONDS
+
+
+class DeadlineCommand(PulumiCommand):
+    """The Automation API's `PulumiCommand`, with a deadline on every call: past it the CLI gets
+    SIGINT (its own graceful stop), then SIGKILL after ``STOP_GRACE_SECONDS``, and the call raises
+    ``PulumiTimedOut``. Its output is read as bytes and decoded leniently, so output that is not
+    UTF-8 is shown, never a crash. The SDK's own version has no deadline at all."""
+
+    def __init__(
+        self,
+        *,
+        up_timeout_seconds: float = UP_TIMEOUT_SECONDS,
+        grace_seconds: float = STOP_GRACE_SECONDS,
+    ) -> None:
+        # PulumiCommand.__init__ runs `pulumi version` with no deadline; this one does it itself.
+        self.command = "pulumi"
+        self._up_timeout = up_timeout_seconds
+        self._grace = grace_seconds
+        try:
+            text = self.run(["version"], os.getcwd(), {}).stdout.strip()
+        except PulumiTimedOut as exc:
+            raise PulumiUnavailable(f"the Pulumi CLI does not answer: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - missing, not executable, failing: unusable
+            raise PulumiUnavailable(f"the Pulumi CLI cannot be run: {_tail(str(exc))}") from None
+        try:
+            self.version: Optional[VersionInfo] = VersionInfo.parse(text.removeprefix("v"))
+        except ValueError:
+            raise PulumiUnavailable(
+                f"`pulumi version` printed {text[:80]!r}, which is not a version"
+            ) from None
+
+    def run(
+        self,
+        args: list[str],
+        cwd: str,
+        additional_env: Mapping[str, str],
+        on_output: Optional[Callable[[str], Any]] = None,
+        on_error: Optional[Callable[[str], Any]] = None,
+    ) -> CommandResult:
+        head = args[: args.index("--")] if "--" in args else args
+        full = args if "--non-interactive" in head else ["--non-interactive", *args]
+        env = {
+            **os.environ,
+            **additional_env,
+            "PULUMI_AUTOMATION_API": "true",
+            "PULUMI_SKIP_UPDATE_CHECK": "true",
+        }
+        seconds = _timeout_for(full, self._up_timeout)
+        out: list[str] = []
+        err: list[str] = []
+        # A session of its own: on a deadline the signal reaches the CLI and its plugins alike.
+        with subprocess.Popen(
+            [self.command, *full],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+        ) as process:
+            readers = [
+                threading.Thread(target=_read_lines, args=(process.stdout, on_output, out), daemon=True),
+                threading.Thread(target=_read_lines, args=(process.stderr, on_error, err), daemon=True),
+            ]
+            for reader in readers:
+                reader.start()
+            try:
+                process.wait(timeout=seconds)
+            except subprocess.TimeoutExpired:
+                self._stop(process)
+                for reader in readers:
+                    reader.join(timeout=5)
+                raise PulumiTimedOut(
+                    f"`pulumi {' '.join(a for a in full if a != '--non-interactive')[:200]}` did not "
+                    f"finish within {seconds:g} s and was stopped"
+                ) from None
+            for reader in readers:
+                reader.join(timeout=30)
+        result = CommandResult(stdout="\n".join(out), stderr="\n".join(err), code=process.returncode)
+        if result.code != 0:
+            raise create_command_error(result)
+        return result
+
+    def _stop(self, process: subprocess.Popen) -> None:
+        for number, wait in ((signal.SIGINT, self._grace), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(process.pid, number)
+            except ProcessLookupError:
+                return
+            try:
+                process.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+
+def _read_lines(
+    stream: Optional[IO[bytes]], callback: Optional[Callable[[str], Any]], into: list[str]
+) -> None:
+    if stream is None:
+        return
+    for raw in iter(stream.readline, b""):
+        line = raw.decode("utf-8", errors="replace").rstrip()
+        into.append(line)
+        if callback is not None:
+            callback(line)
+    stream.close()
+
+
+def stack_urn(project: str, stack: str) -> str:
+    """The URN of the stack's root resource, which holds its outputs."""
+    return f"urn:pulumi:{stack}::{project}::pulumi:pulumi:Stack::{project}-{stack}"
+
+
 class AutomationUp:
-    """The real runner: the Automation API's `Stack.up(refresh=True)` on the project in
-    ``work_dir``, with the CLI's output handed line by line to ``on_output``."""
+    """The real runner: the Automation API on the project in ``work_dir``, with the CLI's output
+    handed line by line to ``on_output``."""
 
     def __init__(
         self,
@@ -62,6 +238,7 @@ class AutomationUp:
         on_output: Callable[[str], None],
         *,
         up_timeout_seconds: float = UP_TIMEOUT_SECONDS,
+        grace_seconds: float = STOP_GRACE_SECONDS,
     ) -> None:
         from pulumi import automation
 
@@ -69,17 +246,7 @@ class AutomationUp:
         self._work_dir = str(work_dir)
         self._on_output = on_output
         self._up_timeout = up_timeout_seconds
-        minimum = VersionInfo.parse(MIN_CLI_VERSION)
-        try:
-            # Runs `pulumi version` once and checks it against the minimum.
-            self._command = automation.PulumiCommand(version=minimum)
-        except (
-            OSError,
-            ValueError,  # output that is not UTF-8
-            subprocess.CalledProcessError,
-            automation.errors.InvalidVersionError,
-        ) as exc:
-            raise PulumiUnavailable(f"the Pulumi CLI cannot be run: {exc}") from None
+        self._command = DeadlineCommand(up_timeout_seconds=up_timeout_seconds, grace_seconds=grace_seconds)
         version = self._command.version
         if version is None or version.compare(MIN_CLI_VERSION) < 0:
             # PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK turns the SDK's own check off; not this one.
@@ -104,10 +271,11 @@ class AutomationUp:
 
     def read_config(self, stack: str) -> dict[str, tuple[str, bool]]:
         """The stack's config as `pulumi up` hands it to the program, secrets decrypted:
-        ``{key: (value, secret)}`` (`pulumi config --show-secrets --json`; no lock taken)."""
+        ``{key: (value, secret)}`` (`pulumi config --show-secrets --json`; no lock taken).
+        Raises ``PulumiTimedOut`` when the CLI does not answer in time."""
         try:
             config = self._select(stack).get_all_config()
-        except PulumiUnavailable:
+        except (PulumiUnavailable, PulumiTimedOut):
             raise
         except Exception as exc:  # noqa: BLE001 - any failure: the config cannot be known
             raise PulumiUnavailable(
@@ -115,30 +283,58 @@ class AutomationUp:
             ) from None
         return {key: (str(value.value), bool(value.secret)) for key, value in config.items()}
 
-    def __call__(self, stack: str) -> UpResult:
+    def pending_changes(self, stack: str) -> list[PendingChange]:
+        """Every change a full `pulumi up` would make now: `pulumi preview --json`, no refresh,
+        no lock taken, nothing changed. Raises ``PulumiTryLater`` when the preview fails, runs
+        past its deadline or prints no digest this version can read."""
+        self._select(stack)
+        try:
+            result = self._command.run(
+                ["preview", "--json", "--stack", stack], self._work_dir, {}, on_error=self._on_output
+            )
+        except PulumiTimedOut:
+            raise
+        except self._automation.errors.CommandError as exc:
+            raise PulumiTryLater(f"`pulumi preview` for stack {stack!r} failed: {_tail(str(exc))}") from None
+        try:
+            digest = json.loads(result.stdout)
+            steps = digest.get("steps") or []
+            return [
+                PendingChange(
+                    str(step["urn"]),
+                    str(step["op"]),
+                    tuple(str(k) for k in (step.get("replaceReasons") or step.get("diffReasons") or ())),
+                )
+                for step in steps
+                if step.get("op") not in UNCHANGED_OPS
+            ]
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise PulumiTryLater(
+                f"`pulumi preview --json` printed no digest this version can read: {type(exc).__name__}"
+            ) from None
+
+    def __call__(self, stack: str, targets: Optional[Sequence[str]] = None) -> UpResult:
         automation = self._automation
         started = time.monotonic()
 
         def done(status: UpStatus, message: str, changes: Optional[dict[str, int]] = None) -> UpResult:
             return UpResult(status, message, round(time.monotonic() - started, 3), dict(changes or {}))
 
-        def update() -> Any:
-            return self._select(stack).up(
+        try:
+            result = self._select(stack).up(
                 refresh=True,
+                # Only these are refreshed and changed; every other resource keeps its state
+                # as it is, pending edits included (see docs in README "Hands-free recovery").
+                target=list(targets) if targets else None,
                 color="never",
                 on_output=self._on_output,
                 on_error=self._on_output,
                 message="python -m infra.recover: recovery after preemption, maintenance or a failed Job",
             )
-
-        try:
-            result = call_with_deadline(update, self._up_timeout, f"pulumi up --stack {stack}")
-        except DeadlineExceeded:
-            # The CLI may still be running and hold the stack: later rounds see `busy` until it ends.
+        except PulumiTimedOut as exc:
             return done(
                 "failed",
-                f"pulumi up did not finish within {self._up_timeout:g} s; it may still be running "
-                f"(`pulumi cancel --stack {stack}` stops it)",
+                f"{exc}; a stopped update can leave the stack locked: `pulumi cancel --stack {stack}`",
             )
         except automation.errors.ConcurrentUpdateError as exc:
             return done(

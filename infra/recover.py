@@ -1,8 +1,9 @@
 """Recover a stack by itself: read the live TPU nodes and training Jobs, and run
-`pulumi up --refresh --yes` only when some VM or Job must be created or replaced.
+`pulumi up --refresh --yes`, targeted at them, only when some VM or Job must be created or
+replaced.
 
     python -m infra.recover --stack NAME [--once | --watch SECONDS] [--dry-run] [--json]
-                            [--up-timeout SECONDS]
+                            [--up-timeout SECONDS] [--apply-pending]
 
 Each round reads the stack's config the way `pulumi up` does (Pulumi.yaml and
 Pulumi.<stack>.yaml), lists the live nodes (one Cloud TPU API call per zone, or TPU_API_ENDPOINT)
@@ -10,6 +11,11 @@ and Jobs (one Kubernetes call per namespace; KUBECONFIG, or the GKE API), decide
 decision tables as the stack program, prints one line per decision, and runs `pulumi up` through
 the Pulumi Automation API when something must be recovered. A round where everything works costs
 those list calls and nothing more: no `pulumi up`, no stack lock.
+
+A recovering round changes only what it decided: a `pulumi preview` says what else a full update
+would change (an edit committed but not deployed), the round names those changes and leaves them
+alone, and its `pulumi up --refresh` targets the stack and the recovered VMs and Jobs alone
+(``infra.recovery_targets`` says why that is safe). ``--apply-pending`` applies everything.
 
 Exit status (see EXIT_*): 0 nothing to recover or `pulumi up` succeeded (and after a --watch ends
 by SIGINT/SIGTERM); 1 `pulumi up` failed; 2 invalid configuration; 64 invalid command line;
@@ -22,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import signal
 import sys
 import threading
@@ -37,8 +44,16 @@ from tpu_training_components.kube_api import ClusterRef, LiveJobs, list_live_job
 from tpu_training_components.recovery import Decision
 from tpu_training_components.recovery_rounds import Backoff, RoundPlan, next_round_in, plan_round
 
-from infra import offline, stack_config
-from infra.automation import UP_TIMEOUT_SECONDS, AutomationUp, PulumiUnavailable, UpResult, UpRunner
+from infra import offline, recovery_targets, stack_config
+from infra.automation import (
+    UP_TIMEOUT_SECONDS,
+    AutomationUp,
+    PendingChange,
+    PulumiTryLater,
+    PulumiUnavailable,
+    UpResult,
+    UpRunner,
+)
 from infra.plan import CommandLineParser, UsageError, load_project_for, stack_name
 
 EXIT_OK = 0
@@ -103,7 +118,15 @@ def _parser() -> argparse.ArgumentParser:
         f"(default {UP_TIMEOUT_SECONDS:g})",
     )
     parser.add_argument(
-        "--dry-run", action="store_true", help="decide and print, never run `pulumi up` (needs no Pulumi CLI)"
+        "--dry-run",
+        action="store_true",
+        help="decide and print, never run `pulumi up` (needs the Pulumi CLI only to decrypt secrets)",
+    )
+    parser.add_argument(
+        "--apply-pending",
+        action="store_true",
+        help="also apply changes that recovery did not decide (edits not yet deployed): a full "
+        "`pulumi up --refresh` instead of one targeted at the recovered VMs and Jobs",
     )
     parser.add_argument(
         "--json",
@@ -137,9 +160,16 @@ class SecretsNeedTheCli(Exception):
     """The stack file holds `secure:` values, and no Pulumi CLI is there to decrypt them."""
 
 
-def load_settings(
-    target: Target, decrypt: Optional[Decrypt] = None
-) -> tuple[stack_config.StackConfig, list[str]]:
+@dataclass(frozen=True)
+class LoadedStack:
+    settings: stack_config.StackConfig
+    warnings: list[str]
+    config: dict[str, str]
+    """The config as the program reads it (secrets decrypted)."""
+    secret_keys: list[str]
+
+
+def load_settings(target: Target, decrypt: Optional[Decrypt] = None) -> LoadedStack:
     """The stack's validated config as `pulumi up` would read it, and the warnings on the way.
 
     A stack file with `secure:` values is read through the Pulumi CLI (``decrypt``), never with
@@ -167,7 +197,7 @@ def load_settings(
         config=values,
         secret_keys=secret_keys,
     )
-    return loaded[0], [*warnings, *loaded[0].warnings, *run.warnings]
+    return LoadedStack(loaded[0], [*warnings, *loaded[0].warnings, *run.warnings], values, list(secret_keys))
 
 
 @dataclass
@@ -208,6 +238,13 @@ class RoundReport:
     """Why the round decided nothing (invalid configuration)."""
     unavailable: Optional[str] = None
     """Why the round could not go on: no usable Pulumi CLI, or no such stack (exit 69)."""
+    try_later: Optional[str] = None
+    """Why the round stopped short for now: the Pulumi CLI did not answer in time, or its
+    preview failed (exit 75)."""
+    targets: tuple[str, ...] = ()
+    """The URNs its `pulumi up` targeted (none: a full update, or no update)."""
+    pending: tuple[PendingChange, ...] = ()
+    """Changes a full update would make that recovery did not decide."""
     duration_seconds: float = 0.0
 
     @property
@@ -224,6 +261,9 @@ class RoundReport:
             "durationSeconds": self.duration_seconds,
             "error": self.error,
             "unavailable": self.unavailable,
+            "tryLater": self.try_later,
+            "targets": list(self.targets),
+            "pendingChanges": [{"urn": p.urn, "op": p.op, "keys": list(p.keys)} for p in self.pending],
             "decisions": [
                 {
                     "kind": kind,
@@ -263,6 +303,7 @@ class Recoverer:
         say: Callable[[str], None],
         decrypt: Optional[Decrypt] = None,
         stopping: Callable[[], bool] = lambda: False,
+        apply_pending: bool = False,
     ) -> None:
         self.target = target
         self.probe = probe
@@ -273,6 +314,8 @@ class Recoverer:
         """Reads the decrypted config through the Pulumi CLI; None when there is no CLI."""
         self.stopping = stopping
         """True once a stop was asked: a round then decides, but starts no `pulumi up`."""
+        self.apply_pending = apply_pending
+        """Run a full `pulumi up`, edits not yet deployed included, instead of a targeted one."""
         self.rounds = 0
 
     def run_round(self) -> RoundReport:
@@ -284,19 +327,23 @@ class Recoverer:
         except PulumiUnavailable as exc:
             report.unavailable = str(exc)
             self.say(f"error: {exc}")
+        except PulumiTryLater as exc:
+            report.try_later = str(exc)
+            self.say(f"error: {exc}; nothing was changed, a later round tries again")
         report.duration_seconds = round(time.monotonic() - started, 3)
         return report
 
     def _run_round(self, report: RoundReport) -> None:
         try:
-            settings, warnings = load_settings(self.target, self.decrypt)
+            loaded = load_settings(self.target, self.decrypt)
         except SecretsNeedTheCli as exc:
             raise PulumiUnavailable(str(exc)) from None
         except (offline.ProjectFileError, pulumi.RunError) as exc:
             report.error = str(exc)
             self.say(f"error: {exc}")
             return
-        for warning in warnings:
+        settings = loaded.settings
+        for warning in loaded.warnings:
             self.say(f"warning: {warning}")
         if not settings.recovery.read_live_state:
             report.error = (
@@ -314,14 +361,44 @@ class Recoverer:
         self.say(f"{self.target.qualified}: {report.plan.summary}")
         if not report.plan.run_up:
             return
-        if self.up is None:
-            report.up = UpResult("dry-run", "dry run: `pulumi up --refresh --yes` not run", 0.0)
-        elif self.stopping():
-            # A stop asked while the round read live state: an update can take an hour; not now.
-            report.up = UpResult("stopped", "a stop was asked before `pulumi up` started; not run", 0.0)
-        else:
-            report.up = self.up(self.target.qualified)
+        report.up = self._recover(report, loaded)
         self.say(f"{self.target.qualified}: pulumi up {report.up.status}: {report.up.message}")
+
+    def _recover(self, report: RoundReport, loaded: LoadedStack) -> UpResult:
+        recovering = [
+            (kind, d.name)
+            for kind, d in report.decisions
+            if d in (report.plan.recovering if report.plan else ())
+        ]
+        try:
+            targets = recovery_targets.find_targets(
+                self.target.project, self.target.stack, loaded.config, loaded.secret_keys, recovering
+            )
+        except recovery_targets.TargetsNotFound as exc:
+            return UpResult("failed", str(exc), 0.0)
+        shown = " ".join(f"--target {urn}" for urn in (targets.stack, *targets.urns.values()))
+        if self.up is None:
+            return UpResult("dry-run", f"dry run: `pulumi up --refresh --yes {shown}` not run", 0.0)
+        if self.stopping():
+            # A stop asked while the round read live state: an update can take an hour; not now.
+            return UpResult("stopped", "a stop was asked before `pulumi up` started; not run", 0.0)
+        pending = self.up.pending_changes(self.target.qualified)
+        chosen = recovery_targets.set_against(targets, pending, apply_pending=self.apply_pending)
+        report.pending = chosen.beside
+        if self.apply_pending:
+            for change in chosen.beside:
+                self.say(f"warning: --apply-pending: applied too: {change.shown}")
+            return self.up(self.target.qualified)
+        for line in recovery_targets.describe(chosen):
+            self.say(f"warning: {line}")
+        if not chosen.targets:
+            return UpResult(
+                "blocked", "nothing can be recovered without pending changes; `pulumi up` not run", 0.0
+            )
+        if self.stopping():
+            return UpResult("stopped", "a stop was asked before `pulumi up` started; not run", 0.0)
+        report.targets = chosen.targets
+        return self.up(self.target.qualified, list(chosen.targets))
 
 
 def exit_status(report: RoundReport) -> int:
@@ -330,8 +407,10 @@ def exit_status(report: RoundReport) -> int:
         return EXIT_UNAVAILABLE
     if report.error is not None:
         return EXIT_CONFIG_ERROR
+    if report.try_later is not None:
+        return EXIT_TRY_LATER
     status = report.up_status
-    if status == "failed":
+    if status in ("failed", "blocked"):
         return EXIT_UP_FAILED
     if status in ("busy", "stopped"):
         return EXIT_TRY_LATER
@@ -390,7 +469,7 @@ def watch(
             return EXIT_CONFIG_ERROR  # a stack that never loads: say so at once, not every round
         if report.up is not None:
             backoff.record(report.up.status)
-        elif report.plan is not None and not report.plan.unavailable:
+        elif report.try_later is None and report.plan is not None and not report.plan.unavailable:
             # Nothing to recover: the capacity problem is over. An unreadable API says nothing.
             backoff.record("not-run")
         delay = next_round_in(interval_seconds, backoff, report.up.status if report.up else None)
@@ -408,9 +487,21 @@ def watch(
 
 def _printer(stream: TextIO) -> Callable[[str], None]:
     def say(line: str) -> None:
-        print(line, file=stream, flush=True)
+        _write(stream, line)
 
     return say
+
+
+def _write(stream: TextIO, line: str) -> None:
+    """Print a line; a reader that went away (a closed pipe) stops the printing, never the
+    recovery: the round still decides and recovers, and its exit status still tells."""
+    try:
+        print(line, file=stream, flush=True)
+    except (BrokenPipeError, ValueError):
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+        except (OSError, ValueError):
+            pass
 
 
 def main(argv: Optional[Sequence[str]] = None, *, probe: Optional[Probe] = None) -> int:
@@ -422,33 +513,39 @@ def main(argv: Optional[Sequence[str]] = None, *, probe: Optional[Probe] = None)
         stack, stack_project = stack_name(args.stack)
         project = load_project_for(args.stack, stack_project)
     except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _write(sys.stderr, f"error: {exc}")
         return EXIT_USAGE
     except offline.ProjectFileError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _write(sys.stderr, f"error: {exc}")
         return EXIT_CONFIG_ERROR
 
-    try:
-        cli: Optional[AutomationUp] = AutomationUp(
-            project.root, lambda line: say(f"  | {line}"), up_timeout_seconds=args.up_timeout
-        )
-    except PulumiUnavailable as exc:
-        if not args.dry_run:
-            print(f"error: {exc}", file=sys.stderr)
+    def start_cli() -> AutomationUp:
+        return AutomationUp(project.root, lambda line: say(f"  | {line}"), up_timeout_seconds=args.up_timeout)
+
+    cli: Optional[AutomationUp] = None
+    if not args.dry_run:
+        try:
+            cli = start_cli()
+        except PulumiUnavailable as exc:
+            _write(sys.stderr, f"error: {exc}")
             return EXIT_UNAVAILABLE
-        cli = None  # a dry run needs the CLI only to decrypt secrets
+
+    def decrypt(qualified: str) -> dict[str, tuple[str, bool]]:
+        # A dry run starts the CLI only here: when the stack file holds secrets.
+        return (cli or start_cli()).read_config(qualified)
 
     def emit(report: RoundReport) -> None:
         if args.json:
-            print(json.dumps(report.to_json(), sort_keys=True), flush=True)
+            _write(sys.stdout, json.dumps(report.to_json(), sort_keys=True))
 
     recoverer = Recoverer(
         Target(project, stack, args.stack),
         probe=probe or Probe(),
-        up=None if args.dry_run else cli,
+        up=cli,
         say=say,
-        decrypt=cli.read_config if cli else None,
+        decrypt=decrypt,
         stopping=lambda: stop.stopped,
+        apply_pending=args.apply_pending,
     )
     return watch(recoverer, interval_seconds=args.watch, stop=stop, emit=emit)
 
@@ -460,5 +557,18 @@ def _run() -> int:
         return 130
 
 
+def _exit_now(status: int) -> None:
+    """End the process without interpreter teardown once its output is out. A probe past its
+    deadline leaves its daemon thread blocked in a socket read or a credentials plugin; tearing
+    the interpreter down under it can abort the process (SIGABRT, exit 134) after the round has
+    decided, where the status must be the round's own."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            pass
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(_run())
+    _exit_now(_run())

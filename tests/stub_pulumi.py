@@ -13,8 +13,12 @@ call. ``behaviour.json`` in the folder chooses what `up` does:
 - ``{"up": "succeed", "hold": true}``: writes ``up-started`` and waits until ``release`` exists;
 - ``{"stack_missing": true}``: `stack select` says the stack does not exist;
 - ``{"version": "3.200.0"}``: what `pulumi version` reports (default: ``VERSION``);
+- ``{"hang": "config"}``: the command whose first word this is never answers;
 - ``{"config": {...}}``: what `pulumi config --show-secrets --json` prints (default: ``{}``);
-- ``{"history": "[]"}``: what `pulumi stack history --json` prints instead of one update.
+- ``{"history": "[]"}``: what `pulumi stack history --json` prints instead of one update;
+- ``{"pending": [step, ...]}``: steps `pulumi preview --json` adds to demo-tpu's replacement;
+  ``{"preview": "fail"}`` or ``"garbage"``: a failing preview, or one that prints no digest;
+- ``{"version_output": "..."}``: what `pulumi version` prints, verbatim (bytes as latin-1).
 """
 
 from __future__ import annotations
@@ -41,7 +45,12 @@ if args and args[0] == "--non-interactive":
     args = args[1:]
 stack = args[args.index("--stack") + 1] if "--stack" in args else None
 
+if args and args[0] == behaviour.get("hang"):
+    time.sleep(3600)  # a CLI that never answers this command
 if args == ["version"]:
+    if "version_output" in behaviour:
+        sys.stdout.buffer.write(behaviour["version_output"].encode("latin-1"))
+        sys.exit(0)
     print("v" + behaviour.get("version", "{version}"))
 elif args[:3] == ["config", "--show-secrets", "--json"]:
     print(json.dumps(behaviour.get("config", {{}})))
@@ -74,6 +83,22 @@ elif args[:1] == ["up"]:
         sys.exit(255)
     print(" +- gcp:tpu/v2Vm:V2Vm demo-tpu-vm replaced (95s)")
     print("Resources:\n    +-1 replaced\n    36 unchanged")
+elif args[:2] == ["preview", "--json"]:
+    # `pulumi preview --json`: the PreviewDigest of pkg/display/json.go. By default the stack is
+    # deployed and only demo-tpu's recovery changes; "pending" adds steps a full update would take.
+    project = "tpu-training"
+    stack_urn = f"urn:pulumi:{{stack}}::{{project}}::pulumi:pulumi:Stack::{{project}}-{{stack}}"
+    vm_urn = (f"urn:pulumi:{{stack}}::{{project}}::tpu-training:compute:PreemptibleTpuVm$gcp:tpu/v2Vm:V2Vm"
+              f"::demo-tpu-vm")
+    if behaviour.get("preview") == "fail":
+        print("error: preview failed", file=sys.stderr)
+        sys.exit(255)
+    if behaviour.get("preview") == "garbage":
+        sys.stdout.buffer.write(b"\xff\xfe not json\n")
+        sys.exit(0)
+    steps = [{{"op": "same", "urn": stack_urn}},
+             {{"op": "replace", "urn": vm_urn, "replaceReasons": []}}] + behaviour.get("pending", [])
+    print(json.dumps({{"steps": steps, "changeSummary": {{"replace": 1}}, "duration": 1}}))
 elif args[:3] == ["stack", "output", "--json"]:
     print("{{}}")
 elif args[:3] == ["stack", "history", "--json"] and "history" in behaviour:

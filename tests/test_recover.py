@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional, Sequence
 
 import pytest
 import stub_pulumi
@@ -23,7 +24,7 @@ from tpu_training_components.recovery import Decision
 from tpu_training_components.recovery_rounds import Backoff, next_round_in, plan_round
 
 from infra import offline, recover
-from infra.automation import AutomationUp, PulumiUnavailable, UpResult
+from infra.automation import AutomationUp, PendingChange, PulumiUnavailable, UpResult
 
 ZONE = "europe-west4-a"
 WORKING_NODE = {"labels": {"recovery-generation": "3"}, "health": "HEALTHY"}
@@ -42,15 +43,24 @@ def apis(tmp_path, monkeypatch):
 
 
 class RecordingRunner:
-    """The `pulumi up` seam: records each stack it was asked to update, answers ``status``."""
+    """The CLI seam: records each stack it was asked to update and its targets, answers
+    ``status``; a preview shows ``pending``."""
 
-    def __init__(self, status: str = "succeeded") -> None:
+    def __init__(self, status: str = "succeeded", pending: Sequence[PendingChange] = ()) -> None:
         self.status = status
+        self.pending = list(pending)
         self.stacks: list[str] = []
+        self.targets: list[Optional[list[str]]] = []
+        self.previews = 0
 
-    def __call__(self, stack: str) -> UpResult:
+    def __call__(self, stack: str, targets: Optional[Sequence[str]] = None) -> UpResult:
         self.stacks.append(stack)
+        self.targets.append(list(targets) if targets is not None else None)
         return UpResult(self.status, f"update {self.status}", 0.01, {"replace": 1})  # type: ignore[arg-type]
+
+    def pending_changes(self, stack: str) -> list[PendingChange]:
+        self.previews += 1
+        return list(self.pending)
 
 
 def recoverer(runner=None, stack="dev", root: Path = REPO) -> tuple[recover.Recoverer, list[str]]:
@@ -147,7 +157,7 @@ def test_a_preempted_node_runs_up_once_and_its_result_sets_the_exit_status(apis,
     assert runner.stacks == ["dev"]
     assert report.up is not None and report.up.status == up_status
     assert recover.exit_status(report) == expected
-    assert "info: TPU VM demo-tpu: node is PREEMPTED -> will be replaced (recovery generation 4)" in said
+    assert "info: TPU VM demo-tpu: node is PREEMPTED -> will be replaced (a new recovery generation)" in said
 
 
 def test_a_failed_job_runs_up(apis):
@@ -320,7 +330,7 @@ def test_automation_up_makes_exactly_these_cli_calls(stub):
     assert result.changes == {"replace": 1, "same": 36}
     # As pulumi 3.272.0's Automation API issues them: `pulumi up --refresh --yes`, no preview.
     assert stub_pulumi.calls(stub) == [
-        ["version"],
+        ["--non-interactive", "version"],
         ["--non-interactive", "stack", "select", "--stack", "dev"],
         [
             "--non-interactive",
@@ -500,7 +510,8 @@ def test_once_json_runs_up_through_the_cli_and_prints_one_object(apis, stub):
         "demo-tpu": "replace",
         "train-v6e": "keep",
     }
-    assert [c[1] for c in stub_pulumi.calls(stub) if len(c) > 1][:2] == ["stack", "up"]
+    verbs = [c[1] for c in stub_pulumi.calls(stub)]
+    assert verbs[:5] == ["version", "stack", "preview", "stack", "up"]
     assert "  | Updating (dev)" in done.stderr
 
 

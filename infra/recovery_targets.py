@@ -1,0 +1,192 @@
+"""What a recovery `pulumi up` touches: the URNs of the TPU VMs and Jobs a round decided to
+create or replace, found by running the stack program offline, and how they stand against the
+changes a full `pulumi up` would make beside them.
+
+Why targets (`pulumi up --target URN`), and what the engine does with them, read in Pulumi's own
+source (pulumi/pulumi at 1b5949891b, v3.259.0-14; the CLI this project requires is newer):
+
+- only a targeted resource is diffed and changed; every other one is registered but kept "same",
+  with its old inputs, no provider call (pkg/resource/deploy/step_generator.go: "If not targeted,
+  stub out the provider check and use the old inputs directly", ~l.1315; "Planner decided not to
+  update ... not being in target group (same)", ~l.1570). So an edit that is committed but not
+  deployed is not applied by a recovery round, and a round's cloud work is one VM or Job.
+- `--refresh` with targets refreshes only the targets (pkg/resource/deploy/deployment_executor.go,
+  "If they did provider --target's then only create refresh steps for those specific targets",
+  ~l.712); a round that recovers one VM of 256 reads one VM.
+- reads are not targeted: the stack reference that tells the program what was last deployed is
+  read in every update (step_generator.go ``GenerateReadSteps`` has no target check, ~l.292).
+- the stack's outputs (the generations recovery reads back) are written from the root stack
+  resource's RegisterResourceOutputs, which the step executor keeps until the end of the update
+  and then writes, merged over the old ones if the update failed (pkg/resource/deploy/
+  step_executor.go ``executeRegisterResourceOutputs``, ~l.212-270, pulumi#15754). The root stack
+  resource is targeted too, so its outputs are its own new ones.
+- a resource the program declares that is not in the state and not targeted is not created; a
+  targeted resource that depends on one fails the update ("untargeted create",
+  step_generator.go ~l.515-533). A target must exist in the state or be registered by the
+  program (deployment_executor.go ``checkTargets``, ~l.56).
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from infra import offline
+from infra.automation import PendingChange, stack_urn
+
+VM_TYPE = "gcp:tpu/v2Vm:V2Vm"
+JOB_TYPE = "kubernetes:batch/v1:Job"
+
+
+class TargetsNotFound(Exception):
+    """The program declares no resource for a VM or Job the round decided on."""
+
+
+@dataclass(frozen=True)
+class RecoveryTargets:
+    """The resources a round recovers, by the name of the VM or Job it decided on."""
+
+    stack: str
+    """The root stack resource's URN: its outputs are the generations read back next time."""
+    urns: dict[str, str]
+    """VM or Job name -> the URN of its TPU node or Kubernetes Job."""
+    dependencies: dict[str, frozenset[str]] = field(default_factory=dict)
+    """URN -> what the engine needs in the state before it can change it: parent, dependencies,
+    provider."""
+
+
+def find_targets(
+    project: offline.Project,
+    stack: str,
+    config: dict[str, str],
+    secret_keys: Sequence[str],
+    recovering: Sequence[tuple[str, str]],
+) -> RecoveryTargets:
+    """Run the stack program offline (no live reads, the given config) and find the resource of
+    every ``(kind, name)`` in ``recovering``: ``tpuVm`` -> its node, ``job`` -> its Job.
+    Raises ``TargetsNotFound``."""
+    program_dir = str(project.program_dir)
+    if program_dir not in sys.path:
+        sys.path.insert(0, program_dir)
+    was = os.environ.get("TPU_TRAINING_OFFLINE")
+    os.environ["TPU_TRAINING_OFFLINE"] = "1"  # the round has read the live state already
+    try:
+        run = offline.run(
+            lambda: runpy.run_path(str(project.program_dir / "__main__.py"), run_name="__main__"),
+            project=project.name,
+            stack=stack,
+            config=config,
+            secret_keys=list(secret_keys),
+        )
+    finally:
+        if was is None:
+            os.environ.pop("TPU_TRAINING_OFFLINE", None)
+        else:
+            os.environ["TPU_TRAINING_OFFLINE"] = was
+    engine = engine_urns(run.registrations, project.name, stack)
+    by_name: dict[tuple[str, str], str] = {}
+    for registration in run.registrations:
+        if registration.type == VM_TYPE:
+            by_name[("tpuVm", str(registration.inputs.get("name")))] = registration.urn
+        elif registration.type == JOB_TYPE:
+            metadata = registration.inputs.get("metadata") or {}
+            by_name[("job", str(metadata.get("name")))] = registration.urn
+    missing = [f"{kind} {name}" for kind, name in recovering if (kind, name) not in by_name]
+    if missing:
+        raise TargetsNotFound(
+            f"the stack program declares no resource for {', '.join(missing)}; nothing was changed"
+        )
+    registrations = {r.urn: r for r in run.registrations}
+    urns = {name: engine[by_name[(kind, name)]] for kind, name in recovering}
+    dependencies = {}
+    for kind, name in recovering:
+        registration = registrations[by_name[(kind, name)]]
+        needed = {*registration.options.get("dependsOn", ()), registration.parent}
+        if registration.provider:
+            needed.add(_provider_urn(registration.provider))
+        dependencies[urns[name]] = frozenset(engine.get(u, u) for u in needed if u in engine)
+    return RecoveryTargets(stack_urn(project.name, stack), urns, dependencies)
+
+
+def _provider_urn(reference: str) -> str:
+    # A provider reference is "URN::ID"; the URN itself contains "::".
+    return reference.rsplit("::", 1)[0]
+
+
+def engine_urns(registrations: Sequence[offline.Registration], project: str, stack: str) -> dict[str, str]:
+    """Each recorded resource's URN as the engine makes it: the SDK's mock monitor names a
+    resource after its parent's last type only, and puts the root stack's type before a
+    top-level component's, where the engine chains every ancestor's type but the root stack's
+    (pkg/resource/deploy/deployment.go ``generateURN``, ~l.796: "don't use the root stack type;
+    otherwise, use the full qualified type")."""
+    by_urn = {r.urn: r for r in registrations}
+    qualified: dict[str, str] = {}
+
+    def qualified_type(urn: str) -> str:
+        if urn not in qualified:
+            registration = by_urn[urn]
+            parent = registration.parent
+            prefix = f"{qualified_type(parent)}$" if parent in by_urn else ""
+            qualified[urn] = prefix + registration.type
+        return qualified[urn]
+
+    return {
+        urn: f"urn:pulumi:{stack}::{project}::{qualified_type(urn)}::{registration.name}"
+        for urn, registration in by_urn.items()
+    }
+
+
+@dataclass(frozen=True)
+class TargetedRound:
+    """A round's `pulumi up`, set against what a full update would change."""
+
+    targets: tuple[str, ...]
+    """The URNs to update: the stack, and each VM or Job recovered."""
+    beside: tuple[PendingChange, ...]
+    """Changes a full `pulumi up` would make that recovery did not decide: left alone."""
+    never_deployed: tuple[str, ...]
+    """Decided "create" but not in the stack's state: a new VM or Job, which is a pending edit."""
+    blocked: dict[str, tuple[str, ...]]
+    """Name -> URNs it needs that are pending creates: it cannot be recovered alone."""
+
+
+def set_against(
+    targets: RecoveryTargets, pending: Sequence[PendingChange], *, apply_pending: bool = False
+) -> TargetedRound:
+    """Which targets a round updates, given the preview's ``pending`` changes."""
+    ops = {change.urn: change.op for change in pending}
+    own = set(targets.urns.values()) | {targets.stack}
+    beside = tuple(change for change in pending if change.urn not in own)
+    if apply_pending:
+        return TargetedRound((), beside, (), {})
+    never_deployed = tuple(name for name, urn in targets.urns.items() if ops.get(urn) == "create")
+    creates = {change.urn for change in beside if change.op == "create"}
+    blocked = {
+        name: tuple(sorted(targets.dependencies.get(urn, frozenset()) & creates))
+        for name, urn in targets.urns.items()
+        if name not in never_deployed and targets.dependencies.get(urn, frozenset()) & creates
+    }
+    chosen = [urn for name, urn in targets.urns.items() if name not in never_deployed and name not in blocked]
+    return TargetedRound((targets.stack, *chosen) if chosen else (), beside, never_deployed, blocked)
+
+
+def describe(round_: TargetedRound) -> list[str]:
+    """The lines a round says about what it leaves alone."""
+    lines = [
+        f"pending change left alone (deploy it with `pulumi up`, or recover with --apply-pending): "
+        f"{change.shown}"
+        for change in round_.beside
+    ]
+    lines += [
+        f"{name} was never deployed: creating it is a pending change, left alone (`pulumi up` deploys it)"
+        for name in round_.never_deployed
+    ]
+    lines += [
+        f"{name} cannot be recovered alone: it needs {', '.join(needs)}, not deployed yet; run `pulumi up`, "
+        f"or recover with --apply-pending"
+        for name, needs in round_.blocked.items()
+    ]
+    return lines
