@@ -48,6 +48,10 @@ class PreemptibleTpuVmArgs(TypedDict):
     """Variables for the trainer (``GLOBAL_BATCH_SIZE``, ``TRAIN_STEPS``, ...)."""
     recovery_generation: NotRequired[pulumi.Input[int]]
     """Bumped to re-create the VM (see ``recovery``); default 0."""
+    restart_generation: NotRequired[int]
+    """Bump (any change) to re-create the VM on purpose, now: a fresh boot that runs the current
+    startup script. A changed train or setup command, environment or scale otherwise patches the
+    node's metadata in place and reaches the trainer only at the node's next boot. Default 0."""
     external_ip: NotRequired[bool]
     """Give the workers external IPs (default False: reach the internet through Cloud NAT)."""
     network: NotRequired[Optional[pulumi.Input[str]]]
@@ -73,6 +77,16 @@ def _scheduling(provisioning: str) -> Optional[gcp.tpu.V2VmSchedulingConfigArgs]
     return None  # on-demand
 
 
+def replacement_trigger(recovery_generation: int, restart_generation: int) -> int | str:
+    """The V2Vm's replacement trigger: the recovery generation alone while the restart generation
+    is 0, so a VM deployed before restarts existed keeps the very trigger it was deployed with (a
+    new value would replace every running VM on upgrade); with a restart generation, both, so a
+    change of either replaces the node, and only that node."""
+    if restart_generation == 0:
+        return recovery_generation
+    return f"recovery {recovery_generation}, restart {restart_generation}"
+
+
 def _validate(name: str, args: PreemptibleTpuVmArgs) -> catalogue.AcceleratorType:
     where = f"PreemptibleTpuVm {name!r}"
     check_known(where, args, PreemptibleTpuVmArgs.__annotations__)
@@ -92,6 +106,7 @@ def _validate(name: str, args: PreemptibleTpuVmArgs) -> catalogue.AcceleratorTyp
     check_checkpoint_dir(where, args["checkpoint_dir"])
     check_environment(where, args.get("environment", {}), args["checkpoint_dir"])
     check_whole_number(where, "recovery_generation", args.get("recovery_generation", 0))
+    check_whole_number(where, "restart_generation", args.get("restart_generation", 0))
     check_labels(where, args.get("labels", {}))
     return accelerator
 
@@ -133,6 +148,7 @@ class PreemptibleTpuVm(pulumi.ComponentResource):
             setup_command=args.get("setup_command"),
         )
         generation = pulumi.Output.from_input(args.get("recovery_generation", 0))
+        restart = args.get("restart_generation", 0)
         labels: dict[str, Any] = dict(args.get("labels", {}))
         labels[GENERATION_LABEL] = generation.apply(str)
 
@@ -169,8 +185,9 @@ class PreemptibleTpuVm(pulumi.ComponentResource):
             },
             opts=pulumi.ResourceOptions(
                 parent=self,
-                # A new generation re-creates the node: that is how `pulumi up` recovers it.
-                replacement_trigger=generation,
+                # A new generation re-creates the node: that is how `pulumi up` recovers it, and
+                # how a user restarts it on purpose (restart_generation), never implicitly.
+                replacement_trigger=generation.apply(lambda g: replacement_trigger(g, restart)),
                 # The node name is fixed, so the old node must go before the new one comes.
                 delete_before_replace=True,
             ),

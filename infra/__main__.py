@@ -128,6 +128,7 @@ for vm in settings.tpu_vms:
             "environment": training_environments[vm.name],
             "service_account_email": trainer.email,
             "recovery_generation": recovery.vm_generation(vm.name),
+            "restart_generation": vm.restart_generation,
             "external_ip": vm.external_ip,
             "network": vm_network,
             "subnetwork": vm_subnetwork,

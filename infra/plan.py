@@ -1,7 +1,7 @@
 """Show what `pulumi up` would create for a stack, without a cloud account or the Pulumi CLI.
 
     python -m infra.plan [--stack NAME] [--json PATH|-] [--manifests DIR] [--live]
-                         [--previous-outputs FILE]
+                         [--previous-outputs FILE] [--compare-to BASE_JSON]
 
 Runs the real stack program under the Pulumi SDK's mocks with the stack's config files and prints
 every resource it registers. Touches no network, unless --live: then the program reads the live
@@ -10,11 +10,13 @@ Jobs through the Kubernetes API (KUBECONFIG, or the GKE API and Application Defa
 Credentials) exactly as `pulumi up` does, and shows the recovery decisions. --manifests writes
 every Kubernetes object as a YAML file, for reading or `kubectl apply --dry-run=server -f DIR`.
 --previous-outputs takes what `pulumi stack output --json` printed as the stack's last deployed
-state, so the plan shows the recovery generations `pulumi up` would declare.
+state, so the plan shows the recovery generations `pulumi up` would declare. --compare-to takes
+a plan written with --json from the deployed commit and says per resource what `pulumi up` does
+to it: create, update in place, REPLACE (and whether a training restarts), delete.
 
 Exit status (see EXIT_*): 0 on success; 2 when the configuration or a project file is invalid;
 64 when the command line is (an unknown option, a stack name Pulumi refuses, an output path that
-cannot be written, an unreadable --previous-outputs file), checked before any work; 73 when an
+cannot be written, an unreadable --previous-outputs or --compare-to file), checked before any work; 73 when an
 output could not be written after the plan ran. The reason is always on stderr.
 """
 
@@ -41,7 +43,7 @@ import pulumi  # noqa: E402
 import yaml  # noqa: E402
 from tpu_training_components.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT  # noqa: E402
 
-from infra import offline  # noqa: E402
+from infra import offline, plan_diff  # noqa: E402
 
 EXIT_OK = 0
 EXIT_CONFIG_ERROR = 2
@@ -97,6 +99,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="the stack's last deployed outputs, as `pulumi stack output --json > FILE` prints them: "
         "the recovery generations a kept node or Job stays at (default: none deployed yet)",
+    )
+    parser.add_argument(
+        "--compare-to",
+        metavar="BASE_JSON",
+        help="a plan written with --json from the deployed commit: say per resource whether "
+        "`pulumi up` creates, updates in place, replaces or deletes it, and what restarts a training",
     )
     return parser
 
@@ -357,7 +365,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.manifests is not None:
             check_manifest_folder(args.manifests)
         previous_outputs = read_previous_outputs(args.previous_outputs) if args.previous_outputs else None
-    except UsageError as exc:
+        base = plan_diff.read_base(args.compare_to, stack) if args.compare_to is not None else None
+    except (UsageError, plan_diff.CompareError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
@@ -385,17 +394,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
 
+    document = plan_document(result)
+    changes = plan_diff.compare(base, document) if base is not None else None
+    if changes is not None:
+        # Only with --compare-to: the plan JSON keeps its shape otherwise.
+        document = dict(document, changes=plan_diff.to_json(args.compare_to, changes))
     writing = args.manifests
     try:
         written = write_manifests(result, Path(args.manifests)) if args.manifests else []
         if args.json == "-":
-            json.dump(plan_document(result), sys.stdout, indent=2, sort_keys=True)
+            json.dump(document, sys.stdout, indent=2, sort_keys=True)
             sys.stdout.write("\n")
+            if changes is not None:  # standard output holds only the JSON
+                print(plan_diff.render(args.compare_to, changes, document), file=sys.stderr)
             return EXIT_OK
         print(render_tree(result))
+        if changes is not None:
+            print(plan_diff.render(args.compare_to, changes, document))
         if args.json:
             writing = args.json
-            Path(args.json).write_text(json.dumps(plan_document(result), indent=2, sort_keys=True) + "\n")
+            Path(args.json).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
             print(f"plan written to {args.json}")
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):

@@ -162,6 +162,9 @@ class TpuVmConfig(_Model):
     external_ip: StrictBool = False
     network: Optional[StrictStr] = None
     subnetwork: Optional[StrictStr] = None
+    # Bumped by the user to re-create this VM now (a fresh boot running the current startup
+    # script); edits of the command, environment or scale otherwise wait for the next boot.
+    restart_generation: StrictInt = Field(default=0, ge=0)
 
     @field_validator("zone")
     @classmethod

@@ -223,3 +223,72 @@ def test_a_reader_that_is_gone_gets_no_traceback():
     )
     assert result.returncode == 0
     assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr
+
+
+# --- --compare-to: what `pulumi up` would do to what is deployed ------------------------------
+
+
+def test_compare_to_a_deployed_plan_announces_replacements_and_next_boot_edits(scratch_project):
+    dev = yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text())
+    (scratch_project / "Pulumi.dev.yaml").write_text(yaml.safe_dump(dev))
+    base = scratch_project / "base.json"
+    assert run_plan("--json", str(base), cwd=scratch_project).returncode == 0
+    # Everyday edits on the running stack: a new image, a new training command.
+    dev["config"]["tpu-training:jobs"][0]["image"] = "us-docker.pkg.dev/cloud-tpu-images/jax-ai-image/tpu:v2"
+    dev["config"]["tpu-training:tpuVms"][0]["trainCommand"] = "python3 /opt/train.py --resume"
+    (scratch_project / "Pulumi.dev.yaml").write_text(yaml.safe_dump(dev))
+
+    result = run_plan("--compare-to", str(base), cwd=scratch_project)
+    assert result.returncode == 0, result.stderr
+    assert "train-v6e-job: replaced — training restarts from its checkpoint" in result.stdout
+    assert "takes effect at the node's next boot" in result.stdout
+    assert "bump restartGeneration of the tpuVms entry 'demo-tpu'" in result.stdout
+    assert "0 to create, 1 to update in place, 1 to replace, 0 to delete" in result.stdout
+
+    as_json = run_plan("--compare-to", str(base), "--json", "-", cwd=scratch_project)
+    assert as_json.returncode == 0, as_json.stderr
+    changes = json.loads(as_json.stdout)["changes"]  # standard output holds only the JSON
+    assert {(c["name"], c["action"]) for c in changes["resources"]} == {
+        ("train-v6e-job", "replace"),
+        ("demo-tpu-vm", "update"),
+    }
+    assert changes["restartsTraining"] == ["train-v6e-job"]
+    assert "train-v6e-job: replaced" in as_json.stderr
+
+
+def test_without_compare_to_the_plan_json_has_no_changes_key():
+    assert "changes" not in json.loads(run_plan("--json", "-").stdout)
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ("not json", "not JSON"),
+        (b"\xff\xfe", "is not UTF-8 text"),
+        ('{"outputs": {}}', "not a plan: expected an object with a 'resources' list"),
+        ('{"resources": [1]}', "resources[0] is a int, not an object"),
+        (
+            '{"resources": [{"urn": "u", "type": "t"}]}',
+            "resources[0].name = null; expected a non-empty string",
+        ),
+        (
+            '{"resources": [{"urn": "u", "type": "t", "name": "n", "inputs": []}]}',
+            "resources[0].inputs must be an object",
+        ),
+        ('{"stack": "prod", "resources": []}', "is a plan of stack 'prod', this plan is of 'dev'"),
+        ("[" * 100_000 + "]" * 100_000, "cannot be read as JSON (RecursionError"),
+    ],
+)
+def test_a_compare_to_file_that_is_no_plan_is_refused_before_any_work(tmp_path, content, reason):
+    base = tmp_path / "base.json"
+    if isinstance(content, bytes):
+        base.write_bytes(content)
+    else:
+        base.write_text(content)
+    result = run_plan("--compare-to", str(base))
+    assert_refused_before_any_work(result, plan.EXIT_USAGE, "--compare-to", reason)
+
+
+def test_a_missing_compare_to_file_is_refused_before_any_work(tmp_path):
+    result = run_plan("--compare-to", str(tmp_path / "none.json"))
+    assert_refused_before_any_work(result, plan.EXIT_USAGE, "--compare-to", "cannot be read")
