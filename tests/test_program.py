@@ -76,9 +76,10 @@ def test_plan_writes_every_kubernetes_object_as_valid_yaml(tmp_path):
     (target / "job-default-gone.yaml").write_text(plan.MANIFEST_HEADER + "kind: Job\n")  # ours, stale
     result = run_plan("--manifests", str(target))
     assert result.returncode == 0, result.stderr
-    assert "3 Kubernetes manifests written to" in result.stdout
+    assert "4 Kubernetes manifests written to" in result.stdout
     written = sorted(p.name for p in target.glob("*.yaml"))
     assert written == [
+        "configmap-default-train-v6e-run-parameters.yaml",
         "job-default-train-v6e.yaml",
         "mine.yaml",
         "service-default-train-v6e.yaml",
@@ -93,6 +94,7 @@ def test_plan_writes_every_kubernetes_object_as_valid_yaml(tmp_path):
         "cloud.google.com/gke-flex-start": "true",
         "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
         "cloud.google.com/gke-tpu-topology": "4x4",
+        "tpu-training/node-pool": "v6e-4x4",
     }
     assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"google.com/tpu": 4}
 
