@@ -538,7 +538,7 @@ class _Pods:
         selector = self.spec.get("nodeSelector")
         return selector if isinstance(selector, Mapping) else {}
 
-    def pool_names(self, pools: Mapping[str, "_Pool"]) -> Optional[set[str]]:
+    def pool_names(self, pools: Mapping[str, _Pool]) -> Optional[set[str]]:
         """The GKE node pools the Pods may run on, by ``cloud.google.com/gke-nodepool`` (a pool's
         GKE name) or ``tpu-training/node-pool`` (the label every slice of one of our pools gives
         its nodes) in the nodeSelector and the required node affinity; None when they allow any
@@ -587,7 +587,7 @@ class _Pods:
             if key in (NODE_POOL_LABEL, POOL_NODE_LABEL)
         }
 
-    def on_tpus(self, pools: Mapping[str, "_Pool"]) -> bool:
+    def on_tpus(self, pools: Mapping[str, _Pool]) -> bool:
         """Whether these are TPU Pods: they ask for chips, select TPU nodes, or a TPU pool."""
         return (
             self.tpu_chips() is not None

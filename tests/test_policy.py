@@ -43,9 +43,9 @@ from pulumi_policy import (
 )
 from pulumi_policy.deserialize import deserialize_properties
 from pulumi_policy.proxy import unknown_checking_proxy
+from tpu_training_components.node_pool_plan import POOL_NODE_LABEL
 
 from infra import offline
-from tpu_training_components.node_pool_plan import POOL_NODE_LABEL
 
 POLICY_DIR = REPO / "policy"
 BY_NAME = {policy.name: policy for policy in pack.POLICIES}
@@ -578,7 +578,6 @@ MUTATIONS = [
         f'{{"{POOL_NODE_LABEL}": "v6e-4x4-other"}}',
     ),
     Mutation("training-pod-selects-declared-pool", JOB, _delete(*POOL_SELECTOR), "node pools", "not set"),
-
     Mutation(
         "training-pod-selects-declared-pool",
         JOB,
