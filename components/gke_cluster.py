@@ -21,7 +21,7 @@ from .maintenance_window import (
     recurring_window,
 )
 from .naming import service_account_id_problem
-from .node_pool_plan import gke_version_problem
+from .node_pool_plan import gke_version_problem, system_pool_zones
 
 RELEASE_CHANNELS = ("RAPID", "REGULAR", "STABLE")
 # Roles of the nodes' own identity: what GKE's hardening guide grants a custom node service
@@ -258,10 +258,28 @@ class GkeTpuCluster(pulumi.ComponentResource):
             project=project,
             network=args.get("network"),
             subnetwork=args.get("subnetwork"),
+            # Pod IPs from alias ranges, as private nodes need; said, not left to the API's
+            # default (Optional/Computed/ForceNew in the Terraform provider, so naming the value
+            # a VPC-native cluster already has changes nothing).
+            networking_mode="VPC_NATIVE",
             # TPU pools scale to zero, so system pods get their own small pool (below); the
             # default pool would run with the default compute account, so it goes.
             remove_default_node_pool=True,
             initial_node_count=1,
+            # Even the default pool, which lives only while the cluster is created, runs as the
+            # nodes' own account: the default compute account is Editor of the whole project.
+            # Changes are ignored (ignore_changes below): the pool is gone, and node_config is
+            # ForceNew on a cluster, so a cluster made before this was said is left alone.
+            node_config=gcp.container.ClusterNodeConfigArgs(
+                service_account=self.node_account.email,
+                oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"],
+                workload_metadata_config=gcp.container.ClusterNodeConfigWorkloadMetadataConfigArgs(
+                    mode="GKE_METADATA"
+                ),
+                shielded_instance_config=gcp.container.ClusterNodeConfigShieldedInstanceConfigArgs(
+                    enable_secure_boot=True, enable_integrity_monitoring=True
+                ),
+            ),
             min_master_version=args.get("min_version"),
             # Upgrades arrive tested, and only inside the maintenance window.
             release_channel=gcp.container.ClusterReleaseChannelArgs(
@@ -308,19 +326,25 @@ class GkeTpuCluster(pulumi.ComponentResource):
             ),
             deletion_protection=args.get("deletion_protection", True),
             resource_labels=labels,
-            opts=child,
+            # The default pool's nodes need their roles to join and report.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=node_bindings, ignore_changes=["nodeConfig"]),
         )
 
+        system_max_nodes = args.get("system_max_nodes", 3)
         self.system_pool = gcp.container.NodePool(
             f"{name}-system",
             name="system",
             cluster=self.cluster.name,
             location=self.cluster.location,
             project=project,
+            # One node in each of the pool's zones to start with: GKE counts initial_node_count
+            # per zone, so when that exceeds system_max_nodes the pool is pinned to as many zones
+            # as fit; otherwise it keeps GKE's default zones.
+            node_locations=system_pool_zones(args["location"], system_max_nodes),
             initial_node_count=1,
             autoscaling=gcp.container.NodePoolAutoscalingArgs(
                 total_min_node_count=1,
-                total_max_node_count=args.get("system_max_nodes", 3),
+                total_max_node_count=system_max_nodes,
                 location_policy="BALANCED",
             ),
             management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
@@ -365,6 +389,19 @@ class GkeTpuCluster(pulumi.ComponentResource):
         self.provider = k8s.Provider(
             f"{name}-k8s",
             kubeconfig=self.kubeconfig,
+            # Without it, a kubeconfig whose server or CA changes (a CA rotation, a new endpoint)
+            # replaces the provider and so every Namespace, Service and running Job on it. With
+            # it, only a change of this value replaces them (pulumi-kubernetes
+            # provider/pkg/provider/provider.go DiffConfig; adding it to a provider that had none
+            # replaces nothing). The cluster's id, projects/P/locations/L/clusters/N: it stays
+            # through rotations and in-place updates (the engine keeps an updated resource's id
+            # even in a preview, pkg/resource/deploy/step.go UpdateStep.Apply), and when the
+            # cluster itself is re-created the engine sees this input depend on it and replaces
+            # the provider with everything on it, as it must.
+            cluster_identifier=self.cluster.id,
+            # A ConfigMap's data is updated in place instead of replacing the ConfigMap: a Job's
+            # run parameters change without touching the Job (see TpuTrainingJob).
+            enable_config_map_mutable=True,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.system_pool]),
         )
         self.register_outputs(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
 from .naming import dns_label_problem
-from .node_pool_plan import NODE_POOL_LABEL
+from .node_pool_plan import NODE_POOL_LABEL, POOL_NODE_LABEL
 from .recovery import GENERATION_LABEL
 
 TPU_RESOURCE = "google.com/tpu"
@@ -31,6 +31,10 @@ TPU_PORTS = (
     (8471, "tpu-ici"),  # TPU VM communication between the hosts of a slice
     (8431, "tpu-metrics"),  # TPU runtime metrics (GKE >= 1.27.4-gke.900, JAX >= 0.4.14)
 )
+
+RUN_PARAMETERS_SUFFIX = "-run-parameters"
+"""The ConfigMap ``{job}-run-parameters`` holds the run's variables. Its name is fixed, never
+auto-named: the Pod template names it, and a new name would change the template."""
 
 SINGLE_HOST_BACKOFF_LIMIT = 6
 """Retries of a single-host Job (the Kubernetes default); each retry resumes from the checkpoint."""
@@ -131,11 +135,19 @@ class TrainingJobSpec:
     """VMs in one slice: Pods of the Job, one per VM."""
     service_account: str
     """Kubernetes service account the Pods run as."""
-    node_pools: Sequence[str] = ()
-    """GKE node pools the Pods may run on (``TpuNodePoolPlan.pool_names``); any when empty."""
+    node_pool: Optional[str] = None
+    """The pool the Pods run on, by the label every node of every slice of it carries
+    (``POOL_NODE_LABEL``, ``TpuNodePoolPlan.node_labels``); any pool of the shape when None."""
     generation: Any = 0
     """Recovery generation (an int, or a ``pulumi.Output`` of one): labels the Job and its Pods."""
     env: Mapping[str, str] = field(default_factory=dict)
+    """Variables written into the Pod template: what names the run itself (``CHECKPOINT_DIR``).
+    A change replaces a running Job."""
+    run_parameters: Mapping[str, str] = field(default_factory=dict)
+    """Variables the Pods read from the ConfigMap ``run_parameters_name`` when their container
+    starts: the scale, the learning rate, the checkpoint interval and the user's own. A change
+    updates the ConfigMap in place and reaches the Pods at their next start, never replacing a
+    running Job."""
     privileged: bool = False
     """Seed 002 runs multi-host Pods privileged; current GKE exposes the chips through the TPU
     device plugin without it, so it is off unless asked for."""
@@ -149,6 +161,11 @@ class TrainingJobSpec:
     def service_name(self) -> str:
         """The headless Service of a multi-host Job: the Pods' DNS subdomain."""
         return self.name
+
+    @property
+    def run_parameters_name(self) -> str:
+        """The ConfigMap of the run's variables (a DNS subdomain name: up to 253 characters)."""
+        return f"{self.name}{RUN_PARAMETERS_SUFFIX}"
 
 
 def _labels(spec: TrainingJobSpec, *, generation: bool = False) -> dict[str, Any]:
@@ -184,12 +201,26 @@ def headless_service_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
     }
 
 
+def run_parameters_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
+    """The ConfigMap of the run's variables, which every Pod of the Job reads at its start."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(spec, spec.run_parameters_name),
+        "data": dict(spec.run_parameters),
+    }
+
+
 def _container(spec: TrainingJobSpec) -> dict[str, Any]:
     chips = {TPU_RESOURCE: spec.chips_per_vm}
     container: dict[str, Any] = {
         "name": "trainer",
         "image": spec.image,
         "command": list(spec.command),
+        # Always, even with no parameters yet: adding the first one must not change the
+        # template. Not optional: a Pod waits for its parameters rather than train without them.
+        "envFrom": [{"configMapRef": {"name": spec.run_parameters_name}}],
+        # A variable in `env` wins over the same name from `envFrom`.
         "env": [{"name": key, "value": value} for key, value in spec.env.items()],
         "resources": {"requests": dict(chips), "limits": dict(chips)},
     }
@@ -200,22 +231,30 @@ def _container(spec: TrainingJobSpec) -> dict[str, Any]:
     return container
 
 
+def _node_selector(spec: TrainingJobSpec) -> dict[str, str]:
+    # The pool by the label all its slices' nodes share, not by its slices' GKE pool names:
+    # another pool of the same shape (another stack's, or one kept for other work) is not this
+    # Job's capacity, and a slice added or removed leaves the template as it is.
+    selector = dict(spec.node_selector)
+    if spec.node_pool is not None:
+        selector[POOL_NODE_LABEL] = spec.node_pool
+    return selector
+
+
 def _affinity(spec: TrainingJobSpec) -> dict[str, Any]:
-    affinity: dict[str, Any] = {}
-    if spec.node_pools:
-        # Only the pools declared for this Job: another pool of the same shape (another stack's,
-        # or one kept for other work) is not this Job's capacity.
-        in_pools = {"key": NODE_POOL_LABEL, "operator": "In", "values": list(spec.node_pools)}
-        required = {"nodeSelectorTerms": [{"matchExpressions": [in_pools]}]}
-        affinity["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": required}
-    if spec.multi_host and len(spec.node_pools) > 1:
-        # Each multi-host slice is a node pool of its own: all the Job's Pods must land in the
-        # same one, or its hosts would not share an interconnect (xpk does the same with JobSet's
-        # exclusive-topology `cloud.google.com/gke-nodepool`, src/xpk/core/scheduling.py). Only
-        # Pods of this generation count: a replaced Job's Pods, still terminating, must not hold
-        # the new ones to the old (perhaps broken) slice.
-        generation = _labels(spec, generation=True)[GENERATION_LABEL]
-        affinity["podAffinity"] = {
+    if not spec.multi_host:
+        return {}
+    # Each multi-host slice is a GKE node pool of its own: all the Job's Pods must land in the
+    # same one, or its hosts would not share an interconnect (xpk does the same with JobSet's
+    # exclusive-topology `cloud.google.com/gke-nodepool`, src/xpk/core/scheduling.py). Declared
+    # whatever the number of slices, so going from one slice to two changes nothing here; with
+    # one slice it holds anyway. The first Pod may go anywhere: the scheduler lets a Pod whose
+    # own labels match the term start a group no other Pod matches yet. Only Pods of this
+    # generation count: a replaced Job's Pods, still terminating, must not hold the new ones to
+    # the old (perhaps broken) slice.
+    generation = _labels(spec, generation=True)[GENERATION_LABEL]
+    return {
+        "podAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [
                 {
                     "labelSelector": {"matchLabels": {"job-name": spec.name, GENERATION_LABEL: generation}},
@@ -223,7 +262,7 @@ def _affinity(spec: TrainingJobSpec) -> dict[str, Any]:
                 }
             ]
         }
-    return affinity
+    }
 
 
 def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
@@ -241,7 +280,7 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
         # Never, not seed 002's OnFailure for single-host: a pod failure policy requires it, and
         # a fresh Pod resumes from the checkpoint as well as a restarted container does.
         "restartPolicy": "Never",
-        "nodeSelector": dict(spec.node_selector),
+        "nodeSelector": _node_selector(spec),
         "containers": [_container(spec)],
     }
     affinity = _affinity(spec)
@@ -278,7 +317,7 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
 
 def manifests(spec: TrainingJobSpec, google_service_account: Any) -> list[dict[str, Any]]:
     """Every object of one training Job, in the order they are applied."""
-    objects = [service_account_manifest(spec, google_service_account)]
+    objects = [service_account_manifest(spec, google_service_account), run_parameters_manifest(spec)]
     if spec.multi_host:
         objects.append(headless_service_manifest(spec))
     objects.append(job_manifest(spec))

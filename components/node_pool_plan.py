@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional, Sequence
 
 from .catalogue import CatalogueError, SliceShape, region_of_zone, slice_shape
-from .gcp_locations import zone_problem
+from .gcp_locations import REGION_ZONES, zone_problem
 from .naming import dns_label_problem
 from .tpu_availability import flex_start_problem, zone_warning
 
@@ -50,6 +50,12 @@ RESERVATION_NODE_LABEL = "cloud.google.com/reservation-name"
 ACCELERATOR_NODE_LABEL = "cloud.google.com/gke-tpu-accelerator"
 TOPOLOGY_NODE_LABEL = "cloud.google.com/gke-tpu-topology"
 NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
+"""GKE's label of a node's pool: one value per GKE node pool, so per multi-host slice."""
+POOL_NODE_LABEL = "tpu-training/node-pool"
+"""Our label on every node of every slice of one pool, its value the pool's name. A Job selects
+its pool by it rather than by listing the slices' GKE pool names, so adding or removing a slice
+changes nothing in the Job's Pod template (which pulumi-kubernetes would replace the running Job
+for). It is a Kubernetes node label (``node_config.labels``), which GKE updates in place."""
 
 _RESERVATION_NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 
@@ -141,6 +147,11 @@ class TpuNodePoolPlan:
             ACCELERATOR_NODE_LABEL: self.shape.accelerator_label,
             TOPOLOGY_NODE_LABEL: self.shape.topology,
         }
+
+    @property
+    def node_labels(self) -> dict[str, str]:
+        """The Kubernetes labels the pool gives every node of every slice: the Job's selector."""
+        return {POOL_NODE_LABEL: self.name}
 
     @property
     def zone_warnings(self) -> tuple[str, ...]:
@@ -307,6 +318,29 @@ def plan_tpu_node_pool(
             extra = f" (the pool of slice {plan.pool_names.index(pool_name)})" if pool_name != name else ""
             raise NodePoolError(f"{problem}{extra}")
     return plan
+
+
+# --------------------------------------------------------------------------------------------
+# The cluster's system pool
+# --------------------------------------------------------------------------------------------
+
+GKE_DEFAULT_NODE_ZONES = 3
+"""A regional cluster's node pool without node locations is "replicated across three zones of the
+control plane's region" (GKE docs, how-to/creating-a-regional-cluster), and its
+``initial_node_count`` counts per zone (Terraform provider: "In regional or multi-zonal clusters,
+this is the number of nodes per zone")."""
+
+
+def system_pool_zones(region: str, max_nodes: int, nodes_per_zone: int = 1) -> Optional[tuple[str, ...]]:
+    """The zones the system pool must be pinned to so that its initial size (``nodes_per_zone`` in
+    every zone) fits ``max_nodes``; None when GKE's default zones already fit, so a pool declared
+    before keeps its zones."""
+    letters = REGION_ZONES.get(region)
+    default_zones = min(GKE_DEFAULT_NODE_ZONES, len(letters)) if letters else GKE_DEFAULT_NODE_ZONES
+    if letters is None or default_zones * nodes_per_zone <= max_nodes:
+        return None
+    fits = max(1, max_nodes // nodes_per_zone)
+    return tuple(f"{region}-{letter}" for letter in letters[:fits])
 
 
 # --------------------------------------------------------------------------------------------

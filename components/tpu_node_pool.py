@@ -259,6 +259,13 @@ def _declare_pool(
                 mode="GKE_METADATA"
             ),
             resource_labels=dict(args.get("labels", {})),
+            # Every slice's nodes carry the pool's name, which the Job selects: a slice added
+            # or removed leaves the running Job's Pod template as it was. Changing these labels
+            # updates the pool in place (terraform-provider-google google/services/container/
+            # node_config.go: `labels` has no ForceNew; nodePoolNodeConfigUpdate sends
+            # UpdateNodePoolRequest.Labels), which GKE applies "without re-creating the node pool
+            # and disrupting running workloads" (GKE docs, how-to/update-existing-nodepools).
+            labels=plan.node_labels,
         ),
         opts=opts,
     )

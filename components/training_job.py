@@ -23,6 +23,7 @@ from .job_manifests import (
     job_manifest,
     job_name_problem,
     namespace_problem,
+    run_parameters_manifest,
     service_account_manifest,
 )
 from .node_pool_plan import TpuNodePoolPlan
@@ -52,7 +53,10 @@ class TpuTrainingJobArgs(TypedDict):
     job_name: NotRequired[str]
     """Name of the Job (and its service account and Service); the component's name when omitted."""
     environment: NotRequired[Mapping[str, str]]
-    """Variables for the trainer (``GLOBAL_BATCH_SIZE``, ``TRAIN_STEPS``, ...)."""
+    """Variables for the trainer (``GLOBAL_BATCH_SIZE``, ``TRAIN_STEPS``, ...). They reach the
+    Pods through the ConfigMap ``{job_name}-run-parameters``, read when a container starts: a
+    change updates it in place and applies from the Pods' next start, without replacing a
+    running Job."""
     recovery_generation: NotRequired[pulumi.Input[int]]
     """Bumped to re-create the Job (see ``job_recovery``); default 0."""
     privileged: NotRequired[bool]
@@ -90,7 +94,8 @@ class TpuTrainingJob(pulumi.ComponentResource):
     account bound to a Google one by Workload Identity.
 
     Children: ``{name}-workload-identity`` (IAM binding), ``{name}-ksa`` (ServiceAccount),
-    ``{name}-hosts`` (headless Service, multi-host only), ``{name}-job`` (Job).
+    ``{name}-hosts`` (headless Service, multi-host only), ``{name}-run-parameters`` (ConfigMap of
+    the run's variables), ``{name}-job`` (Job).
     """
 
     job_name: pulumi.Output[str]
@@ -111,23 +116,25 @@ class TpuTrainingJob(pulumi.ComponentResource):
         job_name = args.get("job_name", name)
         namespace = args.get("namespace", "default")
         generation = pulumi.Output.from_input(args.get("recovery_generation", 0))
-        environment = {
-            # The Job's checkpoints outlive every Job of its name: that is how a new one resumes.
-            CHECKPOINT_VARIABLE: args["checkpoint_dir"],
-            **{k: v for k, v in args.get("environment", {}).items() if k != CHECKPOINT_VARIABLE},
-        }
+        # The checkpoint directory names the run, so it is written into the Pod template: a
+        # change of it is a new run. Everything else is a run parameter, read from a ConfigMap at
+        # container start, so tuning it never changes the template (pulumi-kubernetes replaces a
+        # Job whose .spec.template changes, provider/pkg/provider/diff.go `job`).
+        run_parameters = {k: v for k, v in args.get("environment", {}).items() if k != CHECKPOINT_VARIABLE}
         spec = TrainingJobSpec(
             name=job_name,
             namespace=namespace,
             image=args["image"],
             command=tuple(args["command"]),
             node_selector=pool.node_selector,
-            node_pools=pool.pool_names,
+            node_pool=pool.name,
             chips_per_vm=shape.machine_type.chips_per_vm,
             vms=shape.vms,
             service_account=job_name,
             generation=generation.apply(str),
-            env=environment,
+            # The Job's checkpoints outlive every Job of its name: that is how a new one resumes.
+            env={CHECKPOINT_VARIABLE: args["checkpoint_dir"]},
+            run_parameters=run_parameters,
             privileged=args.get("privileged", False),
             labels=dict(args.get("labels", {})),
         )
@@ -156,6 +163,15 @@ class TpuTrainingJob(pulumi.ComponentResource):
             if spec.multi_host
             else None
         )
+        # Updated in place on a change of its data: the provider GkeTpuCluster makes has
+        # enableConfigMapMutable (without it, pulumi-kubernetes replaces a ConfigMap whose data
+        # changes, provider/pkg/provider/diff.go forceNewProperties). The Job names it by a plain
+        # string, not an output of this resource: were the ConfigMap ever replaced, the engine
+        # re-creates only dependents with an input taken from it (pkg/resource/deploy/
+        # step_generator.go calculateDependentReplacements), so a depends_on edge keeps the Job.
+        self.run_parameters = _declare(
+            k8s.core.v1.ConfigMap, f"{name}-run-parameters", run_parameters_manifest(spec), on_cluster
+        )
         self.job = _declare(
             k8s.batch.v1.Job,
             f"{name}-job",
@@ -163,8 +179,9 @@ class TpuTrainingJob(pulumi.ComponentResource):
             pulumi.ResourceOptions.merge(
                 on_cluster,
                 pulumi.ResourceOptions(
-                    # The Pods must be able to reach their checkpoints from the first step.
-                    depends_on=[self.binding, self.service_account],
+                    # The Pods must be able to reach their checkpoints, and read their
+                    # parameters, from the first step.
+                    depends_on=[self.binding, self.service_account, self.run_parameters],
                     # A new generation re-creates the Job: that is how `pulumi up` recovers it.
                     replacement_trigger=generation,
                     # The Job's name is fixed, so the old Job must go before the new one comes.
@@ -188,5 +205,5 @@ class TpuTrainingJob(pulumi.ComponentResource):
 
 def _declare(kind: Any, name: str, manifest: Mapping[str, Any], opts: pulumi.ResourceOptions) -> Any:
     """A pulumi-kubernetes resource from a manifest built by ``job_manifests``."""
-    fields = {key: manifest[key] for key in ("metadata", "spec") if key in manifest}
+    fields = {key: manifest[key] for key in ("metadata", "spec", "data") if key in manifest}
     return kind(name, **fields, opts=opts)

@@ -20,7 +20,9 @@ from tpu_training_components import (
     TrainingRecovery,
     TrainingServiceAccount,
 )
+from tpu_training_components.errors import InvalidArgument
 from tpu_training_components.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
+from tpu_training_components.stack_identity import DEPLOYED_AS_OUTPUT, deployed_as, rename_problem
 
 # `python -m infra.plan` sets this unless --live: an offline plan reads no live state.
 OFFLINE = os.environ.get("TPU_TRAINING_OFFLINE") == "1"
@@ -28,6 +30,25 @@ OFFLINE = os.environ.get("TPU_TRAINING_OFFLINE") == "1"
 settings = stack_config.load()
 for warning in settings.warnings:
     pulumi.log.warn(warning)
+
+
+def last_outputs() -> dict[str, Any]:
+    """This stack's outputs as of its last update, read now, before anything is declared: a check
+    in an Output's apply would run while the engine already replaces resources. The engine's own
+    read of a stack's outputs (its builtin `pulumi:pulumi:readStackOutputs`, what a StackReference
+    reads, pkg/resource/deploy/builtins.go, which the engine serves for the `pulumi`
+    package, pkg/resource/deploy/providers/registry.go loadProvider) answers synchronously
+    through an invoke."""
+    own = f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
+    result = pulumi.runtime.invoke("pulumi:pulumi:readStackOutputs", {"name": own})
+    outputs = (result.value or {}).get("outputs")
+    return outputs if isinstance(outputs, dict) else {}
+
+
+# A renamed stack would re-name, and so replace, nearly everything: refuse it before it starts.
+rename = rename_problem(last_outputs(), pulumi.get_project(), pulumi.get_stack())
+if rename:
+    raise InvalidArgument(rename)
 
 # Private TPU VMs and nodes reach gs://, packages and images only through Private Google Access
 # and Cloud NAT: the stack declares a network that has both, unless told to use yours.
@@ -323,3 +344,5 @@ if settings.checkpointing is not None:
                 f"{100 * plan.expected_lost_fraction:.1f}% of the run lost to checkpoints and re-done work"
             )
 pulumi.export(JOB_GENERATIONS_OUTPUT, recovery.job_generations)
+# Read back by the next run, which refuses to run under another stack or project name.
+pulumi.export(DEPLOYED_AS_OUTPUT, deployed_as(pulumi.get_project(), pulumi.get_stack()))

@@ -45,6 +45,7 @@ from tpu_training_components.node_pool_plan import (
     ACCELERATOR_NODE_LABEL,
     FLEX_START_NODE_LABEL,
     NODE_POOL_LABEL,
+    POOL_NODE_LABEL,
     SPOT_NODE_LABEL,
     TOPOLOGY_NODE_LABEL,
     WORKLOAD_POLICY_GENERATIONS,
@@ -324,7 +325,10 @@ def _node_service_account(resource: _Resource, violation: _Violations) -> None:
             (f"nodePools[{i}].nodeConfig.serviceAccount", _at(pool, "nodeConfig", "serviceAccount"))
             for i, pool in enumerate(_items(resource.at("nodePools")))
         ]
-        if resource.at("removeDefaultNodePool") is not True:
+        if not _items(resource.at("nodePools")):
+            # The default pool is made from nodeConfig, even with removeDefaultNodePool: it runs
+            # while the cluster is created, and a node that ever ran as Editor of the project
+            # may have left that credential's tokens behind.
             accounts.append(("nodeConfig.serviceAccount", resource.at("nodeConfig", "serviceAccount")))
         if resource.at("clusterAutoscaling", "enabled") is True:
             defaults = resource.at("clusterAutoscaling", "autoProvisioningDefaults", "serviceAccount")
@@ -534,13 +538,26 @@ class _Pods:
         selector = self.spec.get("nodeSelector")
         return selector if isinstance(selector, Mapping) else {}
 
-    def pool_names(self) -> Optional[set[str]]:
-        """The GKE node pools the Pods may run on, by ``cloud.google.com/gke-nodepool`` in the
-        nodeSelector and the required node affinity; None when they allow any pool."""
+    def pool_names(self, pools: Mapping[str, _Pool]) -> Optional[set[str]]:
+        """The GKE node pools the Pods may run on, by ``cloud.google.com/gke-nodepool`` (a pool's
+        GKE name) or ``tpu-training/node-pool`` (the label every slice of one of our pools gives
+        its nodes) in the nodeSelector and the required node affinity; None when they allow any
+        pool. A label value no declared pool carries selects no declared pool."""
+
+        def by(key: Any, values: set[str]) -> Optional[set[str]]:
+            if key == NODE_POOL_LABEL:
+                return values
+            if key == POOL_NODE_LABEL:
+                return {
+                    name for name, pool in pools.items() if pool.node_labels.get(POOL_NODE_LABEL) in values
+                }
+            return None
+
         allowed: Optional[set[str]] = None
-        selected = self.node_selector.get(NODE_POOL_LABEL)
-        if isinstance(selected, str):
-            allowed = {selected}
+        for key, selected in self.node_selector.items():
+            named = by(key, {selected}) if isinstance(selected, str) else None
+            if named is not None:
+                allowed = named if allowed is None else allowed & named
         required = _at(
             self.spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution"
         )
@@ -549,9 +566,12 @@ class _Pods:
         for term in terms:
             in_term: Optional[set[str]] = None
             for expression in _items(_at(term, "matchExpressions")):
-                if _at(expression, "key") == NODE_POOL_LABEL and _at(expression, "operator") == "In":
-                    values = {v for v in _items(_at(expression, "values")) if isinstance(v, str)}
-                    in_term = values if in_term is None else in_term & values
+                if _at(expression, "operator") != "In":
+                    continue
+                values = {v for v in _items(_at(expression, "values")) if isinstance(v, str)}
+                named = by(_at(expression, "key"), values)
+                if named is not None:
+                    in_term = named if in_term is None else in_term & named
             if in_term is None:
                 return allowed  # the terms are ORed: this one lets the Pods onto any pool
             by_affinity |= in_term
@@ -559,12 +579,20 @@ class _Pods:
             allowed = by_affinity if allowed is None else allowed & by_affinity
         return allowed
 
-    def on_tpus(self, tpu_pool_names: set[str]) -> bool:
+    def pool_selection(self) -> dict[str, Any]:
+        """How the Pods name their pool, as given: for a message."""
+        return {
+            key: value
+            for key, value in self.node_selector.items()
+            if key in (NODE_POOL_LABEL, POOL_NODE_LABEL)
+        }
+
+    def on_tpus(self, pools: Mapping[str, _Pool]) -> bool:
         """Whether these are TPU Pods: they ask for chips, select TPU nodes, or a TPU pool."""
         return (
             self.tpu_chips() is not None
             or ACCELERATOR_NODE_LABEL in self.node_selector
-            or bool((self.pool_names() or set()) & tpu_pool_names)
+            or bool((self.pool_names(pools) or set()) & set(pools))
         )
 
 
@@ -619,10 +647,18 @@ class _Pool:
     """The placement topology of a multi-host pool."""
     region: Optional[str]
 
+    @property
+    def node_labels(self) -> Mapping[str, Any]:
+        """The Kubernetes labels the pool declares for its nodes (``nodeConfig.labels``)."""
+        labels = self.resource.at("nodeConfig", "labels")
+        return labels if isinstance(labels, Mapping) else {}
+
     def has_label(self, key: str, value: Any) -> Optional[bool]:
         """Whether the pool's nodes carry ``key=value``; None for a label this policy cannot tell."""
         if key == NODE_POOL_LABEL:
             return value == self.name
+        if key in self.node_labels or key == POOL_NODE_LABEL:
+            return self.node_labels.get(key) == value
         if key == FLEX_START_NODE_LABEL:
             return (value == "true") == _flex_start(self.resource)
         if key == SPOT_NODE_LABEL:
@@ -650,6 +686,10 @@ class _Pool:
             return '"true"' if _flex_start(self.resource) else "no such label (not a flex-start pool)"
         if key == SPOT_NODE_LABEL:
             return '"true"' if self.resource.at("nodeConfig", "spot") is True else "no such label (not Spot)"
+        if key in self.node_labels:
+            return json.dumps(self.node_labels[key])
+        if key == POOL_NODE_LABEL:
+            return "no such label"
         return json.dumps(self.name)
 
 
@@ -674,14 +714,14 @@ def _tpu_pools(resources: list[_Resource]) -> dict[str, _Pool]:
 def _tpu_pods(resources: list[_Resource], pools: dict[str, _Pool]) -> Iterator[_Pods]:
     for resource in resources:
         pods = _pods_of(resource)
-        if pods is not None and pods.on_tpus(set(pools)):
+        if pods is not None and pods.on_tpus(pools):
             yield pods
 
 
 def _pools_of(pods: _Pods, pools: dict[str, _Pool]) -> list[_Pool]:
     """The declared pools the Pods may run on: those they name, or else every pool whose nodes
     carry the labels they select."""
-    names = pods.pool_names()
+    names = pods.pool_names(pools)
     if names is not None:
         return [pools[name] for name in sorted(names) if name in pools]
     return [
@@ -696,13 +736,17 @@ def _selects_declared_pool(resources: list[_Resource], report: ReportViolation) 
     declared = ", ".join(sorted(pools)) or "none"
     for pods in _tpu_pods(resources, pools):
         violation = _Violations(pods.resource, report)
-        prop = f"{pods.where} node pools (nodeSelector and required node affinity on {NODE_POOL_LABEL})"
-        names = pods.pool_names()
+        prop = (
+            f"{pods.where} node pools (nodeSelector and required node affinity on {POOL_NODE_LABEL} "
+            f"or {NODE_POOL_LABEL})"
+        )
+        names = pods.pool_names(pools)
         if names is None:
             violation(prop, None, f"node pools this stack declares ({declared})")
             continue
         if not names or names - set(pools):
-            violation(prop, sorted(names), f"node pools this stack declares ({declared})")
+            found = sorted(names) if names else pods.pool_selection() or sorted(names)
+            violation(prop, found, f"node pools this stack declares ({declared})")
         for name in sorted(names & set(pools)):
             for key, value in pods.node_selector.items():
                 if pools[name].has_label(key, value) is False:
@@ -911,8 +955,8 @@ POLICIES: list[Policy] = [
     _resource_policy(
         "gke-no-default-node-service-account",
         "GKE nodes run as a dedicated service account, never the default compute service account, "
-        "which is an Editor of the whole project (node pools, inline pools, the default pool unless "
-        "removed, and node auto-provisioning).",
+        "which is an Editor of the whole project (node pools, inline pools, the default pool even when "
+        "it is removed once the cluster is made, and node auto-provisioning).",
         (CLUSTER, NODE_POOL),
         _node_service_account,
         MANDATORY,
@@ -971,9 +1015,10 @@ POLICIES: list[Policy] = [
     ),
     _stack_policy(
         "training-pod-selects-declared-pool",
-        f"Training Pods select, by {NODE_POOL_LABEL}, only node pools this stack declares, whose "
-        "nodes carry the accelerator, topology and capacity labels the Pods select: another pool of "
-        "the same shape (another stack's) is not this Job's capacity, and a mismatch never schedules.",
+        f"Training Pods select, by {POOL_NODE_LABEL} (the label every slice of one pool gives its "
+        f"nodes) or by {NODE_POOL_LABEL}, only node pools this stack declares, whose nodes carry the "
+        "accelerator, topology and capacity labels the Pods select: another pool of the same shape "
+        "(another stack's) is not this Job's capacity, and a mismatch never schedules.",
         _selects_declared_pool,
         MANDATORY,
     ),

@@ -40,7 +40,7 @@ from tpu_training_components.maintenance_window import (
     MaintenanceWindowError,
     recurring_window,
 )
-from tpu_training_components.node_pool_plan import NODE_POOL_LABEL, NodePoolError
+from tpu_training_components.node_pool_plan import NODE_POOL_LABEL, POOL_NODE_LABEL, NodePoolError
 
 POOL = "gcp:container/nodePool:NodePool"
 
@@ -564,12 +564,17 @@ def declared_job(shape: str) -> dict[str, Any]:
     "shape", ["v6e-16-flex-2slices", "v5litepod-16-spot", "v6e-16-reservation", "v6e-4-flex"]
 )
 def test_job_pods_select_exactly_the_pools_node_selector_and_pools(shape):
+    """The Pods select the pool's shape and capacity as xpk does, and the pool itself by the label
+    all its slices' nodes carry, instead of xpk's list of GKE pool names: a list would change the
+    Pod template, and pulumi-kubernetes replace the running Job, whenever a slice is added."""
     plan = declared(shape).plan
     pod = declared_job(shape)["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == plan.node_selector
-    in_pools = {"key": NODE_POOL_LABEL, "operator": "In", "values": list(plan.pool_names)}
-    node_affinity = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert node_affinity == {"nodeSelectorTerms": [{"matchExpressions": [in_pools]}]}
+    assert pod["nodeSelector"] == {**plan.node_selector, POOL_NODE_LABEL: plan.name}
+    assert "nodeAffinity" not in pod.get("affinity", {})
+    # Every slice's nodes, and only they, carry the label the Pods select.
+    assert [pool["nodeConfig"]["labels"] for pool in declared(shape).pools] == [
+        {POOL_NODE_LABEL: plan.name}
+    ] * len(plan.pool_names)
 
 
 def test_two_slice_job_keeps_its_pods_in_one_node_pool_as_xpks_exclusive_topology():
@@ -600,6 +605,14 @@ def test_two_slice_job_keeps_its_pods_in_one_node_pool_as_xpks_exclusive_topolog
     (xpk_container,) = xpk_job["template"]["spec"]["containers"]
     (container,) = pod["containers"]
     assert container["resources"]["limits"] == xpk_container["resources"]["limits"] == {"google.com/tpu": 4}
+
+
+def test_one_slice_and_two_slices_give_the_job_the_same_pod_template():
+    """The pod affinity to one node pool is there with one slice too (where it holds anyway), so
+    going from one slice to two, or back, leaves a running Job's template as it was."""
+    one, two = declared_job("v6e-16-flex")["spec"], declared_job("v6e-16-flex-2slices")["spec"]
+    assert len(declared("v6e-16-flex").pools) == 1 and len(declared("v6e-16-flex-2slices").pools) == 2
+    assert one == two
 
 
 # --- the cluster, the network and the TPU generations ----------------------------------------------

@@ -245,7 +245,7 @@ def _departures(seed: dict[str, Any], ours: dict[str, Any]) -> dict[tuple, tuple
 def test_single_host_job_matches_seed_002_field_by_field():
     (seed_job,) = _seed_objects(seed_002.SINGLE_HOST_JOB, "2x2")
     spec = _spec("2x2", 1, ("/sleep", "3600s"), "gcr.io/k8s-staging-perf-tests/sleep:latest")
-    account, job = manifests(spec, "trainer@p.iam.gserviceaccount.com")
+    account, run_parameters, job = manifests(spec, "trainer@p.iam.gserviceaccount.com")
     assert set(_departures(seed_job, job)) == set(SINGLE_HOST_DEPARTURES)
     assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["/sleep", "3600s"]
 
@@ -254,7 +254,7 @@ def test_multi_host_job_matches_seed_002_field_by_field():
     seed_service, seed_job = _seed_objects(seed_002.MULTI_HOST_JOB, "2x4")
     command = tuple(seed_job["spec"]["template"]["spec"]["containers"][0]["command"])
     spec = _spec("2x4", 2, command, seed_job["spec"]["template"]["spec"]["containers"][0]["image"])
-    account, service, job = manifests(spec, "trainer@p.iam.gserviceaccount.com")
+    account, run_parameters, service, job = manifests(spec, "trainer@p.iam.gserviceaccount.com")
     assert set(_departures(seed_service, service)) == {("metadata", "name")}
     assert set(_departures(seed_job, job)) == set(MULTI_HOST_DEPARTURES) - {("metadata", "name")}
     assert job["spec"]["template"]["spec"]["subdomain"] == service["metadata"]["name"]
@@ -279,8 +279,8 @@ def test_both_jobs_tolerate_disruption_and_do_not_block_pulumi_up():
 
 
 ALL_SHAPES = [
-    _spec("2x2", 1, ("python3", "train.py"), "trainer:1", env={"A": "1"}),
-    _spec("4x4", 4, ("python3", "train.py"), "trainer:1", env={"A": "1"}),
+    _spec("2x2", 1, ("python3", "train.py"), "trainer:1", env={"A": "1"}, run_parameters={"B": "2"}),
+    _spec("4x4", 4, ("python3", "train.py"), "trainer:1", env={"A": "1"}, node_pool="v6e"),
     _spec("2x4", 2, ("python3", "train.py"), "trainer:1", privileged=True, generation=3),
 ]
 
@@ -342,12 +342,13 @@ def test_job_component_declares_exactly_the_pure_manifests():
         image="trainer:1",
         command=("python3", "train.py"),
         node_selector=_node_selector("4x4"),
-        node_pools=("v6e",),
+        node_pool="v6e",
         chips_per_vm=4,
         vms=4,
         service_account="job-1",
         generation=2,
-        env={"CHECKPOINT_DIR": "gs://bucket/checkpoints/job-1", "TRAIN_STEPS": "10"},
+        env={"CHECKPOINT_DIR": "gs://bucket/checkpoints/job-1"},
+        run_parameters={"TRAIN_STEPS": "10"},
     )
     expected = manifests(spec, "trainer@proj.iam.gserviceaccount.com")
     declared = {

@@ -220,6 +220,7 @@ def test_pods_select_the_capacity_their_pool_was_provisioned_with(config, capaci
         **selected,
         "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
         "cloud.google.com/gke-tpu-topology": "4x4",
+        "tpu-training/node-pool": "v6e-4x4",
     }
 
 
@@ -235,20 +236,15 @@ def test_multi_host_slices_are_one_node_pool_each(config):
         assert inputs["autoscaling"] == {"locationPolicy": "ANY", "minNodeCount": 0, "maxNodeCount": 4}
         assert inputs["placementPolicy"] == {"type": "COMPACT", "tpuTopology": "4x4"}
     assert run.outputs["nodePools"]["v6e-4x4"]["maxNodes"] == 12
-    # The Job may take any of the three slices, but all its Pods take the same one.
-    affinity = _pod_spec(run)["affinity"]
-    terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms == [
-        {
-            "matchExpressions": [
-                {
-                    "key": "cloud.google.com/gke-nodepool",
-                    "operator": "In",
-                    "values": ["v6e-4x4", "v6e-4x4-1", "v6e-4x4-2"],
-                }
-            ]
-        }
-    ]
+    # The Job may take any of the three slices, by the label they all carry (so the number of
+    # slices is nowhere in its template), but all its Pods take the same one.
+    assert {inputs["nodeConfig"]["labels"]["tpu-training/node-pool"] for inputs in pools.values()} == {
+        "v6e-4x4"
+    }
+    pod = _pod_spec(run)
+    assert pod["nodeSelector"]["tpu-training/node-pool"] == "v6e-4x4"
+    affinity = pod["affinity"]
+    assert "nodeAffinity" not in affinity
     (together,) = affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert together == {
         "labelSelector": {"matchLabels": {"job-name": "train-v6e", "recovery-generation": "0"}},

@@ -88,9 +88,10 @@ def test_dev_stack_passes_each_run_its_interval(config):
         "meanHoursBetweenInterruptions": 12,
         "expectedLostPercent": 5.27,
     }
-    job = run.one("kubernetes:batch/v1:Job", "train-v6e-job")
-    env = {e["name"]: e.get("value") for e in job.inputs["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["CHECKPOINT_INTERVAL_SECONDS"] == "8519"
+    # The Job's Pods read it from their run parameters (a ConfigMap), so a new interval never
+    # changes the Job's Pod template.
+    run_parameters = run.one("kubernetes:core/v1:ConfigMap", "train-v6e-run-parameters").inputs["data"]
+    assert run_parameters["CHECKPOINT_INTERVAL_SECONDS"] == "8519"
     script = run.one("gcp:tpu/v2Vm:V2Vm", "demo-tpu-vm").inputs["metadata"]["startup-script"]
     assert "export CHECKPOINT_INTERVAL_SECONDS=2277" in script
     assert any("demo-tpu: checkpoint every 2277 s" in line for line in run.infos)

@@ -43,6 +43,7 @@ from pulumi_policy import (
 )
 from pulumi_policy.deserialize import deserialize_properties
 from pulumi_policy.proxy import unknown_checking_proxy
+from tpu_training_components.node_pool_plan import POOL_NODE_LABEL
 
 from infra import offline
 
@@ -305,17 +306,7 @@ def _delete(*path: str | int) -> Callable[[dict[str, Any]], None]:
 
 POD = ("spec", "template", "spec")
 TRAINER = (*POD, "containers", 0)
-AFFINITY_VALUES = (
-    *POD,
-    "affinity",
-    "nodeAffinity",
-    "requiredDuringSchedulingIgnoredDuringExecution",
-    "nodeSelectorTerms",
-    0,
-    "matchExpressions",
-    0,
-    "values",
-)
+POOL_SELECTOR = (*POD, "nodeSelector", POOL_NODE_LABEL)
 BUCKET_EU, BUCKET_US = "checkpoints-europe-west4-bucket", "checkpoints-us-east5-bucket"
 VM, CLUSTER, TPU_POOL, SYSTEM_POOL, JOB = (
     "demo-tpu-vm",
@@ -491,7 +482,7 @@ MUTATIONS = [
     Mutation(
         "gke-no-default-node-service-account",
         CLUSTER,
-        _set("removeDefaultNodePool", value=False),
+        _delete("nodeConfig"),
         "nodeConfig.serviceAccount",
         "not set",
     ),
@@ -582,11 +573,11 @@ MUTATIONS = [
     Mutation(
         "training-pod-selects-declared-pool",
         JOB,
-        _set(*AFFINITY_VALUES, value=["v6e-4x4-other"]),
+        _set(*POOL_SELECTOR, value="v6e-4x4-other"),
         "node pools",
-        '["v6e-4x4-other"]',
+        f'{{"{POOL_NODE_LABEL}": "v6e-4x4-other"}}',
     ),
-    Mutation("training-pod-selects-declared-pool", JOB, _delete(*POD, "affinity"), "node pools", "not set"),
+    Mutation("training-pod-selects-declared-pool", JOB, _delete(*POOL_SELECTOR), "node pools", "not set"),
     Mutation(
         "training-pod-selects-declared-pool",
         JOB,
@@ -717,12 +708,19 @@ def test_the_live_job_reports_chips_as_a_quantity_string(dev_plan):
 
 def test_a_job_that_selects_no_pool_by_name_is_held_to_the_pool_its_labels_match(dev_plan):
     def unnamed_and_greedy(props: dict[str, Any]) -> None:
-        _delete(*POD, "affinity")(props)
+        _delete(*POOL_SELECTOR)(props)
         _both_tpu_requests(8)(props)
 
     plan = mutated(dev_plan, JOB, unnamed_and_greedy)
     ((message, _),) = violations(BY_NAME["training-pod-tpu-request"], plan)
     assert "is 8; required: 4, the chips of one ct6e-standard-4t VM of node pool 'v6e-4x4'" in message
+
+
+def test_a_job_selecting_its_pool_by_a_label_the_pool_does_not_give_selects_no_declared_pool(dev_plan):
+    plan = mutated(dev_plan, TPU_POOL, _delete("nodeConfig", "labels"))
+    ((message, urn),) = violations(BY_NAME["training-pod-selects-declared-pool"], plan)
+    assert urn.endswith("::train-v6e-job")
+    assert f'is {{"{POOL_NODE_LABEL}": "v6e-4x4"}}; required: node pools this stack declares' in message
 
 
 def test_a_single_host_pool_takes_no_topology(dev_plan):

@@ -76,9 +76,10 @@ def test_plan_writes_every_kubernetes_object_as_valid_yaml(tmp_path):
     (target / "job-default-gone.yaml").write_text(plan.MANIFEST_HEADER + "kind: Job\n")  # ours, stale
     result = run_plan("--manifests", str(target))
     assert result.returncode == 0, result.stderr
-    assert "3 Kubernetes manifests written to" in result.stdout
+    assert "4 Kubernetes manifests written to" in result.stdout
     written = sorted(p.name for p in target.glob("*.yaml"))
     assert written == [
+        "configmap-default-train-v6e-run-parameters.yaml",
         "job-default-train-v6e.yaml",
         "mine.yaml",
         "service-default-train-v6e.yaml",
@@ -93,6 +94,7 @@ def test_plan_writes_every_kubernetes_object_as_valid_yaml(tmp_path):
         "cloud.google.com/gke-flex-start": "true",
         "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
         "cloud.google.com/gke-tpu-topology": "4x4",
+        "tpu-training/node-pool": "v6e-4x4",
     }
     assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"google.com/tpu": 4}
 
@@ -179,8 +181,8 @@ def test_program_runs_as_the_language_host_runs_it():
                     return args.name, {{"name": args.name, "outputs": {{}}}}
                 registered.append(args.typ)
                 return args.name + "-id", dict(args.inputs, url="gs://x")
-            def call(self, args):
-                return {{}}, None
+            def call(self, args):  # the program reads its last outputs: as the engine, none yet
+                return {{}}, []  # no check failures (the SDK's mock monitor cannot iterate None)
 
         pulumi.runtime.set_mocks(Mocks(), project="tpu-training", stack="dev", preview=False)
         settings.ROOT.set(None)
