@@ -539,12 +539,18 @@ def classify(
     )
 
 
+def _provider_flag(value: Any) -> bool:
+    # A provider's inputs reach the engine as strings: `true` arrives as "true".
+    return value is True or value == "true"
+
+
 def _context(resources: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     providers = [r.get("inputs") or {} for r in resources if r.get("type") == KUBERNETES_PROVIDER]
     return {
         "configMapMutable": bool(providers)
-        and all(p.get("enableConfigMapMutable") is True for p in providers),
-        "secretMutable": bool(providers) and all(p.get("enableSecretMutable") is True for p in providers),
+        and all(_provider_flag(p.get("enableConfigMapMutable")) for p in providers),
+        "secretMutable": bool(providers)
+        and all(_provider_flag(p.get("enableSecretMutable")) for p in providers),
     }
 
 

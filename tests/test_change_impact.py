@@ -18,6 +18,7 @@ from tpu_training_components.change_impact import NEXT_BOOT, TRAINING_RESTARTS, 
 from infra import plan, plan_diff
 
 VM, JOB, POOL = "demo-tpu-vm", "train-v6e-job", "v6e-4x4-pool"
+RUN_PARAMETERS = "train-v6e-run-parameters"
 Edit = Callable[[dict[str, Any]], None]
 
 
@@ -68,18 +69,17 @@ def test_an_unchanged_stack_changes_nothing(base):
     [
         (job(image="us-docker.pkg.dev/cloud-tpu-images/jax-ai-image/tpu:v2"), {JOB}, "containers[0].image"),
         (job(command=["python3", "/tmp/other.py"]), {JOB}, "containers[0].command"),
-        (job(env={"EXTRA": "1"}), {JOB}, "containers[0].env"),
         (vm(runtimeVersion="tpu-vm-tf-2.17.0-pjrt"), {VM}, "runtimeVersion changed"),
         (vm(acceleratorType="v3-32"), {VM}, "acceleratorType changed"),
         (vm(provisioning="spot"), {VM}, "schedulingConfig"),
         # The pool's nodes live at most this long: ForceNew; the Jobs' checkpoint interval follows.
-        (pool(maxRunDuration="72h"), {POOL, JOB}, "nodeConfig.maxRunDuration changed"),
+        # The Jobs' checkpoint interval follows, in their run-parameters ConfigMap (in place).
+        (pool(maxRunDuration="72h"), {POOL}, "nodeConfig.maxRunDuration changed"),
         (vm(restartGeneration=1), {VM}, 'replacement trigger 0 -> "recovery 0, restart 1"'),
     ],
     ids=[
         "image",
         "command",
-        "job-env",
         "runtimeVersion",
         "acceleratorType",
         "provisioning",
@@ -124,14 +124,22 @@ def test_tpu_vm_metadata_edits_wait_for_the_next_boot_and_name_the_restart_knob(
     assert "REPLACE" not in text
 
 
-def test_a_scale_value_patches_the_vm_and_replaces_the_job(base):
-    # A VM's environment lives in its startup script (next boot); a Job's in its Pod template.
+def test_a_scale_value_patches_the_vm_and_the_jobs_run_parameters_in_place(base):
+    # A VM's environment lives in its startup script (next boot); a Job's in its run-parameters
+    # ConfigMap, which the Kubernetes provider updates in place (enableConfigMapMutable).
     changed, text = after(base, config_key("training", perCoreBatchSize=64))
 
     assert changed[VM].action == "update" and NEXT_BOOT in changed[VM].effects
-    assert changed[JOB].action == "replace" and changed[JOB].restarts_training
-    assert {name for name, c in changed.items() if c.action == "replace"} == {JOB}
+    assert changed[RUN_PARAMETERS].action == "update"
+    assert JOB not in changed
+    assert {c.action for c in changed.values()} == {"update"}
     assert "bump restartGeneration of the tpuVms entry 'demo-tpu'" in text
+
+
+def test_a_jobs_env_updates_its_run_parameters_in_place(base):
+    changed, text = after(base, job(env={"EXTRA": "1"}))
+    assert set(changed) == {RUN_PARAMETERS} and changed[RUN_PARAMETERS].action == "update"
+    assert "REPLACE" not in text
 
 
 def test_labels_update_everything_in_place(base):
