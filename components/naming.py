@@ -5,15 +5,17 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
+import unicodedata
 
-_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
-_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 _SERVICE_ACCOUNT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$")
 _PROJECT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 
-LABEL_KEY_RULE = "a lowercase letter, then up to 62 lowercase letters, digits, '_' or '-'"
-LABEL_VALUE_RULE = "up to 63 lowercase letters, digits, '_' or '-'"
+LABEL_KEY_RULE = (
+    "a lowercase letter (international letters too), then up to 62 lowercase letters, digits, "
+    "'_' or '-'"
+)
+LABEL_VALUE_RULE = "up to 63 lowercase letters (international ones too), digits, '_' or '-'"
 BUCKET_NAME_RULE = "3 to 63 lowercase letters, digits, '-' or '_', starting and ending with a letter or digit"
 PROJECT_ID_RULE = "6 to 30 lowercase letters, digits or '-', starting with a letter and not ending with '-'"
 
@@ -22,21 +24,78 @@ MAX_LABELS = 64
 """Google Cloud: "Each resource can have multiple labels, up to a maximum of 64"
 (https://cloud.google.com/resource-manager/docs/labels-overview#requirements)."""
 
+PROVIDER_LABELS = 1
+"""Labels pulumi-gcp adds itself to a resource it creates: ``goog-pulumi-provisioned``, its
+patched copy of the Terraform provider's attribution label (``add_terraform_attribution_label``,
+on by default; shared/REFERENCE.md, "Change safety and engine facts"). It counts against
+``MAX_LABELS``, so a resource takes at most 63 labels from the stack."""
+
 STACK_LABEL_KEYS = ("managed-by", "pulumi-project", "pulumi-stack")
 """The labels the stack program puts on everything that takes labels (and the policy pack checks)."""
+
+MAX_LABEL_CHARACTERS = 63
+MAX_LABEL_BYTES = 128
+"""Google Cloud's label rules, as the Resource Manager's "Requirements for labels" states them
+(https://cloud.google.com/resource-manager/docs/labels-overview#requirements): keys 1-63 and
+values 0-63 characters; "Keys and values can contain only lowercase letters, numeric
+characters, underscores, and dashes. All characters must use UTF-8 encoding, and international
+characters are allowed"; "Keys must start with a lowercase letter or international character".
+The APIs give the same rule as PCRE: keys ``[\\p{Ll}\\p{Lo}][\\p{Ll}\\p{Lo}\\p{N}_-]{0,62}``,
+values ``[\\p{Ll}\\p{Lo}\\p{N}_-]{0,63}``, "Keys and values must both be under 128 bytes"
+(Bigtable Admin API, ``Instance.labels``). Python's ``re`` has no ``\\p{..}``: the categories
+are read with ``unicodedata``."""
+
+
+def _label_letter(char: str) -> bool:
+    # Ll: lowercase letters (a, é, ß); Lo: letters without case (Chinese, Japanese, Hebrew...).
+    return unicodedata.category(char) in ("Ll", "Lo")
+
+
+def _label_char(char: str) -> bool:
+    # N: numbers in any script (Nd, Nl, No), as \p{N} reads them.
+    return _label_letter(char) or unicodedata.category(char).startswith("N") or char in "_-"
 
 
 def label_key_problem(key: str) -> str | None:
     """Why ``key`` cannot be a label key on Google Cloud resources, or None."""
-    if not _LABEL_KEY.match(key):
+    if (
+        not key
+        or len(key) > MAX_LABEL_CHARACTERS
+        or len(key.encode("utf-8")) >= MAX_LABEL_BYTES
+        or not _label_letter(key[0])
+        or not all(_label_char(c) for c in key)
+    ):
         return f"label key {key!r} must be {LABEL_KEY_RULE}"
     return None
 
 
 def label_value_problem(value: str) -> str | None:
     """Why ``value`` cannot be a label value on Google Cloud resources, or None."""
-    if not _LABEL_VALUE.match(value):
+    if (
+        len(value) > MAX_LABEL_CHARACTERS
+        or len(value.encode("utf-8")) >= MAX_LABEL_BYTES
+        or not all(_label_char(c) for c in value)
+    ):
         return f"label value {value!r} must be {LABEL_VALUE_RULE}"
+    return None
+
+
+MAX_RECOVERY_GENERATION = 10**18 - 2
+"""The largest recovery generation a resource may be declared at. The generation is the value of
+its ``recovery-generation`` label, which recovery reads back only as up to 18 decimal digits
+(``recovery.parse_generation``); the next generation, one more, must still be readable. (A label
+value holds 63 characters; 18 digits is also what a 64-bit integer always holds.)"""
+
+
+def generation_problem(generation: object) -> str | None:
+    """Why ``generation`` cannot be a recovery generation, or None."""
+    if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
+        return f"{generation!r} is no recovery generation: a whole number from 0 to {MAX_RECOVERY_GENERATION}"
+    if generation > MAX_RECOVERY_GENERATION:
+        return (
+            f"{generation} is above the largest recovery generation, {MAX_RECOVERY_GENERATION}: the "
+            f"generation is a label value recovery reads back as at most 18 digits"
+        )
     return None
 
 
