@@ -98,15 +98,15 @@ def _describe(annotation: Any) -> str:
         return f"a dict with keys {', '.join(annotation.__annotations__)} ({annotation.__name__})"
     return {
         str: "text (str)",
-        bool: "True or False (bool)",
-        int: "a whole number (int)",
+        bool: "True or False",
+        int: "a whole number >= 0",
         float: "a number (float)",
     }.get(annotation, f"a {getattr(annotation, '__name__', annotation)}")
 
 
 def _plural(annotation: Any) -> str:
     text = _describe(annotation)
-    return {"text (str)": "text", "a whole number (int)": "whole numbers"}.get(text, text)
+    return {"text (str)": "text", "a whole number >= 0": "whole numbers"}.get(text, text)
 
 
 def _type_problem(value: Any, annotation: Any, path: str) -> Optional[str]:
@@ -130,9 +130,9 @@ def _type_problem(value: Any, annotation: Any, path: str) -> Optional[str]:
         # One plain type: its own, more precise, reason (a NUL byte, a negative count).
         if len(plain) == 1 or (len(plain) == 2 and type(None) in plain and value is not None):
             return next(p for p, m in zip(problems, plain) if m is not type(None))
-        return f"{path} = {_shown(value)} must be {_describe(annotation)}"
+        return f"{path} must be {_describe(annotation)}, got {_shown(value)}"
     if annotation is type(None):
-        return None if value is None else f"{path} = {_shown(value)} must be None"
+        return None if value is None else f"{path} must be None, got {_shown(value)}"
     if isinstance(value, pulumi.Output):
         return (
             f"{path} is a pulumi.Output, but must be {_describe(annotation)} known when the program "
@@ -140,29 +140,29 @@ def _type_problem(value: Any, annotation: Any, path: str) -> Optional[str]:
         )
     if origin is typing.Literal:
         allowed = typing.get_args(annotation)
-        return None if value in allowed else f"{path} = {_shown(value)} must be {_describe(annotation)}"
+        return None if value in allowed else f"{path} must be {_describe(annotation)}, got {_shown(value)}"
     if annotation is str:
         if not isinstance(value, str):
-            return f"{path} = {_shown(value)} must be text (str)"
+            return f"{path} must be text (str), got {_shown(value)}"
         if "\x00" in value:
             # No Google API, shell or container environment takes a NUL byte.
-            return f"{path} = {_shown(value)} contains a NUL byte (\\x00), which no Google Cloud API takes"
+            return f"{path} {_shown(value)} contains a NUL byte (\\x00), which no Google Cloud API takes"
         return None
     if annotation is bool:
         # Strictly a bool: "yes", "false" and 1 are truthy or falsy by accident, not by intent.
-        return None if isinstance(value, bool) else f"{path} = {_shown(value)} must be True or False (bool)"
+        return None if isinstance(value, bool) else f"{path} must be True or False, got {_shown(value)}"
     if annotation is int:
         # Every whole number the components take is a count: never negative, never a fraction.
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            return f"{path} = {_shown(value)} must be a whole number, 0 or more (int)"
+            return f"{path} {_shown(value)} must be a whole number >= 0"
         return None
     if annotation is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            return f"{path} = {_shown(value)} must be a finite number (float)"
+            return f"{path} must be a finite number (float), got {_shown(value)}"
         return None
     if origin in (collections.abc.Mapping, dict):
         if not isinstance(value, Mapping):
-            return f"{path} = {_shown(value)} must be {_describe(annotation)}"
+            return f"{path} must be {_describe(annotation)}, got {_shown(value)}"
         key_type, value_type = typing.get_args(annotation) or (Any, Any)
         for key, item in value.items():
             problem = _type_problem(key, key_type, f"{path} key {key!r}") or _type_problem(
@@ -174,7 +174,7 @@ def _type_problem(value: Any, annotation: Any, path: str) -> Optional[str]:
     if origin in (collections.abc.Sequence, list, tuple):
         # Text is a sequence of characters, never a list of values.
         if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-            return f"{path} = {_shown(value)} must be {_describe(annotation)}"
+            return f"{path} must be {_describe(annotation)}, got {_shown(value)}"
         (item_type,) = typing.get_args(annotation)[:1] or (Any,)
         for index, item in enumerate(value):
             problem = _type_problem(item, item_type, f"{path}[{index}]")
@@ -188,7 +188,7 @@ def _type_problem(value: Any, annotation: Any, path: str) -> Optional[str]:
             return str(exc)
         return None
     if isinstance(annotation, type):
-        return None if isinstance(value, annotation) else f"{path} = {_shown(value)} must be {_describe(annotation)}"
+        return None if isinstance(value, annotation) else f"{path} must be {_describe(annotation)}, got {_shown(value)}"
     return None  # an annotation this check does not know: the component's own checks decide
 
 

@@ -6,6 +6,9 @@ import hashlib
 import ipaddress
 import re
 import unicodedata
+from typing import Callable, Optional
+
+from .catalogue import MACHINE_TYPES
 
 _SERVICE_ACCOUNT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$")
@@ -127,7 +130,7 @@ def bucket_name_problem(name: str) -> str | None:
             f"bucket name {name!r} has a dot: Cloud Storage takes dotted names only after you verify "
             f"the domain they name; use {BUCKET_NAME_RULE}"
         )
-    if not _BUCKET_NAME.match(name):
+    if not _BUCKET_NAME.fullmatch(name):
         return f"bucket name {name!r} must be {BUCKET_NAME_RULE}"
     if name.startswith("goog"):
         return f"bucket name {name!r} begins with 'goog', which Cloud Storage reserves"
@@ -153,7 +156,7 @@ def project_id_problem(project: str) -> str | None:
             f"{project!r} is a domain-scoped project ID, which this stack does not support: bucket, "
             f"service-account and Workload Identity names are made from the project ID and cannot hold ':'"
         )
-    if not _PROJECT_ID.match(project):
+    if not _PROJECT_ID.fullmatch(project):
         return f"project ID {project!r} must be {PROJECT_ID_RULE}"
     if "google" in project:
         return f"project ID {project!r} contains 'google', which Google Cloud does not allow"
@@ -162,7 +165,7 @@ def project_id_problem(project: str) -> str | None:
 
 def service_account_id_problem(account_id: str) -> str | None:
     """Why a service account id is not valid, or None when it is."""
-    if not _SERVICE_ACCOUNT_ID.match(account_id):
+    if not _SERVICE_ACCOUNT_ID.fullmatch(account_id):
         return (
             f"service account id {account_id!r} must be 6-30 lowercase letters, digits or '-', "
             f"starting with a letter and ending with a letter or digit"
@@ -176,7 +179,7 @@ _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 def dns_label_problem(what: str, name: str, limit: int) -> str | None:
     """Why ``name`` cannot name a ``what`` that must be a DNS label of at most ``limit``
     characters starting with a letter (GKE node pools, Kubernetes Jobs), or None."""
-    if len(name) > limit or not _DNS_LABEL.match(name):
+    if len(name) > limit or not _DNS_LABEL.fullmatch(name):
         return (
             f"{what} {name!r} must be 1-{limit} lowercase letters, digits or '-', "
             f"starting with a letter and ending with a letter or digit"
@@ -209,3 +212,106 @@ def bounded_name(*parts: str, limit: int = 63) -> str:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:8]
     return f"{name[: limit - 9].rstrip('-._')}-{digest}"
+
+
+# --- Names of things brought from outside the stack ---------------------------------------------
+
+_RESOURCE_NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
+_PATH_PROJECT = r"(?:[a-z0-9.-]+\.[a-z]+:)?[a-z][-a-z0-9]{4,28}[a-z0-9]"  # domain-scoped too (shared VPC)
+_API_PREFIX = r"(?:https://(?:www|compute)\.googleapis\.com/compute/(?:v1|beta)/)?"
+_NETWORK = re.compile(rf"^(?:{_RESOURCE_NAME}|{_API_PREFIX}projects/{_PATH_PROJECT}/global/networks/{_RESOURCE_NAME})$")
+_SUBNETWORK = re.compile(
+    rf"^(?:{_RESOURCE_NAME}|{_API_PREFIX}projects/{_PATH_PROJECT}/regions/(?P<region>[a-z]+-[a-z]+[0-9]+)"
+    rf"/subnetworks/{_RESOURCE_NAME})$"
+)
+RESOURCE_NAME_RULE = "1-63 lowercase letters, digits or '-', starting with a letter and not ending with '-'"
+
+
+def network_problem(network: str) -> str | None:
+    """Why ``network`` names no VPC network, or None. Compute Engine names a network by its name
+    (RFC 1035: "1-63 characters long and match the regular expression
+    `[a-z]([-a-z0-9]*[a-z0-9])?`", https://cloud.google.com/compute/docs/naming-resources), its
+    path ``projects/P/global/networks/N`` or that path's URL."""
+    if _NETWORK.fullmatch(network):
+        return None
+    return (
+        f"network {network!r} must be a network's name ({RESOURCE_NAME_RULE}) or its path "
+        f"projects/PROJECT/global/networks/NAME"
+    )
+
+
+def subnetwork_problem(subnetwork: str, region: str | None = None) -> str | None:
+    """Why ``subnetwork`` names no subnetwork (of ``region``, when given), or None: a name, a
+    path ``projects/P/regions/R/subnetworks/S`` or its URL."""
+    match = _SUBNETWORK.fullmatch(subnetwork)
+    if match is None:
+        return (
+            f"subnetwork {subnetwork!r} must be a subnetwork's name ({RESOURCE_NAME_RULE}) or its "
+            f"path projects/PROJECT/regions/REGION/subnetworks/NAME"
+        )
+    if region is not None and match.group("region") not in (None, region):
+        return (
+            f"subnetwork {subnetwork!r} is in region {match.group('region')}, but it must be in "
+            f"{region}, where it is used"
+        )
+    return None
+
+
+_MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)+$")
+
+
+def machine_type_problem(machine_type: str) -> str | None:
+    """Why ``machine_type`` is no Compute Engine machine type name, or None. Names are the
+    series, the type and the size joined by '-' (``e2-standard-4``, ``n2-highmem-8``,
+    ``e2-micro``) or a custom type (``custom-4-16384``, ``n2-custom-4-16384``); lowercase
+    (https://cloud.google.com/compute/docs/machine-resource). Whether the zone offers it is for
+    the API to say; the form is checked here."""
+    if len(machine_type) <= 63 and _MACHINE_TYPE.fullmatch(machine_type):
+        return None
+    return (
+        f"machine type {machine_type!r} is not a Compute Engine machine type: lowercase letters and "
+        f"digits joined by '-', such as 'e2-standard-4', 'n2-highmem-8' or 'custom-4-16384'"
+    )
+
+
+_RUNTIME_VERSION = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+def runtime_version_problem(version: str) -> str | None:
+    """Why ``version`` is no TPU software version, or None. Versions are single lowercase tokens
+    such as ``tpu-ubuntu2204-base``, ``v2-alpha-tpuv6e`` or ``tpu-vm-tf-2.16.1-pjrt``
+    (https://cloud.google.com/tpu/docs/runtimes); blank or several words is a typo."""
+    if len(version) <= 128 and _RUNTIME_VERSION.fullmatch(version):
+        return None
+    return (
+        f"runtime version {version!r} must be one TPU software version: lowercase letters, digits, "
+        f"'.', '_' or '-', such as 'tpu-ubuntu2204-base' or 'v2-alpha-tpuv6e'"
+    )
+
+
+LATEST_GKE_VERSION = "latest"
+"""GKE's alias for the highest version it offers. The API's ``Cluster.initialClusterVersion``:
+"Users may specify either explicit versions offered by Kubernetes Engine or version aliases ...
+"latest": picks the highest valid Kubernetes version"
+(https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/projects.locations.clusters).
+The highest version is always new enough for TPU flex-start."""
+
+
+def min_version_problem(version: str, version_problem: Callable[[str], str | None]) -> str | None:
+    """Why ``version`` cannot be a cluster's minimum version, or None: ``latest``, or a version
+    ``version_problem`` (``node_pool_plan.gke_version_problem``) takes."""
+    if version == LATEST_GKE_VERSION:
+        return None
+    if version != version.strip():
+        return f"{version!r} has spaces or a line break around the version; write it alone, e.g. '1.34'"
+    return version_problem(version)
+
+
+def system_machine_type_problem(machine_type: str) -> Optional[str]:
+    """Why ``machine_type`` cannot run the cluster's CPU system pool, or None."""
+    if machine_type in MACHINE_TYPES:
+        return (
+            f"{machine_type!r} is a TPU machine type; the system pool runs GKE's own Pods on CPU "
+            f"machines such as 'e2-standard-4' (TPU slices go in node pools)"
+        )
+    return machine_type_problem(machine_type)

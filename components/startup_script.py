@@ -86,7 +86,7 @@ the commands that train (they would run, but not train), or bash replaces the va
 
 def env_name_problem(name: str) -> Optional[str]:
     """Why ``name`` is no environment variable name a shell or a container takes, or None."""
-    if not _ENV_NAME.match(name):
+    if not _ENV_NAME.fullmatch(name):
         return (
             f"environment variable name {name!r} must be letters, digits and '_', not starting with a digit"
         )
@@ -280,3 +280,25 @@ if [ -f "$STATE_DIR/trainer.pid" ]; then
   done
 fi
 """
+
+
+def vm_metadata(
+    *,
+    vm_name: str,
+    checkpoint_dir: str,
+    train_command: str,
+    environment: Mapping[str, str],
+    setup_command: Optional[str] = None,
+) -> dict[str, str]:
+    """A TPU VM's ``metadata``: its startup and shutdown scripts. ``CHECKPOINT_DIR`` in
+    ``environment`` is left to the script, which sets it from ``checkpoint_dir``."""
+    return {
+        "startup-script": render_startup_script(
+            vm_name=vm_name,
+            checkpoint_dir=checkpoint_dir,
+            train_command=train_command,
+            environment={k: v for k, v in environment.items() if k != "CHECKPOINT_DIR"},
+            setup_command=setup_command,
+        ),
+        "shutdown-script": render_shutdown_script(vm_name=vm_name),
+    }

@@ -204,6 +204,6 @@ def test_network_settings_ignored_without_create_are_a_warning(config):
     )
 
 
-def test_an_empty_per_resource_network_counts_as_set(config):
+def test_an_empty_per_resource_network_is_no_network_name(config):
     config["tpu-training:cluster"]["network"] = ""
-    assert "tpu-training:cluster.network is set" in _refused(config)
+    assert 'tpu-training:cluster.network = "": network \'\' must be a network\'s name' in _refused(config)
