@@ -109,7 +109,7 @@ def _plural(annotation: Any) -> str:
     return {"text (str)": "text", "a whole number >= 0": "whole numbers"}.get(text, text)
 
 
-def _type_problem(value: Any, annotation: Any, path: str) -> Optional[str]:
+def type_problem(value: Any, annotation: Any, path: str) -> Optional[str]:
     """Why ``value`` is no ``annotation``, naming ``path``, or None."""
     annotation = _unwrapped(annotation)
     origin = typing.get_origin(annotation)
@@ -124,7 +124,7 @@ def _type_problem(value: Any, annotation: Any, path: str) -> Optional[str]:
         ):
             return None
         plain = [m for m in members if not _is_output_ref(m) and typing.get_origin(m) is not collections.abc.Awaitable]
-        problems = [_type_problem(value, m, path) for m in plain]
+        problems = [type_problem(value, m, path) for m in plain]
         if any(p is None for p in problems):
             return None
         # One plain type: its own, more precise, reason (a NUL byte, a negative count).
@@ -165,7 +165,7 @@ def _type_problem(value: Any, annotation: Any, path: str) -> Optional[str]:
             return f"{path} must be {_describe(annotation)}, got {_shown(value)}"
         key_type, value_type = typing.get_args(annotation) or (Any, Any)
         for key, item in value.items():
-            problem = _type_problem(key, key_type, f"{path} key {key!r}") or _type_problem(
+            problem = type_problem(key, key_type, f"{path} key {key!r}") or type_problem(
                 item, value_type, f"{path}[{key!r}]"
             )
             if problem:
@@ -177,7 +177,7 @@ def _type_problem(value: Any, annotation: Any, path: str) -> Optional[str]:
             return f"{path} must be {_describe(annotation)}, got {_shown(value)}"
         (item_type,) = typing.get_args(annotation)[:1] or (Any,)
         for index, item in enumerate(value):
-            problem = _type_problem(item, item_type, f"{path}[{index}]")
+            problem = type_problem(item, item_type, f"{path}[{index}]")
             if problem:
                 return problem
         return None
@@ -205,7 +205,7 @@ def check_types(where: str, args: Any, annotations: Any) -> None:
             if required:
                 raise InvalidArgument(f"{where}: {key} is required; give {_describe(annotation)}")
             continue
-        problem = _type_problem(args[key], annotation, key)
+        problem = type_problem(args[key], annotation, key)
         if problem:
             raise InvalidArgument(f"{where}: {problem}")
 
