@@ -84,7 +84,9 @@ def _describe(annotation: Any) -> str:
     if _is_output_ref(annotation):
         return "a pulumi.Output"
     if origin is typing.Union:
-        members = [a for a in typing.get_args(annotation) if typing.get_origin(a) is not collections.abc.Awaitable]
+        members = [
+            a for a in typing.get_args(annotation) if typing.get_origin(a) is not collections.abc.Awaitable
+        ]
         return " or ".join(_describe(m) for m in members)
     if origin is typing.Literal:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(annotation))
@@ -123,13 +125,17 @@ def type_problem(value: Any, annotation: Any, path: str) -> Optional[str]:
             typing.get_origin(m) is collections.abc.Awaitable for m in members
         ):
             return None
-        plain = [m for m in members if not _is_output_ref(m) and typing.get_origin(m) is not collections.abc.Awaitable]
+        plain = [
+            m
+            for m in members
+            if not _is_output_ref(m) and typing.get_origin(m) is not collections.abc.Awaitable
+        ]
         problems = [type_problem(value, m, path) for m in plain]
         if any(p is None for p in problems):
             return None
         # One plain type: its own, more precise, reason (a NUL byte, a negative count).
         if len(plain) == 1 or (len(plain) == 2 and type(None) in plain and value is not None):
-            return next(p for p, m in zip(problems, plain) if m is not type(None))
+            return next(p for p, m in zip(problems, plain, strict=True) if m is not type(None))
         return f"{path} must be {_describe(annotation)}, got {_shown(value)}"
     if annotation is type(None):
         return None if value is None else f"{path} must be None, got {_shown(value)}"
@@ -188,7 +194,11 @@ def type_problem(value: Any, annotation: Any, path: str) -> Optional[str]:
             return str(exc)
         return None
     if isinstance(annotation, type):
-        return None if isinstance(value, annotation) else f"{path} must be {_describe(annotation)}, got {_shown(value)}"
+        return (
+            None
+            if isinstance(value, annotation)
+            else f"{path} must be {_describe(annotation)}, got {_shown(value)}"
+        )
     return None  # an annotation this check does not know: the component's own checks decide
 
 
@@ -196,7 +206,9 @@ def check_types(where: str, args: Any, annotations: Any) -> None:
     """Reject arguments that are missing or of the wrong type, as the ``TypedDict`` (or its
     ``__annotations__``) declares them: the message names the argument, shows the value and says
     what is allowed. ``None`` is refused unless the annotation is ``Optional``."""
-    fields: Mapping[str, Any] = annotations if isinstance(annotations, Mapping) else annotations.__annotations__
+    fields: Mapping[str, Any] = (
+        annotations if isinstance(annotations, Mapping) else annotations.__annotations__
+    )
     if not isinstance(args, Mapping):
         raise InvalidArgument(f"{where} = {_shown(args)} must be a dict with keys {', '.join(fields)}")
     for key, annotation in fields.items():
@@ -217,7 +229,9 @@ def check_resource_name(what: str, name: Any, opts: Any) -> None:
     if "\x00" in name:
         raise InvalidArgument(f"{what} {name!r}: the resource name contains a NUL byte (\\x00)")
     if opts is not None and not isinstance(opts, pulumi.ResourceOptions):
-        raise InvalidArgument(f"{what} {name!r}: opts = {_shown(opts)} must be a pulumi.ResourceOptions or None")
+        raise InvalidArgument(
+            f"{what} {name!r}: opts = {_shown(opts)} must be a pulumi.ResourceOptions or None"
+        )
 
 
 def check_one_of(where: str, key: str, value: Any, allowed: Sequence[str]) -> None:

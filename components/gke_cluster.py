@@ -153,11 +153,12 @@ def _validate(name: str, args: GkeTpuClusterArgs, opts: Optional[pulumi.Resource
         raise InvalidArgument(f"{where}: system_machine_type: {problem}")
     # Outputs (a TrainingNetwork's ids) are checked by nobody: their values are not known yet.
     network, subnetwork = args.get("network"), args.get("subnetwork")
-    problem = (isinstance(network, str) and network_problem(network)) or (
-        isinstance(subnetwork, str) and subnetwork_problem(subnetwork, args["location"])
-    )
-    if problem:
-        raise InvalidArgument(f"{where}: {problem}")
+    for problem in (
+        network_problem(network) if isinstance(network, str) else None,
+        subnetwork_problem(subnetwork, args["location"]) if isinstance(subnetwork, str) else None,
+    ):
+        if problem:
+            raise InvalidArgument(f"{where}: {problem}")
     check_labels(where, args.get("labels", {}))
     return recurring
 

@@ -15,8 +15,7 @@ _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$")
 _PROJECT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 
 LABEL_KEY_RULE = (
-    "a lowercase letter (international letters too), then up to 62 lowercase letters, digits, "
-    "'_' or '-'"
+    "a lowercase letter (international letters too), then up to 62 lowercase letters, digits, '_' or '-'"
 )
 LABEL_VALUE_RULE = "up to 63 lowercase letters (international ones too), digits, '_' or '-'"
 BUCKET_NAME_RULE = "3 to 63 lowercase letters, digits, '-' or '_', starting and ending with a letter or digit"
@@ -219,7 +218,9 @@ def bounded_name(*parts: str, limit: int = 63) -> str:
 _RESOURCE_NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
 _PATH_PROJECT = r"(?:[a-z0-9.-]+\.[a-z]+:)?[a-z][-a-z0-9]{4,28}[a-z0-9]"  # domain-scoped too (shared VPC)
 _API_PREFIX = r"(?:https://(?:www|compute)\.googleapis\.com/compute/(?:v1|beta)/)?"
-_NETWORK = re.compile(rf"^(?:{_RESOURCE_NAME}|{_API_PREFIX}projects/{_PATH_PROJECT}/global/networks/{_RESOURCE_NAME})$")
+_NETWORK = re.compile(
+    rf"^(?:{_RESOURCE_NAME}|{_API_PREFIX}projects/{_PATH_PROJECT}/global/networks/{_RESOURCE_NAME})$"
+)
 _SUBNETWORK = re.compile(
     rf"^(?:{_RESOURCE_NAME}|{_API_PREFIX}projects/{_PATH_PROJECT}/regions/(?P<region>[a-z]+-[a-z]+[0-9]+)"
     rf"/subnetworks/{_RESOURCE_NAME})$"

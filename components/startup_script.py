@@ -16,8 +16,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 _CHANGES_HOW_BASH_RUNS = (
-    "bash reads it to decide how to run commands, so it would change how the setup and training "
-    "commands run"
+    "bash reads it to decide how to run commands, so it would change how the setup and training commands run"
 )
 _BASH_SETS_IT = (
     "bash sets it itself in the shell that runs the training command, so the trainer would not "

@@ -117,11 +117,12 @@ def _validate(
             raise InvalidArgument(f"{where}: recovery_generation {problem}")
     # Outputs (a TrainingNetwork's ids) are checked by nobody: their values are not known yet.
     network, subnetwork = args.get("network"), args.get("subnetwork")
-    problem = (isinstance(network, str) and network_problem(network)) or (
-        isinstance(subnetwork, str) and subnetwork_problem(subnetwork, region)
-    )
-    if problem:
-        raise InvalidArgument(f"{where}: {problem}")
+    for problem in (
+        network_problem(network) if isinstance(network, str) else None,
+        subnetwork_problem(subnetwork, region) if isinstance(subnetwork, str) else None,
+    ):
+        if problem:
+            raise InvalidArgument(f"{where}: {problem}")
     # The recovery generation is a label of its own.
     check_labels(where, args.get("labels", {}), added=1)
     return accelerator

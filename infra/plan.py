@@ -199,7 +199,9 @@ def _generations(document: dict[str, Any], key: str, shown: str) -> None:
         # A generation becomes the `recovery-generation` label value, which recovery must read back.
         problem = generation_problem(generation)
         if problem:
-            raise UsageError(f"--previous-outputs {shown}: {key}.{name} = {json.dumps(generation)}: {problem}")
+            raise UsageError(
+                f"--previous-outputs {shown}: {key}.{name} = {json.dumps(generation)}: {problem}"
+            )
 
 
 def read_previous_outputs(source: str) -> dict[str, Any]:

@@ -296,9 +296,9 @@ class ClusterConfig(_Model):
     release_channel: Literal["RAPID", "REGULAR", "STABLE"] = "REGULAR"
     min_version: Optional[StrictStr] = None
     maintenance_window: MaintenanceWindowConfig = MaintenanceWindowConfig()
-    system_machine_type: Annotated[StrictStr, AfterValidator(_no_problem(naming.system_machine_type_problem))] = (
-        "e2-standard-4"
-    )
+    system_machine_type: Annotated[
+        StrictStr, AfterValidator(_no_problem(naming.system_machine_type_problem))
+    ] = "e2-standard-4"
     system_max_nodes: StrictInt = Field(default=3, ge=1)
     network: Optional[Annotated[StrictStr, AfterValidator(_no_problem(naming.network_problem))]] = None
     subnetwork: Optional[Annotated[StrictStr, AfterValidator(_no_problem(naming.subnetwork_problem))]] = None
@@ -1093,7 +1093,11 @@ def _nul_problems(value: Any, loc: tuple[Any, ...]) -> list[str]:
     """Every text of the config holding a NUL byte: no Google API, shell or environment takes
     one (bash drops it, a C string ends at it), so the run would get other text than written."""
     if isinstance(value, str):
-        return [f"{_key_path(loc)} = {json.dumps(value, ensure_ascii=False)}: contains a NUL byte (\\u0000)"] if "\x00" in value else []
+        return (
+            [f"{_key_path(loc)} = {json.dumps(value, ensure_ascii=False)}: contains a NUL byte (\\u0000)"]
+            if "\x00" in value
+            else []
+        )
     if isinstance(value, list):
         return [p for index, item in enumerate(value) for p in _nul_problems(item, (*loc, index))]
     if isinstance(value, dict):

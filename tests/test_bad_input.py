@@ -176,7 +176,10 @@ def test_namespace_rule_in_words(config):
 def test_container_images_a_node_cannot_pull(config, image, reason):
     config[JOBS][0]["image"] = image
     message = refused(config)
-    assert f"tpu-training:jobs[0].image = {json.dumps(image, ensure_ascii=False)}" in message and reason in message
+    assert (
+        f"tpu-training:jobs[0].image = {json.dumps(image, ensure_ascii=False)}" in message
+        and reason in message
+    )
 
 
 def test_a_blank_train_command_would_mark_training_done_untrained(config):
@@ -482,7 +485,9 @@ def test_env_names_bash_reads_or_replaces(config, name):
     )
 
 
-@pytest.mark.parametrize("name", ["TRAIN_COMMAND", "MARKER", "STATE_DIR", "attempt", "status", "RUN_ENVIRONMENT"])
+@pytest.mark.parametrize(
+    "name", ["TRAIN_COMMAND", "MARKER", "STATE_DIR", "attempt", "status", "RUN_ENVIRONMENT"]
+)
 def test_env_names_the_script_uses_itself_reach_the_trainer_as_written(config, name):
     # The script keeps its own variables to itself: the user's value is what the trainer gets.
     config[VMS][0]["env"] = {name: "users value"}

@@ -68,7 +68,11 @@ def _cluster() -> dict[str, Any]:
         "cluster_name": "tpu-dev",
         "release_channel": "REGULAR",
         "min_version": "1.34",
-        "maintenance_window": {"start_time": "02:00", "end_time": "08:00", "recurrence": "FREQ=WEEKLY;BYDAY=SA,SU"},
+        "maintenance_window": {
+            "start_time": "02:00",
+            "end_time": "08:00",
+            "recurrence": "FREQ=WEEKLY;BYDAY=SA,SU",
+        },
         "system_machine_type": "e2-standard-4",
         "system_max_nodes": 3,
         "upgrade_exclusion_scope": "NO_MINOR_UPGRADES",
@@ -360,7 +364,9 @@ def _self_cases() -> Iterator[Any]:
                 if unchecked
                 else ()
             )
-            yield pytest.param(component, name, args, opts, fragment, marks=marks, id=f"{component}-{fragment}")
+            yield pytest.param(
+                component, name, args, opts, fragment, marks=marks, id=f"{component}-{fragment}"
+            )
 
 
 @pytest.mark.parametrize(("component", "name", "args", "opts", "fragment"), list(_self_cases()))
@@ -398,7 +404,11 @@ def test_an_output_where_an_input_is_taken_is_left_to_the_engine():
     def body() -> None:
         api.PreemptibleTpuVm(
             "it",
-            {**_vm(), "recovery_generation": pulumi.Output.from_input(3), "project": pulumi.Output.from_input("p")},
+            {
+                **_vm(),
+                "recovery_generation": pulumi.Output.from_input(3),
+                "project": pulumi.Output.from_input("p"),
+            },
         )
 
     run = run_components(body)
@@ -487,7 +497,9 @@ def test_each_function_baseline_is_valid(function):
 
 def test_a_refused_domain_value_is_still_the_domains_own_error():
     # Code that caught CatalogueError (or ValueError) before keeps working.
-    with pytest.raises(api.CatalogueError, match=r"accelerator_type\(name='v9-8'\): unknown accelerator type"):
+    with pytest.raises(
+        api.CatalogueError, match=r"accelerator_type\(name='v9-8'\): unknown accelerator type"
+    ):
         api.accelerator_type("v9-8")
     with pytest.raises(ValueError):
         api.plan_training(per_core_batch_size=1, cores=8)
