@@ -49,7 +49,8 @@ def checked(func: Callable[P, R]) -> Callable[P, R]:
         for key, value in bound.arguments.items():
             problem = type_problem(value, hints.get(key, Any), key)
             if problem:
-                raise InvalidArgument(f"{name}: {problem}")
+                # A ValueError too, as the domain's own refusals are: `except ValueError` holds.
+                raise _refusal(ValueError)(f"{name}: {problem}")
         try:
             return func(*args, **kwargs)
         except ValueError as exc:

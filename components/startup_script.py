@@ -182,7 +182,8 @@ RUN_ENVIRONMENT=(
 {assignments}
 )
 
-CHECKPOINT_DIR={shlex.quote(checkpoint_dir)}
+# Where the completion marker goes; the policy pack reads the run's bucket from this line.
+export CHECKPOINT_DIR={shlex.quote(checkpoint_dir)}
 TRAIN_COMMAND={shlex.quote(train_command)}
 SETUP_COMMAND={shlex.quote(setup_command or "")}
 MARKER="${{CHECKPOINT_DIR%/}}/{COMPLETION_MARKER}"
