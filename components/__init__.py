@@ -6,24 +6,23 @@ any Pulumi program::
     from tpu_training_components import CheckpointBucket
 """
 
-from .catalogue import (
-    AcceleratorType,
-    CatalogueError,
-    MachineType,
-    SliceShape,
-    accelerator_type,
-    machine_type,
-    region_of_zone,
-    slice_shape,
-    topology_chips,
-)
+from .catalogue import AcceleratorType, CatalogueError, MachineType, SliceShape
 from .checkpoint_bucket import CheckpointBucket, CheckpointBucketArgs
 from .errors import InvalidArgument
 from .gke_cluster import GkeTpuCluster, GkeTpuClusterArgs
 from .identity import TrainingServiceAccount, TrainingServiceAccountArgs
 from .network import TrainingNetwork, TrainingNetworkArgs
-from .node_pool_plan import TpuNodePoolPlan, plan_tpu_node_pool
-from .scaling import TrainingPlan, plan_training
+from .node_pool_plan import TpuNodePoolPlan
+from .public import (  # the domain's functions, with their arguments checked (InvalidArgument)
+    accelerator_type,
+    machine_type,
+    plan_tpu_node_pool,
+    plan_training,
+    region_of_zone,
+    slice_shape,
+    topology_chips,
+)
+from .scaling import TrainingPlan
 from .tpu_node_pool import FlexStartTpuNodePool, FlexStartTpuNodePoolArgs, TpuNodePoolSelection
 from .tpu_vm import PreemptibleTpuVm, PreemptibleTpuVmArgs
 from .training_job import TpuTrainingJob, TpuTrainingJobArgs

@@ -109,7 +109,7 @@ _ACCELERATOR_PATTERN = re.compile(r"^([a-z0-9]+)-([0-9]+)$")
 
 def accelerator_type(name: str) -> AcceleratorType:
     """Resolve a TPU VM accelerator type such as ``v3-8`` or ``v5litepod-16``."""
-    match = _ACCELERATOR_PATTERN.match(name)
+    match = _ACCELERATOR_PATTERN.fullmatch(name)
     family = ACCELERATOR_FAMILIES.get(match.group(1)) if match else None
     if match is None or family is None:
         raise CatalogueError(f"unknown accelerator type {name!r}; allowed: {allowed_accelerator_types()}")
@@ -206,7 +206,7 @@ def machine_type(name: str) -> MachineType:
 
 def topology_dimensions(topology: str) -> tuple[int, ...]:
     """``"4x4"`` -> ``(4, 4)``; raises for anything that is not ``AxB`` or ``AxBxC``."""
-    if not _TOPOLOGY_PATTERN.match(topology) or topology.count("x") > 2:
+    if not _TOPOLOGY_PATTERN.fullmatch(topology) or topology.count("x") > 2:
         raise CatalogueError(
             f"topology {topology!r} is not of the form AxB or AxBxC (for example 2x2, 4x4, 2x2x4)"
         )
@@ -306,7 +306,7 @@ _REGION_PATTERN = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
 
 def region_of_zone(zone: str) -> str:
     """``europe-west4-a`` -> ``europe-west4``."""
-    match = _ZONE_PATTERN.match(zone)
+    match = _ZONE_PATTERN.fullmatch(zone)
     if match is None:
         raise CatalogueError(
             f"{zone!r} is not a Compute Engine zone; expected REGION-LETTER such as "
@@ -317,4 +317,4 @@ def region_of_zone(zone: str) -> str:
 
 def is_region(value: str) -> bool:
     """Whether the value has the shape of a region such as ``europe-west4``."""
-    return _REGION_PATTERN.match(value) is not None
+    return _REGION_PATTERN.fullmatch(value) is not None

@@ -7,7 +7,7 @@ import pulumi_gcp as gcp
 from typing_extensions import NotRequired
 
 from .catalogue import is_region
-from .errors import InvalidArgument, check_known, check_labels
+from .errors import InvalidArgument, check_known, check_labels, check_resource_name
 from .gcp_locations import region_problem
 from .naming import bucket_name_problem
 
@@ -75,6 +75,7 @@ class CheckpointBucket(pulumi.ComponentResource):
         args: CheckpointBucketArgs,
         opts: Optional[pulumi.ResourceOptions] = None,
     ) -> None:
+        check_resource_name("CheckpointBucket", name, opts)
         _validate(args)
         super().__init__("tpu-training:storage:CheckpointBucket", name, {}, opts)
 

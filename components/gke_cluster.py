@@ -10,7 +10,7 @@ import pulumi_kubernetes as k8s
 from typing_extensions import NotRequired
 
 from . import catalogue
-from .errors import InvalidArgument, check_known, check_labels, check_one_of
+from .errors import InvalidArgument, check_known, check_labels, check_one_of, check_resource_name
 from .gcp_locations import region_problem
 from .maintenance_window import (
     DEFAULT_UPGRADE_EXCLUSION_START,
@@ -20,7 +20,13 @@ from .maintenance_window import (
     exclusion_start_problem,
     recurring_window,
 )
-from .naming import service_account_id_problem
+from .naming import (
+    min_version_problem,
+    network_problem,
+    service_account_id_problem,
+    subnetwork_problem,
+    system_machine_type_problem,
+)
 from .node_pool_plan import gke_version_problem, system_pool_zones
 
 RELEASE_CHANNELS = ("RAPID", "REGULAR", "STABLE")
@@ -101,7 +107,8 @@ class GkeTpuClusterArgs(TypedDict):
     """Resource labels on the cluster, besides the project's own."""
 
 
-def _validate(name: str, args: GkeTpuClusterArgs) -> RecurringWindow:
+def _validate(name: str, args: GkeTpuClusterArgs, opts: Optional[pulumi.ResourceOptions]) -> RecurringWindow:
+    check_resource_name("GkeTpuCluster", name, opts)
     where = f"GkeTpuCluster {name!r}"
     check_known(where, args, GkeTpuClusterArgs.__annotations__)
     if not catalogue.is_region(args["location"]):
@@ -113,7 +120,7 @@ def _validate(name: str, args: GkeTpuClusterArgs) -> RecurringWindow:
     if problem:
         raise InvalidArgument(f"{where}: location {problem}")
     cluster_name = args.get("cluster_name", name)
-    if not _CLUSTER_NAME.match(cluster_name):
+    if not _CLUSTER_NAME.fullmatch(cluster_name):
         raise InvalidArgument(
             f"{where}: cluster name {cluster_name!r} must be 1-40 lowercase letters, digits or '-', "
             f"starting with a letter"
@@ -121,7 +128,7 @@ def _validate(name: str, args: GkeTpuClusterArgs) -> RecurringWindow:
     check_one_of(where, "release_channel", args.get("release_channel", "REGULAR"), RELEASE_CHANNELS)
     version = args.get("min_version")
     if version is not None:
-        problem = gke_version_problem(version)
+        problem = min_version_problem(version, gke_version_problem)
         if problem:
             raise InvalidArgument(f"{where}: min_version: {problem}")
     window = args.get("maintenance_window", DEFAULT_MAINTENANCE_WINDOW)
@@ -141,6 +148,17 @@ def _validate(name: str, args: GkeTpuClusterArgs) -> RecurringWindow:
         raise InvalidArgument(f"{where}: node_account_id: {account_problem}")
     if args.get("system_max_nodes", 3) < 1:
         raise InvalidArgument(f"{where}: system_max_nodes {args.get('system_max_nodes')} must be at least 1")
+    problem = system_machine_type_problem(args.get("system_machine_type", "e2-standard-4"))
+    if problem:
+        raise InvalidArgument(f"{where}: system_machine_type: {problem}")
+    # Outputs (a TrainingNetwork's ids) are checked by nobody: their values are not known yet.
+    network, subnetwork = args.get("network"), args.get("subnetwork")
+    for problem in (
+        network_problem(network) if isinstance(network, str) else None,
+        subnetwork_problem(subnetwork, args["location"]) if isinstance(subnetwork, str) else None,
+    ):
+        if problem:
+            raise InvalidArgument(f"{where}: {problem}")
     check_labels(where, args.get("labels", {}))
     return recurring
 
@@ -225,7 +243,7 @@ class GkeTpuCluster(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: GkeTpuClusterArgs, opts: Optional[pulumi.ResourceOptions] = None
     ) -> None:
-        window = _validate(name, args)
+        window = _validate(name, args, opts)
         super().__init__("tpu-training:gke:GkeTpuCluster", name, {}, opts)
         project = args["project"]
         labels = dict(args.get("labels", {}))

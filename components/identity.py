@@ -6,7 +6,7 @@ import pulumi
 import pulumi_gcp as gcp
 from typing_extensions import NotRequired
 
-from .errors import InvalidArgument, check_known
+from .errors import InvalidArgument, check_known, check_resource_name
 from .naming import service_account_id_problem
 
 
@@ -36,6 +36,7 @@ class TrainingServiceAccount(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: TrainingServiceAccountArgs, opts: Optional[pulumi.ResourceOptions] = None
     ) -> None:
+        check_resource_name("TrainingServiceAccount", name, opts)
         check_known(f"TrainingServiceAccount {name!r}", args, TrainingServiceAccountArgs.__annotations__)
         problem = service_account_id_problem(args["account_id"])
         if problem:

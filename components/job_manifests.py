@@ -63,7 +63,7 @@ def namespace_problem(namespace: str) -> Optional[str]:
             f"namespace {namespace!r} is one of Kubernetes' own ({', '.join(SYSTEM_NAMESPACES)}), which "
             f"it reserves for its system components; use 'default' or a name of your own"
         )
-    if len(namespace) > MAX_NAMESPACE or not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", namespace):
+    if len(namespace) > MAX_NAMESPACE or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", namespace):
         return (
             f"namespace {namespace!r} must be 1-{MAX_NAMESPACE} lowercase letters, digits or '-', "
             f"starting and ending with a letter or digit"
@@ -96,8 +96,8 @@ def image_problem(image: str) -> Optional[str]:
         return "the container image is blank"
     if any(character.isspace() for character in image):
         return f"container image {image!r} contains whitespace; an image reference is {IMAGE_RULE}"
-    if not _IMAGE_REFERENCE.match(image):
-        if _IMAGE_REFERENCE.match(image.lower()):
+    if not _IMAGE_REFERENCE.fullmatch(image):
+        if _IMAGE_REFERENCE.fullmatch(image.lower()):
             return f"container image {image!r} has uppercase letters in its path, which must be lowercase"
         return f"container image {image!r} is not an image reference, which is {IMAGE_RULE}"
     first, _, rest = image.partition("/")

@@ -12,7 +12,7 @@ The rules, from GKE's "Maintenance windows and exclusions" documentation
 It also holds the standing maintenance exclusion's choices (``UPGRADE_EXCLUSION_SCOPES``).
 
 Times are UTC. A window whose end time is not after its start time ends on the next day
-(``22:00``-``04:00``), as GKE reads it.
+(``22:00``-``04:00``; ``02:00``-``02:00`` is 24 hours), as GKE reads it.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ example uses this date)."""
 def exclusion_start_problem(value: str) -> Optional[str]:
     """Why ``value`` cannot start a maintenance exclusion (an RFC 3339 UTC time), or None."""
     problem = f"{value!r} must be an RFC 3339 UTC time such as {DEFAULT_UPGRADE_EXCLUSION_START!r}"
-    if not RFC3339_UTC.match(value):
+    if not RFC3339_UTC.fullmatch(value):
         return problem
     try:
         datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ")
@@ -82,7 +82,7 @@ class RecurringWindow:
 
 
 def _time_of_day(key: str, value: str) -> timedelta:
-    match = _TIME.match(value)
+    match = _TIME.fullmatch(value)
     if match is None:
         raise MaintenanceWindowError(f"{key} {value!r} must be HH:MM in UTC (00:00 to 23:59)")
     return timedelta(hours=int(match.group(1)), minutes=int(match.group(2)))
@@ -170,14 +170,10 @@ def recurring_window(start_time: str, end_time: str, recurrence: str) -> Recurri
     """Validate a window as GKE would, or raise ``MaintenanceWindowError``."""
     start_of_day = _time_of_day("startTime", start_time)
     end_of_day = _time_of_day("endTime", end_time)
-    if end_of_day == start_of_day:
-        raise MaintenanceWindowError(
-            f"startTime and endTime are both {start_time}: a window needs a length; an endTime "
-            f"before startTime means the next day (e.g. 22:00 to 04:00)"
-        )
     start = FIRST_DAY + start_of_day
-    # Not after the start: the window ends on the next day.
-    end = FIRST_DAY + end_of_day + (timedelta(days=1) if end_of_day < start_of_day else timedelta(0))
+    # Not after the start: the window ends on the next day, so an end equal to the start is a
+    # whole day (GKE takes a 24-hour recurring window: its first start and end a day apart).
+    end = FIRST_DAY + end_of_day + (timedelta(days=1) if end_of_day <= start_of_day else timedelta(0))
     rule, text = _rule(recurrence, start)
     try:
         available = least_availability(start, end - start, rule)

@@ -5,15 +5,19 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
+import unicodedata
+from typing import Callable, Optional
 
-_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
-_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+from .catalogue import MACHINE_TYPES
+
 _SERVICE_ACCOUNT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$")
 _PROJECT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 
-LABEL_KEY_RULE = "a lowercase letter, then up to 62 lowercase letters, digits, '_' or '-'"
-LABEL_VALUE_RULE = "up to 63 lowercase letters, digits, '_' or '-'"
+LABEL_KEY_RULE = (
+    "a lowercase letter (international letters too), then up to 62 lowercase letters, digits, '_' or '-'"
+)
+LABEL_VALUE_RULE = "up to 63 lowercase letters (international ones too), digits, '_' or '-'"
 BUCKET_NAME_RULE = "3 to 63 lowercase letters, digits, '-' or '_', starting and ending with a letter or digit"
 PROJECT_ID_RULE = "6 to 30 lowercase letters, digits or '-', starting with a letter and not ending with '-'"
 
@@ -22,21 +26,78 @@ MAX_LABELS = 64
 """Google Cloud: "Each resource can have multiple labels, up to a maximum of 64"
 (https://cloud.google.com/resource-manager/docs/labels-overview#requirements)."""
 
+PROVIDER_LABELS = 1
+"""Labels pulumi-gcp adds itself to a resource it creates: ``goog-pulumi-provisioned``, its
+patched copy of the Terraform provider's attribution label (``add_terraform_attribution_label``,
+on by default; shared/REFERENCE.md, "Change safety and engine facts"). It counts against
+``MAX_LABELS``, so a resource takes at most 63 labels from the stack."""
+
 STACK_LABEL_KEYS = ("managed-by", "pulumi-project", "pulumi-stack")
 """The labels the stack program puts on everything that takes labels (and the policy pack checks)."""
+
+MAX_LABEL_CHARACTERS = 63
+MAX_LABEL_BYTES = 128
+"""Google Cloud's label rules, as the Resource Manager's "Requirements for labels" states them
+(https://cloud.google.com/resource-manager/docs/labels-overview#requirements): keys 1-63 and
+values 0-63 characters; "Keys and values can contain only lowercase letters, numeric
+characters, underscores, and dashes. All characters must use UTF-8 encoding, and international
+characters are allowed"; "Keys must start with a lowercase letter or international character".
+The APIs give the same rule as PCRE: keys ``[\\p{Ll}\\p{Lo}][\\p{Ll}\\p{Lo}\\p{N}_-]{0,62}``,
+values ``[\\p{Ll}\\p{Lo}\\p{N}_-]{0,63}``, "Keys and values must both be under 128 bytes"
+(Bigtable Admin API, ``Instance.labels``). Python's ``re`` has no ``\\p{..}``: the categories
+are read with ``unicodedata``."""
+
+
+def _label_letter(char: str) -> bool:
+    # Ll: lowercase letters (a, é, ß); Lo: letters without case (Chinese, Japanese, Hebrew...).
+    return unicodedata.category(char) in ("Ll", "Lo")
+
+
+def _label_char(char: str) -> bool:
+    # N: numbers in any script (Nd, Nl, No), as \p{N} reads them.
+    return _label_letter(char) or unicodedata.category(char).startswith("N") or char in "_-"
 
 
 def label_key_problem(key: str) -> str | None:
     """Why ``key`` cannot be a label key on Google Cloud resources, or None."""
-    if not _LABEL_KEY.match(key):
+    if (
+        not key
+        or len(key) > MAX_LABEL_CHARACTERS
+        or len(key.encode("utf-8")) >= MAX_LABEL_BYTES
+        or not _label_letter(key[0])
+        or not all(_label_char(c) for c in key)
+    ):
         return f"label key {key!r} must be {LABEL_KEY_RULE}"
     return None
 
 
 def label_value_problem(value: str) -> str | None:
     """Why ``value`` cannot be a label value on Google Cloud resources, or None."""
-    if not _LABEL_VALUE.match(value):
+    if (
+        len(value) > MAX_LABEL_CHARACTERS
+        or len(value.encode("utf-8")) >= MAX_LABEL_BYTES
+        or not all(_label_char(c) for c in value)
+    ):
         return f"label value {value!r} must be {LABEL_VALUE_RULE}"
+    return None
+
+
+MAX_RECOVERY_GENERATION = 10**18 - 2
+"""The largest recovery generation a resource may be declared at. The generation is the value of
+its ``recovery-generation`` label, which recovery reads back only as up to 18 decimal digits
+(``recovery.parse_generation``); the next generation, one more, must still be readable. (A label
+value holds 63 characters; 18 digits is also what a 64-bit integer always holds.)"""
+
+
+def generation_problem(generation: object) -> str | None:
+    """Why ``generation`` cannot be a recovery generation, or None."""
+    if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
+        return f"{generation!r} is no recovery generation: a whole number from 0 to {MAX_RECOVERY_GENERATION}"
+    if generation > MAX_RECOVERY_GENERATION:
+        return (
+            f"{generation} is above the largest recovery generation, {MAX_RECOVERY_GENERATION}: the "
+            f"generation is a label value recovery reads back as at most 18 digits"
+        )
     return None
 
 
@@ -68,7 +129,7 @@ def bucket_name_problem(name: str) -> str | None:
             f"bucket name {name!r} has a dot: Cloud Storage takes dotted names only after you verify "
             f"the domain they name; use {BUCKET_NAME_RULE}"
         )
-    if not _BUCKET_NAME.match(name):
+    if not _BUCKET_NAME.fullmatch(name):
         return f"bucket name {name!r} must be {BUCKET_NAME_RULE}"
     if name.startswith("goog"):
         return f"bucket name {name!r} begins with 'goog', which Cloud Storage reserves"
@@ -94,7 +155,7 @@ def project_id_problem(project: str) -> str | None:
             f"{project!r} is a domain-scoped project ID, which this stack does not support: bucket, "
             f"service-account and Workload Identity names are made from the project ID and cannot hold ':'"
         )
-    if not _PROJECT_ID.match(project):
+    if not _PROJECT_ID.fullmatch(project):
         return f"project ID {project!r} must be {PROJECT_ID_RULE}"
     if "google" in project:
         return f"project ID {project!r} contains 'google', which Google Cloud does not allow"
@@ -103,7 +164,7 @@ def project_id_problem(project: str) -> str | None:
 
 def service_account_id_problem(account_id: str) -> str | None:
     """Why a service account id is not valid, or None when it is."""
-    if not _SERVICE_ACCOUNT_ID.match(account_id):
+    if not _SERVICE_ACCOUNT_ID.fullmatch(account_id):
         return (
             f"service account id {account_id!r} must be 6-30 lowercase letters, digits or '-', "
             f"starting with a letter and ending with a letter or digit"
@@ -117,7 +178,7 @@ _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 def dns_label_problem(what: str, name: str, limit: int) -> str | None:
     """Why ``name`` cannot name a ``what`` that must be a DNS label of at most ``limit``
     characters starting with a letter (GKE node pools, Kubernetes Jobs), or None."""
-    if len(name) > limit or not _DNS_LABEL.match(name):
+    if len(name) > limit or not _DNS_LABEL.fullmatch(name):
         return (
             f"{what} {name!r} must be 1-{limit} lowercase letters, digits or '-', "
             f"starting with a letter and ending with a letter or digit"
@@ -150,3 +211,108 @@ def bounded_name(*parts: str, limit: int = 63) -> str:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:8]
     return f"{name[: limit - 9].rstrip('-._')}-{digest}"
+
+
+# --- Names of things brought from outside the stack ---------------------------------------------
+
+_RESOURCE_NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
+_PATH_PROJECT = r"(?:[a-z0-9.-]+\.[a-z]+:)?[a-z][-a-z0-9]{4,28}[a-z0-9]"  # domain-scoped too (shared VPC)
+_API_PREFIX = r"(?:https://(?:www|compute)\.googleapis\.com/compute/(?:v1|beta)/)?"
+_NETWORK = re.compile(
+    rf"^(?:{_RESOURCE_NAME}|{_API_PREFIX}projects/{_PATH_PROJECT}/global/networks/{_RESOURCE_NAME})$"
+)
+_SUBNETWORK = re.compile(
+    rf"^(?:{_RESOURCE_NAME}|{_API_PREFIX}projects/{_PATH_PROJECT}/regions/(?P<region>[a-z]+-[a-z]+[0-9]+)"
+    rf"/subnetworks/{_RESOURCE_NAME})$"
+)
+RESOURCE_NAME_RULE = "1-63 lowercase letters, digits or '-', starting with a letter and not ending with '-'"
+
+
+def network_problem(network: str) -> str | None:
+    """Why ``network`` names no VPC network, or None. Compute Engine names a network by its name
+    (RFC 1035: "1-63 characters long and match the regular expression
+    `[a-z]([-a-z0-9]*[a-z0-9])?`", https://cloud.google.com/compute/docs/naming-resources), its
+    path ``projects/P/global/networks/N`` or that path's URL."""
+    if _NETWORK.fullmatch(network):
+        return None
+    return (
+        f"network {network!r} must be a network's name ({RESOURCE_NAME_RULE}) or its path "
+        f"projects/PROJECT/global/networks/NAME"
+    )
+
+
+def subnetwork_problem(subnetwork: str, region: str | None = None) -> str | None:
+    """Why ``subnetwork`` names no subnetwork (of ``region``, when given), or None: a name, a
+    path ``projects/P/regions/R/subnetworks/S`` or its URL."""
+    match = _SUBNETWORK.fullmatch(subnetwork)
+    if match is None:
+        return (
+            f"subnetwork {subnetwork!r} must be a subnetwork's name ({RESOURCE_NAME_RULE}) or its "
+            f"path projects/PROJECT/regions/REGION/subnetworks/NAME"
+        )
+    if region is not None and match.group("region") not in (None, region):
+        return (
+            f"subnetwork {subnetwork!r} is in region {match.group('region')}, but it must be in "
+            f"{region}, where it is used"
+        )
+    return None
+
+
+_MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)+$")
+
+
+def machine_type_problem(machine_type: str) -> str | None:
+    """Why ``machine_type`` is no Compute Engine machine type name, or None. Names are the
+    series, the type and the size joined by '-' (``e2-standard-4``, ``n2-highmem-8``,
+    ``e2-micro``) or a custom type (``custom-4-16384``, ``n2-custom-4-16384``); lowercase
+    (https://cloud.google.com/compute/docs/machine-resource). Whether the zone offers it is for
+    the API to say; the form is checked here."""
+    if len(machine_type) <= 63 and _MACHINE_TYPE.fullmatch(machine_type):
+        return None
+    return (
+        f"machine type {machine_type!r} is not a Compute Engine machine type: lowercase letters and "
+        f"digits joined by '-', such as 'e2-standard-4', 'n2-highmem-8' or 'custom-4-16384'"
+    )
+
+
+_RUNTIME_VERSION = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+def runtime_version_problem(version: str) -> str | None:
+    """Why ``version`` is no TPU software version, or None. Versions are single lowercase tokens
+    such as ``tpu-ubuntu2204-base``, ``v2-alpha-tpuv6e`` or ``tpu-vm-tf-2.16.1-pjrt``
+    (https://cloud.google.com/tpu/docs/runtimes); blank or several words is a typo."""
+    if len(version) <= 128 and _RUNTIME_VERSION.fullmatch(version):
+        return None
+    return (
+        f"runtime version {version!r} must be one TPU software version: lowercase letters, digits, "
+        f"'.', '_' or '-', such as 'tpu-ubuntu2204-base' or 'v2-alpha-tpuv6e'"
+    )
+
+
+LATEST_GKE_VERSION = "latest"
+"""GKE's alias for the highest version it offers. The API's ``Cluster.initialClusterVersion``:
+"Users may specify either explicit versions offered by Kubernetes Engine or version aliases ...
+"latest": picks the highest valid Kubernetes version"
+(https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/projects.locations.clusters).
+The highest version is always new enough for TPU flex-start."""
+
+
+def min_version_problem(version: str, version_problem: Callable[[str], str | None]) -> str | None:
+    """Why ``version`` cannot be a cluster's minimum version, or None: ``latest``, or a version
+    ``version_problem`` (``node_pool_plan.gke_version_problem``) takes."""
+    if version == LATEST_GKE_VERSION:
+        return None
+    if version != version.strip():
+        return f"{version!r} has spaces or a line break around the version; write it alone, e.g. '1.34'"
+    return version_problem(version)
+
+
+def system_machine_type_problem(machine_type: str) -> Optional[str]:
+    """Why ``machine_type`` cannot run the cluster's CPU system pool, or None."""
+    if machine_type in MACHINE_TYPES:
+        return (
+            f"{machine_type!r} is a TPU machine type; the system pool runs GKE's own Pods on CPU "
+            f"machines such as 'e2-standard-4' (TPU slices go in node pools)"
+        )
+    return machine_type_problem(machine_type)

@@ -19,7 +19,7 @@ import pulumi
 import pulumi_gcp as gcp
 from typing_extensions import NotRequired
 
-from .errors import InvalidArgument, check_known
+from .errors import InvalidArgument, check_known, check_resource_name
 from .naming import bounded_name
 from .network_plan import NetworkPlan, NetworkPlanError, plan_network
 
@@ -53,7 +53,7 @@ def _plan(name: str, args: TrainingNetworkArgs) -> NetworkPlan:
     where = f"TrainingNetwork {name!r}"
     check_known(where, args, TrainingNetworkArgs.__annotations__)
     network_name = args["network_name"]
-    if not isinstance(network_name, str) or not _NETWORK_NAME.match(network_name):
+    if not isinstance(network_name, str) or not _NETWORK_NAME.fullmatch(network_name):
         raise InvalidArgument(f"{where}: network_name {network_name!r} must be {NETWORK_NAME_RULE}")
     iap_ssh = args.get("iap_ssh", True)
     if not isinstance(iap_ssh, bool):
@@ -89,6 +89,7 @@ class TrainingNetwork(pulumi.ComponentResource):
         # Python-only attributes, annotated here rather than on the class: class annotations are
         # the component's outputs in the provider's schema, and these are not values other
         # languages can hold.
+        check_resource_name("TrainingNetwork", name, opts)
         self.plan: NetworkPlan = _plan(name, args)
         """The address plan, known before anything is created."""
         plan = self.plan

@@ -207,7 +207,7 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 def parse_duration(value: str) -> int:
     """``"72h"`` -> 259200. Units: s, m, h, d."""
-    match = _DURATION.match(value)
+    match = _DURATION.fullmatch(value)
     if match is None:
         raise NodePoolError(
             f"maxRunDuration {value!r} is not a duration; write a whole number and a unit "
@@ -351,7 +351,7 @@ _VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+)(?:-gke\.(\d+))?)?$")
 
 
 def _version_key(version: str) -> Optional[tuple[int, ...]]:
-    match = _VERSION.match(version)
+    match = _VERSION.fullmatch(version)
     return tuple(int(part) for part in match.groups() if part is not None) if match else None
 
 

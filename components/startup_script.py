@@ -15,7 +15,58 @@ COMPLETION_MARKER = "TRAINING_COMPLETE"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-_CHANGES_HOW_BASH_RUNS = "it changes how bash runs the startup script and the container's command"
+_CHANGES_HOW_BASH_RUNS = (
+    "bash reads it to decide how to run commands, so it would change how the setup and training commands run"
+)
+_BASH_SETS_IT = (
+    "bash sets it itself in the shell that runs the training command, so the trainer would not "
+    "get the value given"
+)
+# The Bash Reference Manual's "Bourne Shell Variables" and "Bash Variables" (bash 5.2,
+# https://www.gnu.org/software/bash/manual/html_node/Shell-Variables.html) that matter to
+# `bash -c "$TRAIN_COMMAND"`. tests/test_startup_script.py runs bash over every variable of those
+# pages: each one is either listed here or reaches the trainer exactly as given.
+_BASH_CHANGES = (
+    "IFS",
+    "BASH_ENV",  # a file every non-interactive bash sources first
+    "ENV",  # the same, for bash in POSIX mode and sh
+    "SHELLOPTS",
+    "BASHOPTS",
+    "CDPATH",
+    "EXECIGNORE",  # commands bash will not run
+    "GLOBIGNORE",  # file names globs skip (and it turns on dotglob)
+    "GLOBSORT",
+    "POSIXLY_CORRECT",  # POSIX mode
+    "BASH_COMPAT",
+    "FUNCNEST",
+)
+_BASH_SETS = (
+    "_",
+    "BASH",
+    "BASHPID",
+    "BASH_ARGV0",
+    "BASH_COMMAND",
+    "BASH_EXECUTION_STRING",
+    "BASH_SUBSHELL",
+    "BASH_VERSINFO",
+    "BASH_VERSION",
+    "COMP_WORDBREAKS",
+    "EPOCHREALTIME",
+    "EPOCHSECONDS",
+    "HISTCMD",
+    "LINENO",
+    "OLDPWD",
+    "OPTERR",
+    "OPTIND",
+    "PPID",
+    "PS1",
+    "PS2",
+    "PS4",
+    "PWD",
+    "RANDOM",
+    "SHLVL",
+    "SRANDOM",
+)
 RESERVED_ENV_NAMES: Mapping[str, str] = {
     "CHECKPOINT_DIR": (
         "the stack sets it to the run's folder in its checkpoint bucket (tpu-training:bucket.name "
@@ -25,20 +76,16 @@ RESERVED_ENV_NAMES: Mapping[str, str] = {
         "the startup script and the container find bash, gcloud, flock and the trainer through it; "
         "extend it inside the training command instead (PATH=/opt/bin:$PATH python3 ...)"
     ),
-    "IFS": _CHANGES_HOW_BASH_RUNS,
-    "BASH_ENV": _CHANGES_HOW_BASH_RUNS,
-    "ENV": _CHANGES_HOW_BASH_RUNS,
-    "SHELLOPTS": _CHANGES_HOW_BASH_RUNS,
-    "BASHOPTS": _CHANGES_HOW_BASH_RUNS,
-    "CDPATH": _CHANGES_HOW_BASH_RUNS,
+    **{name: _CHANGES_HOW_BASH_RUNS for name in _BASH_CHANGES},
+    **{name: _BASH_SETS_IT for name in _BASH_SETS},
 }
-"""Variables a user's ``env`` may not set, and why: the stack sets them, or setting them breaks
-the script that trains (the script would run, but not train)."""
+"""Variables a user's ``env`` may not set, and why: the stack sets them, setting them breaks
+the commands that train (they would run, but not train), or bash replaces the value given."""
 
 
 def env_name_problem(name: str) -> Optional[str]:
     """Why ``name`` is no environment variable name a shell or a container takes, or None."""
-    if not _ENV_NAME.match(name):
+    if not _ENV_NAME.fullmatch(name):
         return (
             f"environment variable name {name!r} must be letters, digits and '_', not starting with a digit"
         )
@@ -47,7 +94,7 @@ def env_name_problem(name: str) -> Optional[str]:
 
 SCRIPT_SETTINGS_PREFIX = "TPU_TRAINING_"
 """The startup and shutdown scripts' own settings (``TPU_TRAINING_STATE_DIR``, ...): both scripts
-must agree on them, and only the startup script gets the user's ``env``."""
+read them from the VM's environment, and the user's ``env`` reaches only the commands."""
 
 
 def user_env_problem(name: str) -> Optional[str]:
@@ -61,6 +108,34 @@ def user_env_problem(name: str) -> Optional[str]:
             f"startup and shutdown scripts' own settings, and the shutdown script would not see it"
         )
     return problem
+
+
+MAX_METADATA_VALUE_BYTES = 256 * 1024
+MAX_METADATA_TOTAL_BYTES = 512 * 1024
+"""Compute Engine's ``Metadata`` (the TPU VM's ``metadata`` is the VM's): a value's "size must be
+less than or equal to 262144 bytes (256 KiB)"; "The total size of all keys and values must be
+less than 512 KB" (https://cloud.google.com/compute/docs/reference/rest/v1/Metadata)."""
+
+
+def metadata_problem(metadata: Mapping[str, str]) -> Optional[str]:
+    """Why Compute Engine would refuse this metadata (a value or the whole too large), or None."""
+    total = 0
+    for key, value in metadata.items():
+        size = len(value.encode("utf-8"))
+        if size > MAX_METADATA_VALUE_BYTES:
+            return (
+                f"the {key} would be {size} bytes, above Compute Engine's limit of "
+                f"{MAX_METADATA_VALUE_BYTES} bytes (256 KiB) per metadata value; shorten the training "
+                f"or setup command or the environment (keep large files in Cloud Storage)"
+            )
+        total += len(key.encode("utf-8")) + size
+    if total >= MAX_METADATA_TOTAL_BYTES:
+        return (
+            f"the startup and shutdown scripts would be {total} bytes together, not below Compute "
+            f"Engine's limit of {MAX_METADATA_TOTAL_BYTES} bytes (512 KiB) for all metadata; shorten "
+            f"the training or setup command or the environment"
+        )
+    return None
 
 
 def render_startup_script(
@@ -78,8 +153,18 @@ def render_startup_script(
         problem = env_name_problem(name)
         if problem:
             raise ValueError(problem)
-    exports = "\n".join(
-        f"  export {name}={shlex.quote(value)}" for name, value in sorted(environment.items())
+    for what, text in (
+        ("checkpoint_dir", checkpoint_dir),
+        ("train_command", train_command),
+        ("setup_command", setup_command or ""),
+        *((f"environment {name}", value) for name, value in environment.items()),
+    ):
+        if "\x00" in text:
+            # Bash drops a NUL byte, and no environment can hold one.
+            raise ValueError(f"{what} {text!r} contains a NUL byte (\\x00)")
+    run_environment = {"CHECKPOINT_DIR": checkpoint_dir, **environment}
+    assignments = "\n".join(
+        f"  {shlex.quote(f'{name}={value}')}" for name, value in sorted(run_environment.items())
     )
     return f"""#!/bin/bash
 # Startup script of TPU VM {vm_name}, generated by tpu-training (Pulumi). Do not edit on the VM:
@@ -88,14 +173,17 @@ def render_startup_script(
 # $CHECKPOINT_DIR/{COMPLETION_MARKER} so a re-created VM does not train again.
 set -uo pipefail
 
-# The run's environment: where to checkpoint, the scale of the run, the user's variables.
+# The run's environment: where to checkpoint, the scale of the run, the user's variables. Only
+# the setup and training commands get it (through env), so each variable reaches them exactly as
+# written, whatever its name, and none changes how this script runs.
 # Values are literal on purpose: single-quoted so nothing in them expands.
 # shellcheck disable=SC2016
-{{
-  export CHECKPOINT_DIR={shlex.quote(checkpoint_dir)}
-{exports}
-}}
+RUN_ENVIRONMENT=(
+{assignments}
+)
 
+# Where the completion marker goes; the policy pack reads the run's bucket from this line.
+export CHECKPOINT_DIR={shlex.quote(checkpoint_dir)}
 TRAIN_COMMAND={shlex.quote(train_command)}
 SETUP_COMMAND={shlex.quote(setup_command or "")}
 MARKER="${{CHECKPOINT_DIR%/}}/{COMPLETION_MARKER}"
@@ -124,7 +212,7 @@ fi
 if [ -n "$SETUP_COMMAND" ]; then
   for setup_attempt in 1 2 3 4 5; do
     log "setup attempt $setup_attempt: $SETUP_COMMAND"
-    if bash -c "$SETUP_COMMAND"; then
+    if env "${{RUN_ENVIRONMENT[@]}}" bash -c "$SETUP_COMMAND"; then
       break
     fi
     if [ "$setup_attempt" -eq 5 ]; then
@@ -143,7 +231,7 @@ while true; do
   attempt=$((attempt + 1))
   log "training attempt $attempt: $TRAIN_COMMAND"
   # Its own session, so the shutdown script can signal the trainer and all its children.
-  setsid bash -c "$TRAIN_COMMAND" &
+  setsid env "${{RUN_ENVIRONMENT[@]}}" bash -c "$TRAIN_COMMAND" &
   trainer=$!
   echo "$trainer" >"$STATE_DIR/trainer.pid"
   if wait "$trainer"; then status=0; else status=$?; fi
@@ -192,3 +280,25 @@ if [ -f "$STATE_DIR/trainer.pid" ]; then
   done
 fi
 """
+
+
+def vm_metadata(
+    *,
+    vm_name: str,
+    checkpoint_dir: str,
+    train_command: str,
+    environment: Mapping[str, str],
+    setup_command: Optional[str] = None,
+) -> dict[str, str]:
+    """A TPU VM's ``metadata``: its startup and shutdown scripts. ``CHECKPOINT_DIR`` in
+    ``environment`` is left to the script, which sets it from ``checkpoint_dir``."""
+    return {
+        "startup-script": render_startup_script(
+            vm_name=vm_name,
+            checkpoint_dir=checkpoint_dir,
+            train_command=train_command,
+            environment={k: v for k, v in environment.items() if k != "CHECKPOINT_DIR"},
+            setup_command=setup_command,
+        ),
+        "shutdown-script": render_shutdown_script(vm_name=vm_name),
+    }

@@ -7,7 +7,7 @@ import pulumi_gcp as gcp
 from typing_extensions import NotRequired
 
 from .catalogue import CatalogueError
-from .errors import InvalidArgument, check_known, check_labels
+from .errors import InvalidArgument, check_known, check_labels, check_resource_name
 from .node_pool_plan import TpuNodePoolPlan, plan_tpu_node_pool
 
 RESERVATION_NAME_KEY = "compute.googleapis.com/reservation-name"
@@ -147,6 +147,7 @@ class FlexStartTpuNodePool(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: FlexStartTpuNodePoolArgs, opts: Optional[pulumi.ResourceOptions] = None
     ) -> None:
+        check_resource_name("FlexStartTpuNodePool", name, opts)
         plan = plan_for(name, args)
         super().__init__("tpu-training:gke:FlexStartTpuNodePool", name, {}, opts)
         # Python-only attributes: annotated here, not on the class, whose annotations are the

@@ -14,11 +14,19 @@ from .errors import (
     check_known,
     check_labels,
     check_one_of,
+    check_resource_name,
     check_whole_number,
 )
 from .gcp_locations import zone_problem
+from .naming import (
+    dns_label_problem,
+    generation_problem,
+    network_problem,
+    runtime_version_problem,
+    subnetwork_problem,
+)
 from .recovery import GENERATION_LABEL
-from .startup_script import render_shutdown_script, render_startup_script
+from .startup_script import metadata_problem, vm_metadata
 
 PROVISIONING_MODELS: tuple[str, ...] = ("preemptible", "spot", "on-demand", "reserved")
 
@@ -87,17 +95,27 @@ def replacement_trigger(recovery_generation: int, restart_generation: int) -> in
     return f"recovery {recovery_generation}, restart {restart_generation}"
 
 
-def _validate(name: str, args: PreemptibleTpuVmArgs) -> catalogue.AcceleratorType:
+def _validate(
+    name: str, args: PreemptibleTpuVmArgs, opts: Optional[pulumi.ResourceOptions]
+) -> catalogue.AcceleratorType:
+    check_resource_name("PreemptibleTpuVm", name, opts)
     where = f"PreemptibleTpuVm {name!r}"
     check_known(where, args, PreemptibleTpuVmArgs.__annotations__)
     try:
-        catalogue.region_of_zone(args["zone"])
+        region = catalogue.region_of_zone(args["zone"])
         problem = zone_problem(args["zone"])
         if problem:
             raise InvalidArgument(f"{where}: {problem}")
         accelerator = catalogue.accelerator_type(args["accelerator_type"])
     except catalogue.CatalogueError as exc:
         raise InvalidArgument(f"{where}: {exc}") from None
+    problem = runtime_version_problem(args["runtime_version"])
+    if problem:
+        raise InvalidArgument(f"{where}: runtime_version: {problem}")
+    # The node name is the TPU API's node id, and it is written into the startup script.
+    problem = dns_label_problem("node_name", args.get("node_name", name), 63)
+    if problem:
+        raise InvalidArgument(f"{where}: {problem}")
     provisioning = args.get("provisioning", "spot")
     check_one_of(where, "provisioning", provisioning, PROVISIONING_MODELS)
     if not args["train_command"].strip():
@@ -105,10 +123,40 @@ def _validate(name: str, args: PreemptibleTpuVmArgs) -> catalogue.AcceleratorTyp
         raise InvalidArgument(f"{where}: train_command is blank; give the command that trains")
     check_checkpoint_dir(where, args["checkpoint_dir"])
     check_environment(where, args.get("environment", {}), args["checkpoint_dir"])
-    check_whole_number(where, "recovery_generation", args.get("recovery_generation", 0))
+    generation = args.get("recovery_generation", 0)
+    check_whole_number(where, "recovery_generation", generation)
     check_whole_number(where, "restart_generation", args.get("restart_generation", 0))
-    check_labels(where, args.get("labels", {}))
+    if not isinstance(generation, pulumi.Output):
+        problem = generation_problem(generation)
+        if problem:
+            raise InvalidArgument(f"{where}: recovery_generation {problem}")
+    # Outputs (a TrainingNetwork's ids) are checked by nobody: their values are not known yet.
+    network, subnetwork = args.get("network"), args.get("subnetwork")
+    for problem in (
+        network_problem(network) if isinstance(network, str) else None,
+        subnetwork_problem(subnetwork, region) if isinstance(subnetwork, str) else None,
+    ):
+        if problem:
+            raise InvalidArgument(f"{where}: {problem}")
+    # The recovery generation is a label of its own.
+    check_labels(where, args.get("labels", {}), added=1)
     return accelerator
+
+
+def _metadata(node_name: str, args: PreemptibleTpuVmArgs) -> dict[str, str]:
+    """The node's metadata: its startup and shutdown scripts, checked against Compute Engine's
+    limits here, where the message can name the VM, rather than by the API half-way through."""
+    metadata = vm_metadata(
+        vm_name=node_name,
+        checkpoint_dir=args["checkpoint_dir"],
+        train_command=args["train_command"],
+        environment=args.get("environment", {}),
+        setup_command=args.get("setup_command"),
+    )
+    problem = metadata_problem(metadata)
+    if problem:
+        raise InvalidArgument(f"PreemptibleTpuVm {node_name!r}: {problem}")
+    return metadata
 
 
 class PreemptibleTpuVm(pulumi.ComponentResource):
@@ -135,18 +183,11 @@ class PreemptibleTpuVm(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: PreemptibleTpuVmArgs, opts: Optional[pulumi.ResourceOptions] = None
     ) -> None:
-        accelerator = _validate(name, args)
+        accelerator = _validate(name, args, opts)
+        node_name = args.get("node_name", name)
+        metadata = _metadata(node_name, args)
         super().__init__("tpu-training:compute:PreemptibleTpuVm", name, {}, opts)
 
-        node_name = args.get("node_name", name)
-        startup = render_startup_script(
-            vm_name=node_name,
-            checkpoint_dir=args["checkpoint_dir"],
-            train_command=args["train_command"],
-            # The script exports CHECKPOINT_DIR itself, from checkpoint_dir.
-            environment={k: v for k, v in args.get("environment", {}).items() if k != "CHECKPOINT_DIR"},
-            setup_command=args.get("setup_command"),
-        )
         generation = pulumi.Output.from_input(args.get("recovery_generation", 0))
         restart = args.get("restart_generation", 0)
         labels: dict[str, Any] = dict(args.get("labels", {}))
@@ -179,10 +220,7 @@ class PreemptibleTpuVm(pulumi.ComponentResource):
                 else None
             ),
             labels=labels,
-            metadata={
-                "startup-script": startup,
-                "shutdown-script": render_shutdown_script(vm_name=node_name),
-            },
+            metadata=metadata,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 # A new generation re-creates the node: that is how `pulumi up` recovers it, and

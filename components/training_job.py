@@ -14,6 +14,7 @@ from .errors import (
     check_environment,
     check_known,
     check_labels,
+    check_resource_name,
     check_whole_number,
 )
 from .job_manifests import (
@@ -110,6 +111,7 @@ class TpuTrainingJob(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: TpuTrainingJobArgs, opts: Optional[pulumi.ResourceOptions] = None
     ) -> None:
+        check_resource_name("TpuTrainingJob", name, opts)
         pool = _validate(name, args)
         super().__init__("tpu-training:gke:TpuTrainingJob", name, {}, opts)
         shape = pool.shape

@@ -11,7 +11,7 @@ from typing_extensions import NotRequired
 
 from . import reconcile
 from . import recovery as _recovery
-from .errors import InvalidArgument, check_known, check_whole_number
+from .errors import InvalidArgument, check_known, check_resource_name, check_whole_number
 from .kube_api import ClusterRef
 from .recovery import Decision
 
@@ -106,6 +106,7 @@ class TrainingRecovery(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: TrainingRecoveryArgs, opts: Optional[pulumi.ResourceOptions] = None
     ) -> None:
+        check_resource_name("TrainingRecovery", name, opts)
         _check(name, args)
         super().__init__("tpu-training:recovery:TrainingRecovery", name, {}, opts)
         read_live_state = args.get("read_live_state", True)

@@ -56,6 +56,16 @@ class Project:
     root: Path
     program_dir: Path
     declarations: dict[str, Any]
+    stack_config_dir: Optional[Path] = None
+    """Where the stack files are (``stackConfigDir``); beside Pulumi.yaml when None."""
+
+    def stack_file(self, stack: str) -> Path:
+        """The stack's settings file, where the CLI looks for it: ``Pulumi.<stack>.yaml`` in
+        ``stackConfigDir`` (relative to Pulumi.yaml's folder), or beside Pulumi.yaml; a stack
+        named ``org/project/stack`` in ``Pulumi.org-project-stack.yaml`` (pulumi/pulumi
+        ``sdk/go/common/workspace/paths.go``, ``ProjectStackPath`` and ``qnameFileName``)."""
+        folder = self.stack_config_dir or self.root
+        return folder / f"Pulumi.{stack.replace('/', '-')}.yaml"
 
 
 def find_project_root(start: Path | None = None) -> Path:
@@ -80,11 +90,30 @@ def load_project(root: Path | None = None) -> Project:
     program_dir = (root / main).absolute()
     if not (program_dir / "__main__.py").is_file():
         raise ProjectFileError(f"{path}: 'main' is {main!r}, but {program_dir} holds no __main__.py")
+    # `config: <folder>` is the older spelling of `stackConfigDir`, which the CLI still takes,
+    # but not both (pulumi/pulumi sdk/go/common/workspace/project.go,
+    # RewriteConfigPathIntoStackConfigDir).
+    declarations = document.get("config")
+    stack_config_dir = document.get("stackConfigDir")
+    if isinstance(declarations, str):
+        if stack_config_dir is not None:
+            raise ProjectFileError(
+                f"{path}: Should not use both config and stackConfigDir to define the stack "
+                f"directory. Use only stackConfigDir instead."
+            )
+        stack_config_dir, declarations = declarations, None
+    if stack_config_dir is not None and not isinstance(stack_config_dir, str):
+        raise ProjectFileError(
+            f"{path}: 'stackConfigDir' must be a folder, not a {type(stack_config_dir).__name__}"
+        )
     return Project(
         name=str(document["name"]),
         root=root,
         program_dir=program_dir,
-        declarations=_mapping(path, "'config'", document.get("config")),
+        declarations=_mapping(path, "'config'", declarations),
+        # Joined to Pulumi.yaml's folder, as the CLI's filepath.Join does (an absolute folder
+        # included: Go's Join does not restart at one).
+        stack_config_dir=root / stack_config_dir.lstrip("/") if stack_config_dir else None,
     )
 
 
@@ -326,7 +355,7 @@ _TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
 
 def stack_config(project: Project, stack: str) -> tuple[dict[str, str], list[str], list[str]]:
     """The config map the CLI would give the program: (values, secret keys, warnings)."""
-    path = project.root / f"Pulumi.{stack}.yaml"
+    path = project.stack_file(stack)
     document = _mapping(path, "the stack file", _read_yaml(path))
     stack_values = {
         _qualify(project.name, k): v for k, v in _mapping(path, "'config'", document.get("config")).items()

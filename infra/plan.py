@@ -41,6 +41,7 @@ from typing import Any, Callable, NoReturn, Optional, Sequence  # noqa: E402
 
 import pulumi  # noqa: E402
 import yaml  # noqa: E402
+from tpu_training_components.naming import generation_problem  # noqa: E402
 from tpu_training_components.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT  # noqa: E402
 
 from infra import offline, plan_diff  # noqa: E402
@@ -203,10 +204,11 @@ def _generations(document: dict[str, Any], key: str, shown: str) -> None:
     for name, generation in value.items():
         if isinstance(generation, float) and generation.is_integer():
             generation = int(generation)
-        if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
+        # A generation becomes the `recovery-generation` label value, which recovery must read back.
+        problem = generation_problem(generation)
+        if problem:
             raise UsageError(
-                f"--previous-outputs {shown}: {key}.{name} = {json.dumps(generation)}; a recovery "
-                f"generation is a whole number, 0 or more"
+                f"--previous-outputs {shown}: {key}.{name} = {json.dumps(generation)}: {problem}"
             )
 
 

@@ -58,7 +58,7 @@ from tpu_training_components.node_pool_plan import (
 )
 from tpu_training_components.recovery import GENERATION_LABEL
 from tpu_training_components.scaling import LearningRateScaling, TrainingPlan, plan_training
-from tpu_training_components.startup_script import user_env_problem
+from tpu_training_components.startup_script import metadata_problem, user_env_problem, vm_metadata
 from tpu_training_components.tpu_availability import zone_warning
 
 PROJECT = "tpu-training"
@@ -153,18 +153,25 @@ class TpuVmConfig(_Model):
     name: Annotated[StrictStr, AfterValidator(_dns_label("TPU node name", 63))]
     zone: StrictStr
     accelerator_type: StrictStr
-    runtime_version: StrictStr = Field(min_length=1)
+    runtime_version: Annotated[StrictStr, AfterValidator(_no_problem(naming.runtime_version_problem))]
     provisioning: Provisioning = "spot"
     # A blank command "succeeds" at once, and the script would mark training complete untrained.
     train_command: Annotated[StrictStr, AfterValidator(_not_blank("the training command"))]
     setup_command: Optional[StrictStr] = None
     env: dict[EnvName, StrictStr] = Field(default_factory=dict)
     external_ip: StrictBool = False
-    network: Optional[StrictStr] = None
-    subnetwork: Optional[StrictStr] = None
+    network: Optional[Annotated[StrictStr, AfterValidator(_no_problem(naming.network_problem))]] = None
+    subnetwork: Optional[Annotated[StrictStr, AfterValidator(_no_problem(naming.subnetwork_problem))]] = None
     # Bumped by the user to re-create this VM now (a fresh boot running the current startup
     # script); edits of the command, environment or scale otherwise wait for the next boot.
     restart_generation: StrictInt = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _subnetwork_in_the_vms_region(self) -> TpuVmConfig:
+        problem = self.subnetwork and naming.subnetwork_problem(self.subnetwork, self.region)
+        if problem:
+            raise ValueError(f"subnetwork: {problem}")
+        return self
 
     @field_validator("zone")
     @classmethod
@@ -292,10 +299,12 @@ class ClusterConfig(_Model):
     release_channel: Literal["RAPID", "REGULAR", "STABLE"] = "REGULAR"
     min_version: Optional[StrictStr] = None
     maintenance_window: MaintenanceWindowConfig = MaintenanceWindowConfig()
-    system_machine_type: StrictStr = "e2-standard-4"
+    system_machine_type: Annotated[
+        StrictStr, AfterValidator(_no_problem(naming.system_machine_type_problem))
+    ] = "e2-standard-4"
     system_max_nodes: StrictInt = Field(default=3, ge=1)
-    network: Optional[StrictStr] = None
-    subnetwork: Optional[StrictStr] = None
+    network: Optional[Annotated[StrictStr, AfterValidator(_no_problem(naming.network_problem))]] = None
+    subnetwork: Optional[Annotated[StrictStr, AfterValidator(_no_problem(naming.subnetwork_problem))]] = None
     master_ipv4_cidr_block: Optional[StrictStr] = None
     deletion_protection: StrictBool = True
     upgrade_exclusion_scope: Literal["NO_MINOR_OR_NODE_UPGRADES", "NO_MINOR_UPGRADES", "NONE"] = (
@@ -338,7 +347,16 @@ class ClusterConfig(_Model):
             raise ValueError(problem)
         return location
 
-    _flex_start_version = field_validator("min_version")(_no_problem(gke_version_problem))
+    _flex_start_version = field_validator("min_version")(
+        _no_problem(lambda version: naming.min_version_problem(version, gke_version_problem))
+    )
+
+    @model_validator(mode="after")
+    def _subnetwork_in_the_clusters_region(self) -> ClusterConfig:
+        problem = self.subnetwork and naming.subnetwork_problem(self.subnetwork, self.location)
+        if problem:
+            raise ValueError(f"subnetwork: {problem}")
+        return self
 
 
 class NodePoolConfig(_Model):
@@ -463,6 +481,7 @@ class StackConfig(_Model):
         planned = self._plan_pools()
         problems += self._gke_problems(planned)
         problems += self._label_count_problems()
+        problems += self._metadata_problems()
         problems += self._training_problems(planned)
         problems += self._checkpointing_problems(planned)
         regions = self.regions
@@ -484,18 +503,39 @@ class StackConfig(_Model):
             raise ValueError("\n  - ".join(problems))
         return self
 
+    def _metadata_problems(self) -> list[str]:
+        """Each VM's startup and shutdown scripts within Compute Engine's metadata limits; the
+        training command, setup command and env are what make them grow."""
+        problems = []
+        for index, vm in enumerate(self.tpu_vms):
+            try:
+                metadata = vm_metadata(
+                    vm_name=vm.name,
+                    checkpoint_dir=self.checkpoint_dir(vm),
+                    train_command=vm.train_command,
+                    environment=self.training_environment(vm),
+                    setup_command=vm.setup_command,
+                )
+            except ValueError:
+                continue  # a training or checkpointing problem, reported by its own key
+            problem = metadata_problem(metadata)
+            if problem:
+                problems.append(f"{PROJECT}:tpuVms[{index}] ({vm.name}): {problem}")
+        return problems
+
     def _label_count_problems(self) -> list[str]:
         # Every resource carries the project's own labels and the user's; TPU VMs also carry
-        # their recovery generation. Google Cloud allows 64 labels per resource.
-        most = len(self.common_labels) + 1
+        # their recovery generation, and pulumi-gcp adds its attribution label
+        # (goog-pulumi-provisioned) to each. Google Cloud allows 64 labels per resource.
+        most = len(self.common_labels) + 1 + naming.PROVIDER_LABELS
         if most <= naming.MAX_LABELS:
             return []
         own = len(self.common_labels) - len(self.labels) + 1
         return [
             f"{PROJECT}:labels has {len(self.labels)} labels; with the {own} the stack adds (managed-by, "
-            f"pulumi-project, pulumi-stack, and {GENERATION_LABEL} on TPU VMs) a resource would carry "
-            f"{most}, above Google Cloud's limit of {naming.MAX_LABELS} per resource; remove "
-            f"{most - naming.MAX_LABELS}"
+            f"pulumi-project, pulumi-stack, and {GENERATION_LABEL} on TPU VMs) and pulumi-gcp's own "
+            f"goog-pulumi-provisioned a resource would carry {most}, above Google Cloud's limit of "
+            f"{naming.MAX_LABELS} per resource; remove {most - naming.MAX_LABELS}"
         ]
 
     def _plan_pools(self) -> list[TpuNodePoolPlan | catalogue.CatalogueError]:
@@ -909,7 +949,7 @@ def _format_error(error: Any, allowed_by_path: dict[str, list[str]]) -> str:
     if error["type"] == "string_type" and isinstance(value, (bool, int, float)):
         # YAML reads `5` and `true` as a number and a boolean: the value wants quotes.
         message += f'; write it in quotes ("{json.dumps(value)}") so YAML reads it as text'
-    return f"{path} = {json.dumps(value, default=str)}: {message}"
+    return f"{path} = {json.dumps(value, default=str, ensure_ascii=False)}: {message}"
 
 
 def _shape(loc: tuple[Any, ...]) -> str:
@@ -1052,6 +1092,27 @@ def _leave_out_secrets(raw: dict[str, Any], places: list[tuple[Any, ...]]) -> bo
     return bool(dropped_keys or any(left_out.values()))
 
 
+def _nul_problems(value: Any, loc: tuple[Any, ...]) -> list[str]:
+    """Every text of the config holding a NUL byte: no Google API, shell or environment takes
+    one (bash drops it, a C string ends at it), so the run would get other text than written."""
+    if isinstance(value, str):
+        return (
+            [f"{_key_path(loc)} = {json.dumps(value, ensure_ascii=False)}: contains a NUL byte (\\u0000)"]
+            if "\x00" in value
+            else []
+        )
+    if isinstance(value, list):
+        return [p for index, item in enumerate(value) for p in _nul_problems(item, (*loc, index))]
+    if isinstance(value, dict):
+        problems = []
+        for key, item in value.items():
+            if isinstance(key, str) and "\x00" in key:
+                problems.append(f"{_key_path((*loc, key))}: the key contains a NUL byte (\\u0000)")
+            problems.extend(_nul_problems(item, (*loc, key)))
+        return problems
+    return []
+
+
 def load(stack: str | None = None) -> StackConfig:
     """Read and validate the stack's configuration, or raise ``ConfigError`` listing every
     problem found."""
@@ -1081,6 +1142,10 @@ def load(stack: str | None = None) -> StackConfig:
             raw[key] = json.loads(text)
         except json.JSONDecodeError:
             problems.append(_not_structured(key, text))
+
+    for key, value in raw.items():
+        if key != "stack":
+            problems.extend(_nul_problems(value, (key,)))
 
     config: Optional[StackConfig] = None
     for _ in range(len(_PROJECT_KEYS) + 1):  # each round leaves out at least one key or item

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import refused, run_stack
+from conftest import refused, run_plan, run_stack
 from tpu_training_components import naming
 
 VMS = "tpu-training:tpuVms"
@@ -86,12 +86,14 @@ def test_gcp_project_is_validated_itself(config, project, reason):
 
 
 def test_more_than_64_labels_on_a_resource(config):
-    config["tpu-training:labels"] = {f"k{i}": "v" for i in range(61)}  # + 3 of ours + generation
-    message = refused(config)
-    assert "tpu-training:labels has 61 labels" in message and "limit of 64" in message
+    # + 3 of ours + the recovery generation + pulumi-gcp's goog-pulumi-provisioned (REFERENCE.md).
     config["tpu-training:labels"] = {f"k{i}": "v" for i in range(60)}
+    message = refused(config)
+    assert "tpu-training:labels has 60 labels" in message and "limit of 64" in message
+    assert "goog-pulumi-provisioned" in message and "remove 1" in message
+    config["tpu-training:labels"] = {f"k{i}": "v" for i in range(59)}
     vm = run_stack(config).one("gcp:tpu/v2Vm:V2Vm", "demo-tpu-vm")
-    assert len(vm.inputs["labels"]) == 64
+    assert len(vm.inputs["labels"]) == 63  # and the provider's own makes 64
 
 
 def test_the_recovery_generation_label_is_the_stacks_own(config):
@@ -174,7 +176,10 @@ def test_namespace_rule_in_words(config):
 def test_container_images_a_node_cannot_pull(config, image, reason):
     config[JOBS][0]["image"] = image
     message = refused(config)
-    assert f"tpu-training:jobs[0].image = {json.dumps(image)}" in message and reason in message
+    assert (
+        f"tpu-training:jobs[0].image = {json.dumps(image, ensure_ascii=False)}" in message
+        and reason in message
+    )
 
 
 def test_a_blank_train_command_would_mark_training_done_untrained(config):
@@ -201,7 +206,7 @@ def test_an_env_override_the_stack_allows_is_real_in_the_script_and_the_outputs(
     config[VMS][0]["env"] = {"TRAIN_STEPS": "7"}
     run = run_stack(config)
     script = run.one("gcp:tpu/v2Vm:V2Vm", "demo-tpu-vm").inputs["metadata"]["startup-script"]
-    assert "export TRAIN_STEPS=7" in script
+    assert "\n  TRAIN_STEPS=7\n" in script  # in RUN_ENVIRONMENT, given to the trainer as it is
     assert run.outputs["trainingEnvironments"]["demo-tpu"]["TRAIN_STEPS"] == "7"
 
 
@@ -335,3 +340,227 @@ def test_only_domain_scoped_ids_are_called_domain_scoped(config, project):
     config["gcp:project"] = project
     message = refused(config)
     assert "must be 6 to 30 lowercase letters" in message and "domain-scoped" not in message
+
+
+# --- Issue 18, item 6: values the cloud refuses are refused at plan time; valid ones are not -----
+
+
+def test_google_international_lowercase_label_characters_are_valid(config):
+    # Resource Manager, "Requirements for labels": "international characters are allowed"; keys
+    # start with "a lowercase letter or international character" (naming.LABEL_KEY_RULE).
+    config["tpu-training:labels"] = {"équipe": "données", "チ": "東京-1", "ß_b": "٣"}
+    vm = run_stack(config).one("gcp:tpu/v2Vm:V2Vm", "demo-tpu-vm")
+    assert vm.inputs["labels"]["équipe"] == "données" and vm.inputs["labels"]["チ"] == "東京-1"
+
+
+@pytest.mark.parametrize(
+    ("labels", "fragment"),
+    [
+        ({"Équipe": "x"}, "labels.Équipe: label key 'Équipe' must be a lowercase letter"),
+        ({"1team": "x"}, "labels.1team: label key '1team' must be a lowercase letter"),
+        ({"team": "Données"}, "labels.team = \"Données\": label value 'Données' must be"),
+        ({"team": "a b"}, "label value 'a b' must be"),
+        ({"team": "é" * 64}, "must be up to 63"),
+    ],
+)
+def test_labels_google_refuses(config, labels, fragment):
+    config["tpu-training:labels"] = labels
+    assert fragment in refused(config)
+
+
+@pytest.mark.parametrize("version", ["", "   ", "tpu-vm-base extra", "tpu-vm-base\n", "TPU VM"])
+def test_runtime_version_blank_or_not_one_token(config, version):
+    config[VMS][0]["runtimeVersion"] = version
+    message = refused(config)
+    assert f"tpu-training:tpuVms[0].runtimeVersion = {json.dumps(version)}: runtime version" in message
+
+
+@pytest.mark.parametrize(
+    ("machine_type", "fragment"),
+    [
+        ("E2-standard-4", "is not a Compute Engine machine type"),
+        ("e2 standard 4", "is not a Compute Engine machine type"),
+        ("e2-standard-", "is not a Compute Engine machine type"),
+        ("e2_standard_4", "is not a Compute Engine machine type"),
+        ("", "is not a Compute Engine machine type"),
+        ("ct6e-standard-4t", "is a TPU machine type"),
+    ],
+)
+def test_system_machine_type_that_is_no_compute_engine_machine_type(config, machine_type, fragment):
+    config["tpu-training:cluster"]["systemMachineType"] = machine_type
+    message = refused(config)
+    assert f"tpu-training:cluster.systemMachineType = {json.dumps(machine_type)}" in message
+    assert fragment in message
+
+
+@pytest.mark.parametrize("machine_type", ["n2-custom-4-16384", "e2-micro", "c3-standard-4-lssd"])
+def test_system_machine_types_of_every_form_are_valid(config, machine_type):
+    config["tpu-training:cluster"]["systemMachineType"] = machine_type
+    pool = run_stack(config).one("gcp:container/nodePool:NodePool", "tpu-dev-system")
+    assert pool.inputs["nodeConfig"]["machineType"] == machine_type
+
+
+def _byo_network(config):
+    config["tpu-training:network"] = {"create": False}
+    return config
+
+
+@pytest.mark.parametrize(
+    ("where", "key", "value", "fragment"),
+    [
+        (VMS, "network", "My Net", "network 'My Net' must be a network's name"),
+        (VMS, "network", "net_1", "must be a network's name"),
+        (VMS, "network", "projects/x/global/networks/n", "must be a network's name"),
+        (VMS, "subnetwork", "sub net", "subnetwork 'sub net' must be a subnetwork's name"),
+        (
+            VMS,
+            "subnetwork",
+            "projects/host-project/regions/us-east5/subnetworks/training",
+            "is in region us-east5, but it must be in europe-west4",
+        ),
+        ("tpu-training:cluster", "network", "-net", "must be a network's name"),
+        (
+            "tpu-training:cluster",
+            "subnetwork",
+            "projects/host-project/regions/europe-west4/subnetworks/training",
+            "is in region europe-west4, but it must be in us-east5",
+        ),
+    ],
+)
+def test_byo_network_names_that_are_no_names_or_paths(config, where, key, value, fragment):
+    _byo_network(config)
+    target = config[where][0] if where == VMS else config[where]
+    target[key] = value
+    message = refused(config)
+    index = "[0]" if where == VMS else ""
+    assert f"{where}{index}" in message and fragment in message
+
+
+def test_byo_network_names_paths_and_urls_are_valid(config):
+    _byo_network(config)
+    config[VMS][0]["network"] = "projects/host-project/global/networks/shared"
+    config[VMS][0]["subnetwork"] = (
+        "https://www.googleapis.com/compute/v1/projects/host-project/regions/europe-west4/subnetworks/tpus"
+    )
+    config["tpu-training:cluster"].update(network="shared", subnetwork="gke-us-east5")
+    vm = run_stack(config).one("gcp:tpu/v2Vm:V2Vm", "demo-tpu-vm")
+    assert vm.inputs["networkConfig"]["network"] == "projects/host-project/global/networks/shared"
+
+
+@pytest.mark.parametrize(
+    ("place", "value"),
+    [
+        ((VMS, 0, "trainCommand"), "python3 train.py\0--resume"),
+        ((VMS, 0, "env", "MODEL"), "bert\0"),
+        (("tpu-training:labels", "team"), "ml\0"),
+        ((JOBS, 0, "command", 0), "python3\0"),
+    ],
+)
+def test_nul_bytes_are_refused_naming_the_key(config, place, value):
+    *path, last = place
+    target = config
+    for part in path:
+        target = target.setdefault(part, {}) if isinstance(target, dict) else target[part]
+    target[last] = value
+    message = refused(config)
+    assert "contains a NUL byte" in message
+    assert f"{path[0]}" in message
+
+
+def test_a_startup_script_over_256_kib_of_metadata(config):
+    config[VMS][0]["env"] = {"BIG": "x" * (256 * 1024)}
+    message = refused(config)
+    assert "tpu-training:tpuVms[0] (demo-tpu): the startup-script would be" in message
+    assert "262144 bytes (256 KiB) per metadata value" in message
+    config[VMS][0]["env"] = {"BIG": "x" * (200 * 1024)}
+    script = run_stack(config).one("gcp:tpu/v2Vm:V2Vm", "demo-tpu-vm").inputs["metadata"]["startup-script"]
+    assert len(script.encode()) <= 256 * 1024
+
+
+@pytest.mark.parametrize("name", ["EXECIGNORE", "GLOBIGNORE", "SHLVL", "PWD", "BASH_ENV", "POSIXLY_CORRECT"])
+def test_env_names_bash_reads_or_replaces(config, name):
+    config[VMS][0]["env"] = {name: "x"}
+    assert f"tpu-training:tpuVms[0].env.{name}: environment variable {name} cannot be set in env" in refused(
+        config
+    )
+
+
+@pytest.mark.parametrize(
+    "name", ["TRAIN_COMMAND", "MARKER", "STATE_DIR", "attempt", "status", "RUN_ENVIRONMENT"]
+)
+def test_env_names_the_script_uses_itself_reach_the_trainer_as_written(config, name):
+    # The script keeps its own variables to itself: the user's value is what the trainer gets.
+    config[VMS][0]["env"] = {name: "users value"}
+    run = run_stack(config)
+    script = run.one("gcp:tpu/v2Vm:V2Vm", "demo-tpu-vm").inputs["metadata"]["startup-script"]
+    assert f"\n  '{name}=users value'\n" in script
+    assert run.outputs["trainingEnvironments"]["demo-tpu"][name] == "users value"
+
+
+def test_a_24_hour_maintenance_window_is_valid(config):
+    config["tpu-training:cluster"]["maintenanceWindow"] = {
+        "startTime": "03:00",
+        "endTime": "03:00",
+        "recurrence": "FREQ=WEEKLY;BYDAY=SA",
+    }
+    cluster = run_stack(config).one("gcp:container/cluster:Cluster", "tpu-dev-cluster")
+    window = cluster.inputs["maintenancePolicy"]["recurringWindow"]
+    assert (window["startTime"], window["endTime"]) == ("2025-01-04T03:00:00Z", "2025-01-05T03:00:00Z")
+
+
+def test_min_version_latest_is_valid(config):
+    config["tpu-training:cluster"]["minVersion"] = "latest"
+    cluster = run_stack(config).one("gcp:container/cluster:Cluster", "tpu-dev-cluster")
+    assert cluster.inputs["minMasterVersion"] == "latest"
+
+
+@pytest.mark.parametrize("version", ["newest", "Latest", "1.32"])
+def test_min_versions_that_are_not_latest_or_new_enough(config, version):
+    config["tpu-training:cluster"]["minVersion"] = version
+    assert f"tpu-training:cluster.minVersion = {json.dumps(version)}" in refused(config)
+
+
+@pytest.mark.parametrize(
+    ("generation", "fragment"),
+    [
+        (10**18 - 1, "above the largest recovery generation, 999999999999999998"),
+        (10**70, "above the largest recovery generation"),
+        (1e300, "above the largest recovery generation"),
+        (-1, "is no recovery generation"),
+        ("7", "is no recovery generation"),
+        (2.5, "is no recovery generation"),
+    ],
+)
+def test_previous_generations_that_make_no_label_value_are_refused(tmp_path, generation, fragment):
+    outputs = tmp_path / "outputs.json"
+    outputs.write_text(json.dumps({"recoveryGenerations": {"demo-tpu": generation}}))
+    done = run_plan("--previous-outputs", str(outputs))
+    assert done.returncode == 64, done.stdout + done.stderr  # a usage error, as the plan's others
+    assert "recoveryGenerations.demo-tpu = " in done.stderr and fragment in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_largest_generation_and_the_next_one_read_back_from_the_label():
+    from tpu_training_components.recovery import GENERATION_LABEL, parse_generation
+
+    largest = naming.MAX_RECOVERY_GENERATION
+    assert naming.generation_problem(largest) is None and naming.generation_problem(largest + 1)
+    for generation in (largest, largest + 1):
+        assert naming.label_value_problem(str(generation)) is None
+        assert parse_generation({GENERATION_LABEL: str(generation)}) == generation
+
+
+@pytest.mark.parametrize(
+    ("edit", "key"),
+    [
+        (lambda c: c["tpu-training:nodePools"][0].update(maxRunDuration="72h\n"), "maxRunDuration"),
+        (lambda c: c["tpu-training:jobs"][0].update(namespace="default\n"), "namespace"),
+        (lambda c: c["tpu-training:jobs"][0].update(image="trainer:1\n"), "image"),
+        (lambda c: c["tpu-training:cluster"].update(minVersion="1.34\n"), "minVersion"),
+    ],
+    ids=["maxRunDuration", "namespace", "image", "minVersion"],
+)
+def test_a_trailing_newline_is_not_a_valid_value(config, edit, key):
+    # A `$`-anchored pattern matches before a final newline; the cloud takes no such value.
+    edit(config)
+    assert key in refused(config)

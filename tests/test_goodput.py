@@ -93,7 +93,7 @@ def test_dev_stack_passes_each_run_its_interval(config):
     run_parameters = run.one("kubernetes:core/v1:ConfigMap", "train-v6e-run-parameters").inputs["data"]
     assert run_parameters["CHECKPOINT_INTERVAL_SECONDS"] == "8519"
     script = run.one("gcp:tpu/v2Vm:V2Vm", "demo-tpu-vm").inputs["metadata"]["startup-script"]
-    assert "export CHECKPOINT_INTERVAL_SECONDS=2277" in script
+    assert "\n  CHECKPOINT_INTERVAL_SECONDS=2277\n" in script  # the trainer's environment
     assert any("demo-tpu: checkpoint every 2277 s" in line for line in run.infos)
 
 

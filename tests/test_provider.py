@@ -440,7 +440,8 @@ def test_a_value_of_the_wrong_type_is_a_message_not_a_traceback(provider):
     with pytest.raises(grpc.RpcError) as failure:
         construct(provider, PreemptibleTpuVm, "demo", camel(VM_ARGS) | {"labels": ["a"]})
     message = str(failure.value)
-    assert "PreemptibleTpuVm 'demo': an argument has a type the schema does not allow" in message
+    # The component's own type check names the argument, the value and what is allowed.
+    assert "PreemptibleTpuVm 'demo': labels must be a dict of text to text, got ['a']" in message
     assert "Traceback" not in message and 'File "' not in message
 
 

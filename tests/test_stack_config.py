@@ -3,9 +3,14 @@ that names the key, shows the value and says what is allowed, before any resourc
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
+from conftest import REPO, run_plan, run_stack
 from conftest import refused as _refused
-from conftest import run_stack
+
+from infra import offline
 
 VMS = "tpu-training:tpuVms"
 
@@ -204,6 +209,38 @@ def test_network_settings_ignored_without_create_are_a_warning(config):
     )
 
 
-def test_an_empty_per_resource_network_counts_as_set(config):
+def test_an_empty_per_resource_network_is_no_network_name(config):
     config["tpu-training:cluster"]["network"] = ""
-    assert "tpu-training:cluster.network is set" in _refused(config)
+    assert "tpu-training:cluster.network = \"\": network '' must be a network's name" in _refused(config)
+
+
+# --- stackConfigDir: the stack files live where Pulumi.yaml says --------------------------------
+
+
+def test_stack_config_dir_is_where_the_plan_reads_the_stack_file(scratch_project):
+    """pulumi/pulumi sdk/go/common/workspace/paths.go, ProjectStackPath: Pulumi.<stack>.yaml is in
+    ``stackConfigDir``, joined to Pulumi.yaml's folder."""
+    project_file = scratch_project / "Pulumi.yaml"
+    project_file.write_text(project_file.read_text() + "stackConfigDir: stacks\n")
+    (scratch_project / "stacks").mkdir()
+    shutil.copy(REPO / "Pulumi.dev.yaml", scratch_project / "stacks" / "Pulumi.dev.yaml")
+    done = run_plan("--json", "-", cwd=scratch_project)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["stack"] == "dev"
+    # Not beside Pulumi.yaml any more: a stack file there is not read.
+    (scratch_project / "stacks" / "Pulumi.dev.yaml").rename(scratch_project / "Pulumi.dev.yaml")
+    done = run_plan("--json", "-", cwd=scratch_project)
+    assert done.returncode != 0 and "stacks/Pulumi.dev.yaml" in done.stderr
+
+
+def test_the_older_config_folder_spelling_and_both_at_once(scratch_project):
+    # project.go, RewriteConfigPathIntoStackConfigDir: `config: <folder>` is the older spelling.
+    assert offline.load_project(REPO).stack_file("dev") == REPO / "Pulumi.dev.yaml"
+    project_file = scratch_project / "Pulumi.yaml"
+    project_file.write_text("name: tpu-training\nruntime: python\nmain: infra/\nconfig: stacks\n")
+    project = offline.load_project(scratch_project)
+    assert project.stack_file("dev") == scratch_project / "stacks" / "Pulumi.dev.yaml"
+    assert project.declarations == {}
+    project_file.write_text(project_file.read_text() + "stackConfigDir: other\n")
+    with pytest.raises(offline.ProjectFileError, match="Should not use both config and stackConfigDir"):
+        offline.load_project(scratch_project)
