@@ -66,13 +66,18 @@ class Recorder:
         self.called = threading.Event()
         self.at = 0.0
 
-    def __call__(self, stack: str, targets: Optional[Sequence[str]] = None) -> UpResult:
+    def __call__(
+        self, stack: str, targets: Optional[Sequence[str]] = None, *, refresh: bool = True
+    ) -> UpResult:
         self.at = time.monotonic()
         self.called.set()
         return UpResult("succeeded", "recorded", 0.0)
 
     def pending_changes(self, stack: str) -> list[PendingChange]:
         return []  # a deployed stack with no edit waiting
+
+    def deployed_names(self, stack: str) -> set[str]:
+        return {f"vm-{i}" for i in range(100_000)}  # every VM of any size was deployed
 
 
 def detection(

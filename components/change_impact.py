@@ -155,6 +155,12 @@ NODE_POOL = TypeRules(
         "nodeConfig.diskSizeGb": _NODES_RECREATED,
         "nodeConfig.diskType": _NODES_RECREATED,
         "nodeConfig.imageType": _NODES_RECREATED,
+        # Updated in place (not ForceNew), but a zone taken away takes its nodes with it: a slice
+        # there is deleted, and the training on it restarts from its checkpoint where it comes back.
+        "nodeLocations": (
+            "node locations are updated in place, but the nodes in a zone taken away are deleted: "
+            f"a slice there goes, and {TRAINING_RESTARTS} on the new nodes"
+        ),
         # Neither ForceNew nor read by nodePoolUpdate: the provider plans it and never applies it.
         "placementPolicy.tpuTopology": (
             "the provider does not change an existing pool's TPU topology (nodePoolUpdate has no "

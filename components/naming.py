@@ -82,11 +82,13 @@ def label_value_problem(value: str) -> str | None:
     return None
 
 
-MAX_RECOVERY_GENERATION = 10**18 - 2
+MAX_RECOVERY_GENERATION = 10**15 - 2
 """The largest recovery generation a resource may be declared at. The generation is the value of
-its ``recovery-generation`` label, which recovery reads back only as up to 18 decimal digits
-(``recovery.parse_generation``); the next generation, one more, must still be readable. (A label
-value holds 63 characters; 18 digits is also what a 64-bit integer always holds.)"""
+its ``recovery-generation`` label, which recovery reads back only as up to 15 decimal digits
+(``recovery.parse_generation``); the next generation, one more, must still be readable. A
+generation also travels as a replacement trigger, and every number crosses gRPC as a double,
+exact to 2**53 (16 digits): 15 digits keep "one more" a different number. (New generations are
+YYYYMMDDhhmmss, 14 digits.)"""
 
 
 def generation_problem(generation: object) -> str | None:
@@ -96,7 +98,7 @@ def generation_problem(generation: object) -> str | None:
     if generation > MAX_RECOVERY_GENERATION:
         return (
             f"{generation} is above the largest recovery generation, {MAX_RECOVERY_GENERATION}: the "
-            f"generation is a label value recovery reads back as at most 18 digits"
+            f"generation is a label value recovery reads back as at most 15 digits"
         )
     return None
 

@@ -25,7 +25,9 @@ _HEALTHY = frozenset({"", "HEALTHY", "HEALTH_UNSPECIFIED"})
 
 _EVENT_TIME = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(\.\d+)?(Z|[+-]\d{2}:\d{2})")
 # A generation label is plain ASCII decimal: `str.isdigit()` also takes "²", which int() refuses.
-_PLAIN_DECIMAL = re.compile(r"^[0-9]{1,18}$")
+# At most 15 digits: a generation also crosses gRPC as a double, exact to 2**53 (16 digits), and
+# "one more" than a longer one could round back to itself (naming.MAX_RECOVERY_GENERATION).
+_PLAIN_DECIMAL = re.compile(r"^[0-9]{1,15}$")
 
 
 def parse_generation(labels: Mapping[str, str]) -> Optional[int]:

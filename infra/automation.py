@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import signal
 import subprocess
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Mapping, Optional, Protocol, Sequence
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 from pulumi.automation import CommandResult, PulumiCommand
 from pulumi.automation.errors import create_command_error
 from semver import VersionInfo
+from tpu_training_components.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
 from tpu_training_components.recovery_rounds import UpStatus
 
 _TAIL_LINES = 5
@@ -61,6 +62,8 @@ class UpResult:
     """Resource operations the update performed (``{"create": 1, "same": 40}``)."""
 
 
+UP_MESSAGE = "python -m infra.recover: recovery after preemption, maintenance or a failed Job"
+
 UNCHANGED_OPS = frozenset({"same", "read", "refresh", "discard", "import"})
 """Preview steps that change nothing in the cloud (pkg/display/json.go ``PreviewStep.Op``)."""
 
@@ -93,8 +96,15 @@ def _type_and_name(urn: str) -> tuple[str, str]:
 class UpRunner(Protocol):
     """The CLI, as a round uses it; the seam the tests replace."""
 
-    def __call__(self, stack: str, targets: Optional[Sequence[str]] = None) -> UpResult:
-        """`pulumi up --refresh --yes`, only for ``targets`` (URNs) when given."""
+    def __call__(
+        self, stack: str, targets: Optional[Sequence[str]] = None, *, refresh: bool = True
+    ) -> UpResult:
+        """`pulumi up --yes` (with --refresh unless ``refresh`` is False), only for ``targets``
+        (URNs) when given."""
+        ...
+
+    def deployed_names(self, stack: str) -> set[str]:
+        """Names of the VMs and Jobs in the stack's generation outputs (``PulumiTryLater``)."""
         ...
 
     def pending_changes(self, stack: str) -> list[PendingChange]:
@@ -162,10 +172,10 @@ class DeadlineCommand(PulumiCommand):
             "PULUMI_SKIP_UPDATE_CHECK": "true",
         }
         seconds = _timeout_for(full, self._up_timeout)
-        out: list[str] = []
-        err: list[str] = []
-        # A session of its own: on a deadline the signal reaches the CLI and its plugins alike.
-        with subprocess.Popen(
+        deadline = time.monotonic() + seconds
+        # A process group of its own, so that what it leaves behind can be stopped with it. (The
+        # CLI starts each plugin in a group of the plugin's own, and stops them itself.)
+        process = subprocess.Popen(
             [self.command, *full],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -173,26 +183,26 @@ class DeadlineCommand(PulumiCommand):
             cwd=cwd,
             env=env,
             start_new_session=True,
-        ) as process:
-            readers = [
-                threading.Thread(target=_read_lines, args=(process.stdout, on_output, out), daemon=True),
-                threading.Thread(target=_read_lines, args=(process.stderr, on_error, err), daemon=True),
-            ]
-            for reader in readers:
-                reader.start()
-            try:
-                process.wait(timeout=seconds)
-            except subprocess.TimeoutExpired:
-                self._stop(process)
-                for reader in readers:
-                    reader.join(timeout=5)
-                raise PulumiTimedOut(
-                    f"`pulumi {' '.join(a for a in full if a != '--non-interactive')[:200]}` did not "
-                    f"finish within {seconds:g} s and was stopped"
-                ) from None
-            for reader in readers:
-                reader.join(timeout=30)
-        result = CommandResult(stdout="\n".join(out), stderr="\n".join(err), code=process.returncode)
+        )
+        assert process.stdout is not None and process.stderr is not None
+        lines = _Lines((process.stdout.fileno(), on_output), (process.stderr.fileno(), on_error))
+        timed_out = not lines.read_until(deadline, exited=process.poll)
+        if timed_out:
+            self._stop(process)
+        else:
+            process.wait()
+        # Read on a moment at most once the CLI is gone: a process it left behind may hold the
+        # pipes open for ever. Then stop whatever is left of its group, and close the pipes.
+        lines.read_until(time.monotonic() + _DRAIN_SECONDS, exited=lambda: 0)
+        _kill_group(process.pid)
+        process.stdout.close()
+        process.stderr.close()
+        if timed_out:
+            shown = " ".join(a for a in full if a != "--non-interactive")[:200]
+            raise PulumiTimedOut(f"`pulumi {shown}` did not finish within {seconds:g} s and was stopped")
+        result = CommandResult(
+            stdout="\n".join(lines.out), stderr="\n".join(lines.err), code=process.returncode
+        )
         if result.code != 0:
             raise create_command_error(result)
         return result
@@ -210,17 +220,71 @@ class DeadlineCommand(PulumiCommand):
                 continue
 
 
-def _read_lines(
-    stream: Optional[IO[bytes]], callback: Optional[Callable[[str], Any]], into: list[str]
-) -> None:
-    if stream is None:
-        return
-    for raw in iter(stream.readline, b""):
+_DRAIN_SECONDS = 2.0
+"""How long to read what is left in the pipes once the CLI has ended."""
+
+
+def _kill_group(group: int) -> None:
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class _Lines:
+    """A child's stdout and stderr, line by line, read without threads against a deadline: no
+    read is ever left blocked on a pipe that a process left behind holds open."""
+
+    def __init__(
+        self,
+        out: tuple[int, Optional[Callable[[str], Any]]],
+        err: tuple[int, Optional[Callable[[str], Any]]],
+    ) -> None:
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self._selector = selectors.DefaultSelector()
+        self._streams = {out[0]: (out[1], self.out), err[0]: (err[1], self.err)}
+        self._partial = {out[0]: b"", err[0]: b""}
+        for fd in self._streams:
+            os.set_blocking(fd, False)
+            self._selector.register(fd, selectors.EVENT_READ)
+
+    def read_until(self, deadline: float, *, exited: Callable[[], Optional[int]]) -> bool:
+        """Read until both pipes are closed or, once ``exited()`` says the child is gone, until
+        nothing more comes (True); or until ``deadline`` passes (False)."""
+        while self._selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            gone = exited() is not None
+            events = self._selector.select(min(left, 0.1 if gone else 1.0))
+            if not events and gone:
+                return True
+            for key, _ in events:
+                self._read(key.fd)
+        return True
+
+    def _read(self, fd: int) -> None:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        if not chunk:
+            self._selector.unregister(fd)
+            if self._partial[fd]:
+                self._emit(fd, self._partial[fd])
+                self._partial[fd] = b""
+            return
+        *complete, self._partial[fd] = (self._partial[fd] + chunk).split(b"\n")
+        for raw in complete:
+            self._emit(fd, raw)
+
+    def _emit(self, fd: int, raw: bytes) -> None:
         line = raw.decode("utf-8", errors="replace").rstrip()
+        callback, into = self._streams[fd]
         into.append(line)
         if callback is not None:
             callback(line)
-    stream.close()
 
 
 def stack_urn(project: str, stack: str) -> str:
@@ -313,24 +377,46 @@ class AutomationUp:
                 f"`pulumi preview --json` printed no digest this version can read: {type(exc).__name__}"
             ) from None
 
-    def __call__(self, stack: str, targets: Optional[Sequence[str]] = None) -> UpResult:
+    def deployed_names(self, stack: str) -> set[str]:
+        """The VMs and Jobs this stack has deployed: the names in its generation outputs
+        (`pulumi stack output`). Raises ``PulumiTryLater`` when they cannot be read."""
+        try:
+            outputs = self._select(stack).outputs()
+        except (PulumiUnavailable, PulumiTryLater):
+            raise
+        except Exception as exc:  # noqa: BLE001 - unreadable outputs say nothing
+            raise PulumiTryLater(
+                f"`pulumi stack output` for stack {stack!r} failed: {_tail(str(exc))}"
+            ) from None
+        names: set[str] = set()
+        for key in (GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT):
+            value = outputs[key].value if key in outputs else None
+            if isinstance(value, dict):
+                names.update(str(name) for name in value)
+        return names
+
+    def __call__(
+        self, stack: str, targets: Optional[Sequence[str]] = None, *, refresh: bool = True
+    ) -> UpResult:
         automation = self._automation
         started = time.monotonic()
 
         def done(status: UpStatus, message: str, changes: Optional[dict[str, int]] = None) -> UpResult:
             return UpResult(status, message, round(time.monotonic() - started, 3), dict(changes or {}))
 
+        selected = self._select(stack)
+        # The update itself, run directly: its exit status is the result. (The SDK's Stack.up
+        # also reads the stack's outputs and history afterwards, and would report a failure of
+        # either as a failed update.)
+        args = ["up", "--yes", "--skip-preview", "--color", "never", "--message", UP_MESSAGE]
+        if refresh:
+            args.append("--refresh")
+        for urn in targets or ():
+            # Only these are refreshed and changed; every other resource keeps its state as it
+            # is, pending edits included (infra/recovery_targets.py says why).
+            args += ["--target", urn]
         try:
-            result = self._select(stack).up(
-                refresh=True,
-                # Only these are refreshed and changed; every other resource keeps its state
-                # as it is, pending edits included (see docs in README "Hands-free recovery").
-                target=list(targets) if targets else None,
-                color="never",
-                on_output=self._on_output,
-                on_error=self._on_output,
-                message="python -m infra.recover: recovery after preemption, maintenance or a failed Job",
-            )
+            self._command.run([*args, "--stack", stack], self._work_dir, {}, self._on_output, self._on_output)
         except PulumiTimedOut as exc:
             return done(
                 "failed",
@@ -344,11 +430,10 @@ class AutomationUp:
             )
         except automation.errors.CommandError as exc:
             return done("failed", _tail(str(exc)))
-        except PulumiUnavailable:
-            raise
-        except Exception as exc:  # noqa: BLE001 - output the SDK could not read: report, never crash the watch
+        try:
+            (last,) = selected.history(page_size=1, page=1)
+            return done("succeeded", f"update {last.result}", last.resource_changes)
+        except Exception as exc:  # noqa: BLE001 - the update succeeded; only its summary is missing
             return done(
-                "failed", f"pulumi up ran, but its result could not be read: {type(exc).__name__}: {exc}"
+                "succeeded", f"update succeeded (its summary could not be read: {type(exc).__name__})"
             )
-        summary = result.summary
-        return done("succeeded", f"update {summary.result}", summary.resource_changes)

@@ -269,7 +269,8 @@ class RoundReport:
                     "kind": kind,
                     "name": d.name,
                     "action": d.action,
-                    "generation": d.generation,
+                    # A new one (create, replace) is stamped by the program when it declares it.
+                    "generation": d.generation if d.action == "keep" else None,
                     "afterLastDeployed": d.after_last_deployed,
                     "reason": d.reason,
                     "warn": d.warn,
@@ -376,6 +377,8 @@ class Recoverer:
             )
         except recovery_targets.TargetsNotFound as exc:
             return UpResult("failed", str(exc), 0.0)
+        except Exception as exc:  # noqa: BLE001 - the program, run offline, refused its config
+            return UpResult("failed", f"the stack program could not be run to find the targets: {exc}", 0.0)
         shown = " ".join(f"--target {urn}" for urn in (targets.stack, *targets.urns.values()))
         if self.up is None:
             return UpResult("dry-run", f"dry run: `pulumi up --refresh --yes {shown}` not run", 0.0)
@@ -383,7 +386,8 @@ class Recoverer:
             # A stop asked while the round read live state: an update can take an hour; not now.
             return UpResult("stopped", "a stop was asked before `pulumi up` started; not run", 0.0)
         pending = self.up.pending_changes(self.target.qualified)
-        chosen = recovery_targets.set_against(targets, pending, apply_pending=self.apply_pending)
+        deployed = self.up.deployed_names(self.target.qualified)
+        chosen = recovery_targets.set_against(targets, pending, deployed, apply_pending=self.apply_pending)
         report.pending = chosen.beside
         if self.apply_pending:
             for change in chosen.beside:
@@ -398,7 +402,7 @@ class Recoverer:
         if self.stopping():
             return UpResult("stopped", "a stop was asked before `pulumi up` started; not run", 0.0)
         report.targets = chosen.targets
-        return self.up(self.target.qualified, list(chosen.targets))
+        return self.up(self.target.qualified, list(chosen.targets), refresh=chosen.refresh)
 
 
 def exit_status(report: RoundReport) -> int:

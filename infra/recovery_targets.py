@@ -32,7 +32,7 @@ import os
 import runpy
 import sys
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Collection, Sequence
 
 from infra import offline
 from infra.automation import PendingChange, stack_urn
@@ -139,30 +139,54 @@ def engine_urns(registrations: Sequence[offline.Registration], project: str, sta
     }
 
 
+PROVIDER_TYPE_PREFIX = "pulumi:providers:"
+
+
 @dataclass(frozen=True)
 class TargetedRound:
     """A round's `pulumi up`, set against what a full update would change."""
 
     targets: tuple[str, ...]
     """The URNs to update: the stack, and each VM or Job recovered."""
+    refresh: bool
+    """Whether the update may refresh its targets: not when one of them is missing from the
+    stack's state (the engine checks refresh targets against the state alone and would refuse
+    it: deployment_executor.go ``checkTargets``, called before the program runs)."""
     beside: tuple[PendingChange, ...]
     """Changes a full `pulumi up` would make that recovery did not decide: left alone."""
     never_deployed: tuple[str, ...]
-    """Decided "create" but not in the stack's state: a new VM or Job, which is a pending edit."""
+    """Decided "create", in no generation output and not in the stack's state: a VM or Job
+    added to the stack file and never deployed, which is a pending edit, not a recovery."""
     blocked: dict[str, tuple[str, ...]]
     """Name -> URNs it needs that are pending creates: it cannot be recovered alone."""
+    providers: tuple[PendingChange, ...] = ()
+    """Pending changes of providers. The engine takes every provider into a targeted update
+    (step_generator.go, providers are always registered; a new default provider version fails
+    every untargeted resource on the old one, "a change of providers mixed with --target",
+    ~l.1566-1581): no targeted update can leave them alone."""
 
 
 def set_against(
-    targets: RecoveryTargets, pending: Sequence[PendingChange], *, apply_pending: bool = False
+    targets: RecoveryTargets,
+    pending: Sequence[PendingChange],
+    deployed: Collection[str] = (),
+    *,
+    apply_pending: bool = False,
 ) -> TargetedRound:
-    """Which targets a round updates, given the preview's ``pending`` changes."""
+    """Which targets a round updates, given the preview's ``pending`` changes and the names of
+    the VMs and Jobs the stack has ``deployed`` (its generation outputs)."""
     ops = {change.urn: change.op for change in pending}
     own = set(targets.urns.values()) | {targets.stack}
     beside = tuple(change for change in pending if change.urn not in own)
     if apply_pending:
-        return TargetedRound((), beside, (), {})
-    never_deployed = tuple(name for name, urn in targets.urns.items() if ops.get(urn) == "create")
+        return TargetedRound((), True, beside, (), {})
+    providers = tuple(c for c in beside if _type_of(c.urn).startswith(PROVIDER_TYPE_PREFIX))
+    # Not in the state ("create") and never deployed: a new VM or Job. Not in the state but
+    # deployed before (a refresh dropped it after it was lost, then its re-creation failed):
+    # recovery's to create.
+    never_deployed = tuple(
+        name for name, urn in targets.urns.items() if ops.get(urn) == "create" and name not in deployed
+    )
     creates = {change.urn for change in beside if change.op == "create"}
     blocked = {
         name: tuple(sorted(targets.dependencies.get(urn, frozenset()) & creates))
@@ -170,11 +194,31 @@ def set_against(
         if name not in never_deployed and targets.dependencies.get(urn, frozenset()) & creates
     }
     chosen = [urn for name, urn in targets.urns.items() if name not in never_deployed and name not in blocked]
-    return TargetedRound((targets.stack, *chosen) if chosen else (), beside, never_deployed, blocked)
+    if providers:
+        chosen = []
+    return TargetedRound(
+        (targets.stack, *chosen) if chosen else (),
+        not any(ops.get(urn) == "create" for urn in chosen),
+        beside,
+        never_deployed,
+        blocked,
+        providers,
+    )
+
+
+def _type_of(urn: str) -> str:
+    parts = urn.split("::")
+    return parts[2].rsplit("$", 1)[-1] if len(parts) >= 4 else ""
 
 
 def describe(round_: TargetedRound) -> list[str]:
-    """The lines a round says about what it leaves alone."""
+    """The lines a round says about what it leaves alone, and why it cannot recover something."""
+    if round_.providers:
+        shown = "; ".join(change.shown for change in round_.providers)
+        return [
+            f"a provider change is pending ({shown}): a targeted update would apply it to every "
+            f"resource, so nothing is recovered alone; run `pulumi up`, or recover with --apply-pending"
+        ]
     lines = [
         f"pending change left alone (deploy it with `pulumi up`, or recover with --apply-pending): "
         f"{change.shown}"

@@ -14,6 +14,8 @@ call. ``behaviour.json`` in the folder chooses what `up` does:
 - ``{"stack_missing": true}``: `stack select` says the stack does not exist;
 - ``{"version": "3.200.0"}``: what `pulumi version` reports (default: ``VERSION``);
 - ``{"hang": "config"}``: the command whose first word this is never answers;
+- ``{"linger": 30}``: every command leaves a process behind that holds its pipes for 30 s;
+- ``{"outputs": {...}}``: what `pulumi stack output --json` prints (default ``{}``);
 - ``{"config": {...}}``: what `pulumi config --show-secrets --json` prints (default: ``{}``);
 - ``{"history": "[]"}``: what `pulumi stack history --json` prints instead of one update;
 - ``{"pending": [step, ...]}``: steps `pulumi preview --json` adds to demo-tpu's replacement;
@@ -47,6 +49,10 @@ stack = args[args.index("--stack") + 1] if "--stack" in args else None
 
 if args and args[0] == behaviour.get("hang"):
     time.sleep(3600)  # a CLI that never answers this command
+if behaviour.get("linger"):
+    # Leaves a process behind, in a session of its own, that holds stdout and stderr open.
+    import subprocess
+    subprocess.Popen(["sleep", str(behaviour["linger"])], start_new_session=True)
 if args == ["version"]:
     if "version_output" in behaviour:
         sys.stdout.buffer.write(behaviour["version_output"].encode("latin-1"))
@@ -100,7 +106,7 @@ elif args[:2] == ["preview", "--json"]:
              {{"op": "replace", "urn": vm_urn, "replaceReasons": []}}] + behaviour.get("pending", [])
     print(json.dumps({{"steps": steps, "changeSummary": {{"replace": 1}}, "duration": 1}}))
 elif args[:3] == ["stack", "output", "--json"]:
-    print("{{}}")
+    print(json.dumps(behaviour.get("outputs", {{}})))
 elif args[:3] == ["stack", "history", "--json"] and "history" in behaviour:
     print(behaviour["history"])
 elif args[:3] == ["stack", "history", "--json"]:

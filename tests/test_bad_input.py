@@ -523,7 +523,7 @@ def test_min_versions_that_are_not_latest_or_new_enough(config, version):
 @pytest.mark.parametrize(
     ("generation", "fragment"),
     [
-        (10**18 - 1, "above the largest recovery generation, 999999999999999998"),
+        (10**15 - 1, "above the largest recovery generation, 999999999999998"),
         (10**70, "above the largest recovery generation"),
         (1e300, "above the largest recovery generation"),
         (-1, "is no recovery generation"),

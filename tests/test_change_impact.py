@@ -367,3 +367,10 @@ def test_changed_paths_go_item_by_item_and_treat_one_and_one_point_zero_alike():
     assert change_impact.changed_paths({"a": [1, {"b": 2}]}, {"a": [1.0, {"b": 3}]}) == ["a[1].b"]
     assert change_impact.changed_paths({"a": [1]}, {"a": [1, 2]}) == ["a"]
     assert change_impact.changed_paths({"a": True}, {"a": 1}) == ["a"]
+
+
+def test_moving_a_pools_zone_is_an_update_that_says_its_slice_goes(base):
+    # node_locations is not ForceNew (Terraform provider), but a zone taken away takes its nodes.
+    changed, text = after(base, pool(nodeLocations=["us-east5-b"]))
+    assert changed[POOL].action == "update"
+    assert any("nodes in a zone taken away are deleted" in note for note in changed[POOL].notes)

@@ -46,17 +46,30 @@ class RecordingRunner:
     """The CLI seam: records each stack it was asked to update and its targets, answers
     ``status``; a preview shows ``pending``."""
 
-    def __init__(self, status: str = "succeeded", pending: Sequence[PendingChange] = ()) -> None:
+    def __init__(
+        self,
+        status: str = "succeeded",
+        pending: Sequence[PendingChange] = (),
+        deployed: Sequence[str] = ("demo-tpu", "train-v6e"),
+    ) -> None:
         self.status = status
         self.pending = list(pending)
+        self.deployed = list(deployed)
+        self.refreshes: list[bool] = []
         self.stacks: list[str] = []
         self.targets: list[Optional[list[str]]] = []
         self.previews = 0
 
-    def __call__(self, stack: str, targets: Optional[Sequence[str]] = None) -> UpResult:
+    def __call__(
+        self, stack: str, targets: Optional[Sequence[str]] = None, *, refresh: bool = True
+    ) -> UpResult:
         self.stacks.append(stack)
         self.targets.append(list(targets) if targets is not None else None)
+        self.refreshes.append(refresh)
         return UpResult(self.status, f"update {self.status}", 0.01, {"replace": 1})  # type: ignore[arg-type]
+
+    def deployed_names(self, stack: str) -> set[str]:
+        return set(self.deployed)
 
     def pending_changes(self, stack: str) -> list[PendingChange]:
         self.previews += 1
@@ -328,7 +341,8 @@ def test_automation_up_makes_exactly_these_cli_calls(stub):
     result = AutomationUp(REPO, lines.append)("dev")
     assert result.status == "succeeded"
     assert result.changes == {"replace": 1, "same": 36}
-    # As pulumi 3.272.0's Automation API issues them: `pulumi up --refresh --yes`, no preview.
+    # `pulumi up --refresh --yes`, no preview; then the summary, as pulumi 3.272.0's Automation
+    # API reads it (`stack history`).
     assert stub_pulumi.calls(stub) == [
         ["--non-interactive", "version"],
         ["--non-interactive", "stack", "select", "--stack", "dev"],
@@ -337,18 +351,14 @@ def test_automation_up_makes_exactly_these_cli_calls(stub):
             "up",
             "--yes",
             "--skip-preview",
-            "--message",
-            "python -m infra.recover: recovery after preemption, maintenance or a failed Job",
             "--color",
             "never",
+            "--message",
+            "python -m infra.recover: recovery after preemption, maintenance or a failed Job",
             "--refresh",
-            "--exec-kind",
-            "auto.local",
             "--stack",
             "dev",
         ],  # fmt: skip
-        ["--non-interactive", "stack", "output", "--json", "--stack", "dev"],
-        ["--non-interactive", "stack", "output", "--json", "--show-secrets", "--stack", "dev"],
         [
             "--non-interactive",
             "stack",
@@ -408,11 +418,12 @@ def test_an_up_that_never_ends_is_a_failure_after_its_timeout(stub):
     assert "did not finish within 0.5 s" in result.message
 
 
-def test_an_unreadable_result_is_a_failed_up_not_a_crash(stub):
+def test_an_update_that_succeeded_is_a_success_even_if_its_summary_cannot_be_read(stub):
+    # The update's exit status is its result; a history the SDK cannot read only loses the counts.
     set_behaviour(stub, history="[]")
     result = AutomationUp(REPO, lambda line: None)("dev")
-    assert result.status == "failed"
-    assert "its result could not be read" in result.message
+    assert result.status == "succeeded"
+    assert "its summary could not be read" in result.message
 
 
 SECRET_VMS = """config:
@@ -511,7 +522,7 @@ def test_once_json_runs_up_through_the_cli_and_prints_one_object(apis, stub):
         "train-v6e": "keep",
     }
     verbs = [c[1] for c in stub_pulumi.calls(stub)]
-    assert verbs[:5] == ["version", "stack", "preview", "stack", "up"]
+    assert verbs[:3] == ["version", "stack", "preview"] and verbs.count("up") == 1
     assert "  | Updating (dev)" in done.stderr
 
 

@@ -113,7 +113,7 @@ def test_apply_pending_is_an_explicit_full_update(apis):
 def test_a_vm_never_deployed_is_a_pending_change_not_a_recovery(apis):
     # Added to the stack file but never deployed: absent from the cloud reads as "create", but
     # creating it is the user's edit, not recovery's to apply.
-    runner = RecordingRunner(pending=[PendingChange(VM_URN, "create")])
+    runner = RecordingRunner(pending=[PendingChange(VM_URN, "create")], deployed=["train-v6e"])
     rec, said = recoverer(runner)
     report = rec.run_round()
     assert runner.targets == []
@@ -309,3 +309,42 @@ def test_engine_urns_chain_every_ancestor_type_but_the_root_stack():
         inner.urn: "urn:pulumi:s::p::a:b:Outer$a:b:Inner::i",
         leaf.urn: "urn:pulumi:s::p::a:b:Outer$a:b:Inner$x:y:Leaf::l",
     }
+
+
+def test_a_vm_lost_twice_is_recreated_without_refresh(apis):
+    # Lost, then a targeted `up --refresh` dropped it from the state and failed to create it (no
+    # capacity): the preview now says "create", but the stack deployed it. Recovery creates it,
+    # without --refresh, which the engine refuses for a target missing from the state.
+    runner = RecordingRunner(pending=[PendingChange(VM_URN, "create")])
+    report = recoverer(runner)[0].run_round()
+    assert runner.targets == [[STACK_URN, VM_URN]] and runner.refreshes == [False]
+    assert report.up is not None and report.up.status == "succeeded"
+
+
+def test_a_pending_provider_change_blocks_a_targeted_update(apis):
+    # The engine takes every provider into a targeted update: a pending provider change cannot be
+    # left alone, and a new default provider version fails the update; say so, change nothing.
+    provider = "urn:pulumi:dev::tpu-training::pulumi:providers:gcp::default_10_3_0"
+    runner = RecordingRunner(pending=[PendingChange(provider, "create")])
+    rec, said = recoverer(runner)
+    report = rec.run_round()
+    assert runner.targets == []
+    assert report.up is not None and report.up.status == "blocked"
+    assert any(
+        "a provider change is pending (pulumi:providers:gcp default_10_3_0: create)" in line for line in said
+    )
+    assert not any("left alone (deploy it" in line for line in said)
+
+
+def test_a_process_the_cli_leaves_behind_holding_its_pipes_does_not_hold_the_call(stub):
+    set_behaviour(stub, linger=30)
+    started = time.monotonic()
+    assert DeadlineCommand().version is not None
+    assert time.monotonic() - started < 8
+
+
+def test_unreadable_outputs_make_the_round_try_later(apis, stub):
+    set_behaviour(stub, outputs="not an object")  # `pulumi stack output --json` prints a string
+    done = run_recover("--stack", "dev", "--once")
+    assert done.returncode == recover.EXIT_TRY_LATER, done.stderr
+    assert not [c for c in stub_pulumi.calls(stub) if c[1] == "up"]
