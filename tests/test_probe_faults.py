@@ -8,7 +8,8 @@ import time
 from datetime import datetime, timezone
 
 import pytest
-from fake_kube_api import FakeGkeApi, FakeKubernetesApi, job
+from fake_kube_api import FakeGkeApi, FakeKubernetesApi, job, self_signed_certificate
+from fake_redirect import RedirectingServer
 from fake_tpu_api import FakeTpuApi
 from tpu_training_components import reconcile
 from tpu_training_components.deadline import DeadlineExceeded, call_with_deadline
@@ -195,3 +196,85 @@ def test_call_with_deadline_passes_results_and_errors_through():
         call_with_deadline(lambda: {}["x"], 1, "lookup")
     with pytest.raises(DeadlineExceeded, match="sleeping took longer than 0.1 s"):
         call_with_deadline(lambda: time.sleep(2), 0.1, "sleeping")
+
+
+# --- answers that are not the API's own: never "no such node", always "unavailable" ------------
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_a_redirect_to_a_server_with_an_empty_zone_is_unavailable(status):
+    """`requests` follows redirects by itself; the server it lands on answers "no nodes", which
+    would make the VM look deleted and re-create it. The redirect is never followed."""
+    now = datetime(2026, 11, 21, tzinfo=timezone.utc)
+    with FakeTpuApi() as elsewhere, RedirectingServer(elsewhere.endpoint, status) as api:
+        client = make_client(api.endpoint)
+        (decision,) = reconcile.reconcile_tpu_vms("p", [("demo-tpu", ZONE)], client=client, now=now)
+    assert api.calls and not elsewhere.calls
+    assert (decision.action, decision.generation, decision.unavailable) == ("keep", None, True)
+    assert (
+        f"answered with HTTP {status}, a redirect to '{elsewhere.endpoint}/v2/projects/p" in decision.message
+    )
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "reason"),
+    [
+        ("text/html", b"{}", "answered with Content-Type 'text/html', not application/json"),
+        (
+            "text/html; charset=utf-8",
+            b"<html>Sign in to the Wi-Fi</html>",
+            "Content-Type 'text/html; charset",
+        ),
+        ("", b"{}", "answered with Content-Type '', not application/json"),
+    ],
+)
+def test_a_200_that_is_not_json_is_unavailable(content_type, body, reason):
+    with FakeTpuApi() as api:
+        api.content_type, api.raw_body = content_type, body
+        live, _ = _probe_nodes(api)
+    assert live.failures[ZONE].startswith(f"UnexpectedAnswer: listing projects/p/locations/{ZONE}: ")
+    assert reason in live.failures[ZONE] and not live.nodes
+
+
+@pytest.mark.parametrize("status", [203, 300])
+def test_a_status_a_list_is_never_answered_with_is_unavailable(status):
+    with FakeTpuApi() as api:
+        api.fail_with, api.raw_body = status, b"{}"
+        live, _ = _probe_nodes(api)
+    assert f"answered with HTTP {status}" in live.failures[ZONE] and not live.nodes
+
+
+def test_the_same_page_token_for_ever_is_refused_at_its_second_coming():
+    with FakeTpuApi() as api:
+        api.repeated_token = "again"
+        live, seconds = _probe_nodes(api)
+    assert live.failures[ZONE] == (
+        f"MalformedAnswer: projects/p/locations/{ZONE}: the API hands out page token 'again' twice"
+    )
+    assert len(api.calls) == 2 and seconds < DEADLINE + SLACK
+
+
+def test_a_huge_answer_is_refused_before_it_is_read_whole():
+    with FakeTpuApi() as api:
+        for i in range(50):
+            api.add(ZONE, f"vm-{i}", "READY")
+        live, _ = _probe_nodes(api, max_bytes=1000)
+    assert live.failures[ZONE].startswith("UnexpectedAnswer: listing projects/p/locations/")
+    assert "bytes, more than 1000" in live.failures[ZONE] and not live.nodes
+
+
+def test_a_tls_error_is_unavailable(tmp_path):
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import tpu_v2
+
+    with FakeTpuApi(tls=self_signed_certificate(tmp_path)) as api:
+        api.add(ZONE, "demo-tpu", "READY")
+        # The certificate is one no trust store holds.
+        client = tpu_v2.TpuClient(
+            transport="rest",
+            client_options={"api_endpoint": api.endpoint},
+            credentials=AnonymousCredentials(),
+        )
+        live = list_live_nodes("p", [ZONE], client=client, deadline=DEADLINE)
+    assert "SSLError" in live.failures[ZONE] or "CERTIFICATE_VERIFY_FAILED" in live.failures[ZONE]
+    assert not live.nodes
