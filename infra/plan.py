@@ -14,15 +14,33 @@ state, so the plan shows the recovery generations `pulumi up` would declare.
 
 Exit status (see EXIT_*): 0 on success; 2 when the configuration or a project file is invalid;
 64 when the command line is (an unknown option, a stack name Pulumi refuses, an output path that
-cannot be written, an unreadable --previous-outputs file), checked before any work; 73 when an
-output could not be written after the plan ran. The reason is always on stderr.
+cannot be written, an unreadable, endless or never-written --previous-outputs file, `--json -`
+with standard output closed), checked before any work; 73 when an output could not be written
+after the plan ran; 130 when interrupted (Ctrl-C). The reason is always on stderr, on one line.
 """
 
 from __future__ import annotations
 
 import gc
+import os
+import signal
+from types import FrameType
+from typing import Optional
+
+EXIT_INTERRUPTED = 130
+"""Interrupted (Ctrl-C, SIGINT): 128 + the signal's number, as shells report it."""
+
+
+def _interrupted(signum: int, frame: Optional[FrameType]) -> None:
+    # One line and out, wherever the interrupt lands: in the middle of an SDK's import it would
+    # otherwise end in a traceback of whatever was importing. Nothing the plan writes is
+    # half-done in a way a re-run does not redo.
+    os.write(2, b"interrupted\n")
+    os._exit(EXIT_INTERRUPTED)
+
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGINT, _interrupted)
     # A one-shot command: the collector would walk the SDKs' hundreds of thousands of objects,
     # again and again while they import, to free almost nothing (the process ends in a second).
     # Before the imports below, which is where most of its time went: 2.7 s -> 1.2 s with the
@@ -31,14 +49,14 @@ if __name__ == "__main__":
 
 import argparse  # noqa: E402 - after the collector is off, on purpose
 import json  # noqa: E402
-import os  # noqa: E402
 import re  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any, Callable, NoReturn, Optional, Sequence  # noqa: E402
+from typing import Any, Callable, NoReturn, Sequence  # noqa: E402
 
 import pulumi  # noqa: E402
 import yaml  # noqa: E402
+from tpu_training_components.deadline import DeadlineExceeded, call_with_deadline  # noqa: E402
 from tpu_training_components.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT  # noqa: E402
 
 from infra import offline  # noqa: E402
@@ -202,15 +220,52 @@ def _generations(document: dict[str, Any], key: str, shown: str) -> None:
             )
 
 
-def read_previous_outputs(source: str) -> dict[str, Any]:
+PREVIOUS_OUTPUTS_MAX_BYTES = 16 * 1024 * 1024
+"""The most --previous-outputs may hold: a stack's outputs are kilobytes; /dev/zero never ends."""
+PREVIOUS_OUTPUTS_SECONDS = 30.0
+"""How long reading --previous-outputs may take: a FIFO nobody writes to blocks for ever."""
+
+
+def read_bounded_file(
+    source: str,
+    option: str,
+    *,
+    max_bytes: int = PREVIOUS_OUTPUTS_MAX_BYTES,
+    seconds: float = PREVIOUS_OUTPUTS_SECONDS,
+) -> str:
+    """The text of ``source`` for the command-line option ``option``, or ``UsageError``: a file,
+    or a pipe as `<(pulumi stack output --json)` gives, read whole within ``seconds`` and up to
+    ``max_bytes``. The read runs in a thread that is left behind if it never ends (a FIFO with no
+    writer blocks even its opening); the process exits without waiting for it."""
+
+    def read() -> bytes:
+        with open(source, "rb") as file:
+            return file.read(max_bytes + 1)
+
+    try:
+        data = call_with_deadline(read, seconds, f"reading {option} {source}")
+    except DeadlineExceeded:
+        raise UsageError(
+            f"{option} {source}: nothing came to read in {seconds:g} s (a FIFO no program writes to?); "
+            f"give a file written by `pulumi stack output --json > FILE`"
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"{option} {source}: cannot be read: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:
+        raise UsageError(
+            f"{option} {source}: larger than {max_bytes} bytes; stack outputs as "
+            f"`pulumi stack output --json` prints them are a few kilobytes"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{option} {source}: is not UTF-8 text") from None
+
+
+def read_previous_outputs(source: str, *, seconds: float = PREVIOUS_OUTPUTS_SECONDS) -> dict[str, Any]:
     """The stack outputs ``pulumi stack output --json`` printed, with the recovery generations
     checked: what the plan takes as "last deployed"."""
-    try:
-        text = Path(source).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"--previous-outputs {source}: cannot be read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"--previous-outputs {source}: is not UTF-8 text") from None
+    text = read_bounded_file(source, "--previous-outputs", seconds=seconds)
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -351,6 +406,9 @@ def write_manifests(result: offline.ProgramRun, directory: Path) -> list[Path]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.json == "-" and sys.stdout is None:
+            # Python sets sys.stdout to None when it starts with file descriptor 1 closed (`>&-`).
+            raise UsageError("--json -: standard output is closed; give a file name")
         stack, stack_project = stack_name(args.stack)
         if args.json is not None:
             check_json_target(args.json)
@@ -410,15 +468,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _run() -> int:
     try:
         status = main()
-        sys.stdout.flush()
+        if sys.stdout is not None:  # None: started with standard output closed; print() skips it
+            sys.stdout.flush()
         return status
     except BrokenPipeError:
         # The reader went away (`... | head`): not an error of the plan. Python would complain
         # again when it flushes stdout at exit, so point stdout at nothing first.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt:  # run as a function, where _interrupted is not installed
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def _exit_now(status: int) -> None:
@@ -426,7 +486,8 @@ def _exit_now(status: int) -> None:
     every SDK module, object by object) takes longer than the plan's own work, for nothing."""
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None:  # None: the process started with it closed
+                stream.flush()
         except (BrokenPipeError, ValueError):  # a reader that went away; a closed stream
             pass
     os._exit(status)
