@@ -16,6 +16,9 @@ PROBE_DEADLINE_SECONDS = 30.0
 """How long one probe call (one zone's nodes, one namespace's Jobs) may take in all."""
 MAX_PAGES = 100
 """List pages one probe call may read; a zone with more is refused rather than read for ever."""
+MAX_ANSWER_BYTES = 32 * 1024 * 1024
+"""The largest answer body a probe reads: a full page of TPU nodes or a namespace's Jobs is a few
+megabytes; a body without end is refused before it fills the memory."""
 
 
 class DeadlineExceeded(Exception):

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
+import logging
 import os
 import tempfile
-from contextlib import ExitStack
+import threading
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
-from .deadline import PROBE_DEADLINE_SECONDS, call_with_deadline
+from .deadline import MAX_ANSWER_BYTES, PROBE_DEADLINE_SECONDS, call_with_deadline
+from .http_answers import UnexpectedAnswer, answer_problem, checking_answers, read_bounded
 from .job_manifests import PART_OF, PART_OF_LABEL
 from .job_recovery import JobCondition, LiveJob
 from .recovery import failure_summary
@@ -75,11 +79,47 @@ def make_container_client(endpoint: Optional[str] = None) -> Any:
     )
 
 
+class CredentialsUnavailable(Exception):
+    """The kubeconfig names a way to get credentials that gave none."""
+
+
+@contextmanager
+def _errors_logged_by_kubernetes() -> Iterator[list[str]]:
+    """The errors the kubernetes client logs in this thread while the block runs.
+
+    The client logs a failed exec plugin (one that exits non-zero, prints garbage or no token)
+    and goes on without credentials (kubernetes 37.0.2, ``config/kube_config.py``,
+    ``_load_from_exec_plugin``: ``except Exception as e: logging.error(str(e))``). A cluster
+    that then answers an anonymous list is not answering for our Jobs."""
+    messages: list[str] = []
+    reader = threading.get_ident()
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if (
+                record.thread == reader
+                and record.levelno >= logging.ERROR
+                and "kubernetes" in record.pathname
+            ):
+                messages.append(record.getMessage())
+
+    handler = Collect()
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        root.removeHandler(handler)
+
+
 def _configuration_from_kubeconfig(path: str) -> Any:
     from kubernetes import client, config
 
     configuration = client.Configuration()
-    config.load_kube_config(config_file=path, client_configuration=configuration)
+    with _errors_logged_by_kubernetes() as errors:
+        config.load_kube_config(config_file=path, client_configuration=configuration)
+    if errors:
+        raise CredentialsUnavailable(f"{KUBECONFIG_VARIABLE}={path}: {errors[0].splitlines()[0][:200]}")
     return configuration
 
 
@@ -92,9 +132,13 @@ def _configuration_from_gke(
     from kubernetes import client
 
     container_client = container_client or make_container_client()
+    session = getattr(getattr(container_client, "transport", None), "_session", None)
     try:
-        described = container_client.get_cluster(name=cluster.path, retry=None, timeout=timeout)
-    except exceptions.NotFound:
+        with checking_answers(session, f"finding {cluster.path}"):
+            described = container_client.get_cluster(name=cluster.path, retry=None, timeout=timeout)
+    except exceptions.NotFound as exc:
+        if not _google_not_found(exc):
+            raise
         raise ClusterAbsent(cluster.path) from None
     if credentials is None:
         credentials, _ = google.auth.default(scopes=[_CLOUD_PLATFORM])
@@ -112,6 +156,18 @@ def _configuration_from_gke(
     configuration.api_key = {"authorization": credentials.token}
     configuration.api_key_prefix = {"authorization": "Bearer"}
     return configuration
+
+
+def _google_not_found(exc: Any) -> bool:
+    """Whether a 404 is Google's own "no such cluster": a JSON error whose status is NOT_FOUND
+    (google.rpc.Status in REST). A 404 page of a proxy or of a wrong endpoint says nothing
+    about the cluster, and read as "absent" it would make every Job look gone."""
+    response = getattr(exc, "response", None)
+    try:
+        error = response.json()["error"] if response is not None else None
+    except (ValueError, KeyError, TypeError):
+        return False
+    return isinstance(error, dict) and error.get("status") == "NOT_FOUND"
 
 
 class MalformedAnswer(Exception):
@@ -132,22 +188,89 @@ def _check_answer(namespace: str, jobs: list[LiveJob]) -> None:
         seen.add(live.name)
 
 
-def _live_job(job: Any) -> LiveJob:
-    status = job.status
-    conditions = tuple(
-        JobCondition(c.type or "", c.status or "", c.reason or "", c.message or "")
-        for c in (status.conditions if status and status.conditions else [])
-    )
+def _count(status: dict[str, Any], key: str, where: str) -> int:
+    value = status.get(key) or 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise MalformedAnswer(f"{where}: status.{key} is {json.dumps(value)}, not a count")
+    return value
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _live_job(item: Any, namespace: str, index: int) -> LiveJob:
+    """One item of a JobList, read strictly: a field of the wrong type is not read as empty."""
+    where = f"Jobs in {namespace}: item {index} of the answer"
+    if not isinstance(item, dict):
+        raise MalformedAnswer(f"{where} is not an object")
+    metadata, status = item.get("metadata") or {}, item.get("status") or {}
+    if not isinstance(metadata, dict) or not isinstance(status, dict):
+        raise MalformedAnswer(f"{where}: metadata and status must be objects")
+    labels, conditions = metadata.get("labels") or {}, status.get("conditions") or []
+    if not isinstance(labels, dict) or not isinstance(conditions, list):
+        raise MalformedAnswer(f"{where}: labels must be an object and conditions a list")
+    if not all(isinstance(c, dict) for c in conditions):
+        raise MalformedAnswer(f"{where}: a condition is not an object")
+    name, in_namespace = metadata.get("name"), metadata.get("namespace", namespace)
+    if not isinstance(name, str) or not name:
+        raise MalformedAnswer(f"{where} has no name")
+    if not isinstance(in_namespace, str):
+        raise MalformedAnswer(f"{where}: its namespace is {json.dumps(in_namespace)}")
     return LiveJob(
-        name=job.metadata.name,
-        namespace=job.metadata.namespace,
-        labels=dict(job.metadata.labels or {}),
-        conditions=conditions,
-        active=(status.active or 0) if status else 0,
-        ready=(status.ready or 0) if status else 0,
-        succeeded=(status.succeeded or 0) if status else 0,
-        failed=(status.failed or 0) if status else 0,
+        name=name,
+        namespace=in_namespace,  # another namespace than asked: refused by _check_answer
+        labels={str(k): v for k, v in labels.items() if isinstance(v, str)},
+        conditions=tuple(
+            JobCondition(
+                _text(c.get("type")), _text(c.get("status")), _text(c.get("reason")), _text(c.get("message"))
+            )
+            for c in conditions
+        ),
+        active=_count(status, "active", where),
+        ready=_count(status, "ready", where),
+        succeeded=_count(status, "succeeded", where),
+        failed=_count(status, "failed", where),
     )
+
+
+def _list_jobs(batch: Any, namespace: str, timeout: float, max_bytes: int) -> list[LiveJob]:
+    """One namespace's Jobs of this project, from the raw answer: the client's own reading
+    takes any JSON (``{"items": []}`` from anything at all) as a list of no Jobs."""
+    what = f"listing Jobs in {namespace}"
+    raw = batch.list_namespaced_job(
+        namespace,
+        label_selector=f"{PART_OF_LABEL}={PART_OF}",
+        _request_timeout=timeout,
+        _preload_content=False,  # the raw urllib3 response, after the client's check for 2xx
+    )
+    try:
+        problem = answer_problem(raw.status, raw.headers, what)
+        if problem is not None:
+            raise UnexpectedAnswer(problem)
+        body = read_bounded(raw.stream(64 * 1024), raw.headers.get("Content-Length", ""), max_bytes, what)
+    finally:
+        raw.release_conn()
+    try:
+        document = json.loads(body)
+    except ValueError as exc:
+        raise MalformedAnswer(f"Jobs in {namespace}: the answer is not JSON ({exc})") from None
+    if not isinstance(document, dict) or document.get("kind") != "JobList":
+        kind = document.get("kind") if isinstance(document, dict) else type(document).__name__
+        raise MalformedAnswer(f"Jobs in {namespace}: the answer is a {kind!r}, not a batch/v1 JobList")
+    items = document.get("items")
+    items = [] if items is None else items  # an empty list may be sent as null
+    if not isinstance(items, list):
+        raise MalformedAnswer(f"Jobs in {namespace}: the JobList's items are not a list")
+    return [_live_job(item, namespace, index) for index, item in enumerate(items)]
+
+
+def _refuse_redirects(api_client: Any) -> None:
+    """urllib3's PoolManager follows a redirect unless each request says otherwise (``urlopen``'s
+    ``redirect=True``), and the kubernetes client never says: the answer of wherever a redirect
+    points would be read as the cluster's. Unfollowed, a 3xx fails the client's check for 2xx."""
+    pool = api_client.rest_client.pool_manager
+    pool.request = functools.partial(pool.request, redirect=False)
 
 
 def list_live_jobs(
@@ -159,11 +282,14 @@ def list_live_jobs(
     credentials: Any = None,
     timeout: float = 15.0,
     deadline: float = PROBE_DEADLINE_SECONDS,
+    max_bytes: int = MAX_ANSWER_BYTES,
 ) -> LiveJobs:
     """List this project's Jobs in every namespace, one call per namespace.
 
     ``kubeconfig`` defaults to ``$KUBECONFIG``; without one (or with ``""``), the cluster is
-    found through the GKE API. ``container_client`` and ``credentials`` are seams for tests."""
+    found through the GKE API. ``container_client`` and ``credentials`` are seams for tests.
+    Loading the credentials and each namespace's list end within ``deadline``; an answer that
+    is not the API server's own (a redirect, not a JobList) makes the namespace unavailable."""
     from kubernetes import client
 
     namespaces = sorted(set(namespaces))
@@ -175,7 +301,13 @@ def list_live_jobs(
         try:
             if kubeconfig:
                 result.source = f"{KUBECONFIG_VARIABLE}={kubeconfig}"
-                configuration = _configuration_from_kubeconfig(kubeconfig)
+                # Reading it may wait for ever: a FIFO, a slow network file system, an exec
+                # plugin (a credential helper) that hangs.
+                configuration = call_with_deadline(
+                    functools.partial(_configuration_from_kubeconfig, kubeconfig),
+                    deadline,
+                    f"loading {result.source}",
+                )
             else:
                 result.source = f"GKE API ({cluster.path}) and Application Default Credentials"
                 configuration = call_with_deadline(
@@ -193,18 +325,13 @@ def list_live_jobs(
         # No automatic retries: a preview must not hang; the next `up` asks again.
         configuration.retries = False
         api_client = cleanup.enter_context(client.ApiClient(configuration))
+        _refuse_redirects(api_client)
         batch = client.BatchV1Api(api_client)
         for namespace in namespaces:
             result.calls += 1
             try:
-                list_namespace = functools.partial(
-                    batch.list_namespaced_job,
-                    namespace,
-                    label_selector=f"{PART_OF_LABEL}={PART_OF}",
-                    _request_timeout=timeout,
-                )
-                listed = call_with_deadline(list_namespace, deadline, f"listing Jobs in {namespace}")
-                jobs = [_live_job(job) for job in listed.items]
+                list_namespace = functools.partial(_list_jobs, batch, namespace, timeout, max_bytes)
+                jobs = call_with_deadline(list_namespace, deadline, f"listing Jobs in {namespace}")
                 _check_answer(namespace, jobs)
                 result.jobs.update(((namespace, live.name), live) for live in jobs)
             except Exception as exc:  # noqa: BLE001 - any failure means "unknown", per namespace

@@ -115,6 +115,7 @@ def _rule(recurrence: str, start: datetime) -> tuple[rrule, str]:
         raise MaintenanceWindowError(
             f"recurrence {recurrence!r}: INTERVAL must be a whole number from 1 to 9999"
         )
+    _check_parts(recurrence, parts)
     try:
         parsed = rrulestr(text, dtstart=start)
     except (ValueError, TypeError, OverflowError) as exc:
@@ -123,6 +124,74 @@ def _rule(recurrence: str, start: datetime) -> tuple[rrule, str]:
         ) from None
     assert isinstance(parsed, rrule)  # one rule, no RDATE/EXDATE: rrulestr gives an rrule
     return parsed, text
+
+
+# The parts a window's RRULE may have. The window starts at startTime, once on each day the rule
+# picks: GKE's RecurringTimeWindow says the rule gives "how frequently the window starts" and that
+# "the FREQ values of HOURLY, MINUTELY, and SECONDLY are not supported" (container v1 API,
+# RecurringTimeWindow.recurrence). BYHOUR, BYMINUTE and BYSECOND would start it many times a day,
+# and expanding them costs up to 86,400 starts a day (a year of BYSECOND=0,...,59 with BYMINUTE and
+# BYHOUR took minutes). BYMONTH, BYWEEKNO and BYYEARDAY leave out whole months, weeks or days of the
+# year, where the 48 hours in every 32 days cannot hold; a rule they empty is scanned by
+# python-dateutil to the year 9999 (10 s and more) before it says so.
+_ALLOWED_PARTS = ("FREQ", "INTERVAL", "BYDAY", "BYMONTHDAY", "BYSETPOS", "WKST")
+_SUB_DAILY_PARTS = ("BYHOUR", "BYMINUTE", "BYSECOND")
+# A day is the finest a window recurs at; this many starts in the year it is checked over means
+# the rule starts more often than that.
+_MAX_STARTS = (_HORIZON // timedelta(days=1)) + 2
+# BYSETPOS picks the n-th of the days a MONTHLY or WEEKLY period gives (31 at most); a DAILY
+# period gives one day, where any other position empties the rule.
+_SET_POSITION = re.compile(r"^[+-]?([1-9]|[12][0-9]|3[01])$")
+
+
+def _check_parts(recurrence: str, parts: dict[str, str]) -> None:
+    for key in parts:
+        if key in _SUB_DAILY_PARTS:
+            raise MaintenanceWindowError(
+                f"recurrence {recurrence!r}: {key}={parts[key]} is not allowed; a maintenance window "
+                f"starts at startTime once a day at most (GKE does not support windows that recur "
+                f"more often than daily), so its time of day comes from startTime and endTime"
+            )
+        if key not in _ALLOWED_PARTS:
+            raise MaintenanceWindowError(
+                f"recurrence {recurrence!r}: {key}={parts[key]} is not allowed; a maintenance window's "
+                f"RRULE may have {', '.join(_ALLOWED_PARTS)} ({_EXAMPLES}, or "
+                f"'FREQ=MONTHLY;BYSETPOS=1;BYDAY=SA,SU' for the first weekend of each month)"
+            )
+    if "BYSETPOS" in parts:
+        positions = parts["BYSETPOS"].split(",")
+        if parts["FREQ"] == "DAILY" or not all(_SET_POSITION.match(p) for p in positions):
+            raise MaintenanceWindowError(
+                f"recurrence {recurrence!r}: BYSETPOS={parts['BYSETPOS']} is not allowed; BYSETPOS picks "
+                f"among the days of a WEEKLY or MONTHLY period: positions 1 to 31 or -31 to -1"
+            )
+
+
+# The Gregorian calendar repeats itself every 400 years, weekdays included (146,097 days, a whole
+# number of weeks). python-dateutil looks for a rule's next start period by period up to the year
+# 9999, however long that takes: a rule that picks no day after the checked year (BYSETPOS=2 of a
+# weekly rule with one BYDAY) took 5 s to say so from 2025. The same rule expanded 7,600 years later
+# gives the same starts, and the search for one after them ends within 400 years: 20 times less.
+_CALENDAR_CYCLES = timedelta(days=146_097 * 19)
+
+
+def _starts(
+    rule: rrule, start: datetime, after: datetime, before: datetime, recurrence: str
+) -> list[datetime]:
+    """The starts in [after, before] of ``rule`` (whose first start is ``start``), refusing a rule
+    that starts more than once a day before it has expanded a year of them."""
+    later = rule.replace(dtstart=start + _CALENDAR_CYCLES)
+    starts = []
+    for occurrence in later.xafter(after + _CALENDAR_CYCLES, inc=True):
+        if occurrence > before + _CALENDAR_CYCLES:
+            break
+        starts.append(occurrence - _CALENDAR_CYCLES)
+        if len(starts) > _MAX_STARTS:
+            raise MaintenanceWindowError(
+                f"recurrence {recurrence!r} starts the window more than once a day; a maintenance "
+                f"window starts at startTime once a day at most"
+            )
+    return starts
 
 
 def _merged(intervals: list[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
@@ -135,12 +204,12 @@ def _merged(intervals: list[tuple[datetime, datetime]]) -> list[tuple[datetime, 
     return merged
 
 
-def least_availability(start: datetime, length: timedelta, rule: rrule) -> timedelta:
+def least_availability(start: datetime, length: timedelta, rule: rrule, recurrence: str = "") -> timedelta:
     """The least maintenance time GKE counts in any rolling 32 days over a year (daily, weekly
-    and monthly rules repeat within it)."""
+    and monthly rules repeat within it), for ``rule`` whose first start is ``start``."""
     horizon = start + _HORIZON
     # Windows that began up to one length before `start` still reach into it.
-    occurrences = rule.between(start - length, horizon, inc=True)
+    occurrences = _starts(rule, start, start - length, horizon, recurrence or str(rule))
     windows = [(s, e) for s, e in _merged([(o, o + length) for o in occurrences]) if e - s >= MIN_CONTIGUOUS]
     # Covered time in [t, t + 32 days) is piecewise linear in t: its minimum is where t is a
     # window's end, where t + 32 days is a window's start, or at either end of the year.
@@ -176,7 +245,7 @@ def recurring_window(start_time: str, end_time: str, recurrence: str) -> Recurri
     end = FIRST_DAY + end_of_day + (timedelta(days=1) if end_of_day <= start_of_day else timedelta(0))
     rule, text = _rule(recurrence, start)
     try:
-        available = least_availability(start, end - start, rule)
+        available = least_availability(start, end - start, rule, recurrence)
     except (ValueError, OverflowError) as exc:  # dateutil checks some parts only when it expands
         raise MaintenanceWindowError(
             f"recurrence {recurrence!r} is not a valid RFC 5545 RRULE ({exc}); {_EXAMPLES}"

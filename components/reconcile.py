@@ -9,8 +9,10 @@ from typing import Any, Callable, Optional, Sequence
 
 import pulumi
 
+from .errors import InvalidArgument
 from .job_recovery import decide_job, unreachable_cluster
 from .kube_api import ClusterRef, LiveJobs, list_live_jobs
+from .naming import generation_problem
 from .recovery import Decision, decide, fresh_generation, unreachable, utc_now
 from .tpu_api import list_live_nodes
 
@@ -96,9 +98,29 @@ def last_deployed_generations(
     """The generations this stack exported under ``output`` on its last successful update;
     ``{}`` before the first one. This is the "last known" value that an unreachable API or a
     missing node or Job falls back to, so nothing is replaced on unknown."""
-    return reference.get_output(output).apply(
-        lambda value: {str(k): int(v) for k, v in (value or {}).items()}
-    )
+    return reference.get_output(output).apply(lambda value: read_generations(output, value))
+
+
+def read_generations(output: str, value: Any) -> dict[str, int]:
+    """The generations in the stack output ``output``; raises ``InvalidArgument`` for a value that
+    is no map of generations. Guessing one would replace on unknown: a kept resource declared at
+    any other generation than it runs at is replaced."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidArgument(
+            f"stack output {output} = {str(value)[:80]!r} is not a map of name -> recovery generation; "
+            f"this stack's last update exported something else under that name"
+        )
+    generations = {}
+    for name, generation in value.items():
+        if isinstance(generation, float) and generation.is_integer():
+            generation = int(generation)  # every number crosses the wire as a double
+        problem = generation_problem(generation)
+        if problem:
+            raise InvalidArgument(f"stack output {output}.{name}: {problem}")
+        generations[str(name)] = generation
+    return generations
 
 
 def generation_for(

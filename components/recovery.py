@@ -23,7 +23,12 @@ _LOST = frozenset({"PREEMPTED", "TERMINATED"})
 _STOPPED = frozenset({"STOPPED", "STOPPING"})
 _HEALTHY = frozenset({"", "HEALTHY", "HEALTH_UNSPECIFIED"})
 
-_EVENT_TIME = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(\.\d+)?(Z|[+-]\d{2}:\d{2})")
+# Anything that starts like a date and time: each must read as a whole RFC 3339 time (below), or
+# the description holds a time nobody can place, which may be that of the current event.
+_TIME_LIKE = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+# RFC 3339 section 5.6: "T" and "Z" may be written in lower case; the seconds may have any number
+# of digits after the point (the TPU API writes nanoseconds, seed 001).
+_EVENT_TIME = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt](\d{2}:\d{2}:\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
 # A generation label is plain ASCII decimal: `str.isdigit()` also takes "²", which int() refuses.
 # At most 15 digits: a generation also crosses gRPC as a double, exact to 2**53 (16 digits), and
 # "one more" than a longer one could round back to itself (naming.MAX_RECOVERY_GENERATION).
@@ -118,16 +123,30 @@ def gone(name: str, reason: str) -> Decision:
 
 
 def maintenance_event_time(health_description: str) -> Optional[datetime]:
-    """The time in a description such as "The TPU had a maintenance event at
-    2022-01-26T03:44:36.265703305Z" (seed 001), or None when it carries none."""
-    match = _EVENT_TIME.search(health_description)
-    if match is None:
+    """The time of the current event in a description such as "The TPU had a maintenance event at
+    2022-01-26T03:44:36.265703305Z" (seed 001), or None when it carries no time that can be read.
+
+    A description may name several events (a maintenance, then another). The unhealthy state is
+    timed from the latest of them, by the clock and not by the order of the text (offsets differ):
+    an earlier one would make the state look older than it is and replace a node that may still
+    heal. When any time in it cannot be read (no offset, a 30 February), the current event may be
+    that one: None, and the node is kept rather than timed from a guess."""
+    times = []
+    for candidate in _TIME_LIKE.finditer(health_description):
+        match = _EVENT_TIME.match(health_description, candidate.start())
+        if match is None:
+            return None
+        times.append(_event_time(*match.groups()))
+    if not times or None in times:
         return None
-    seconds, fraction, zone = match.groups()
+    return max(t for t in times if t is not None)
+
+
+def _event_time(day: str, seconds: str, fraction: Optional[str], zone: str) -> Optional[datetime]:
     micros = (fraction or ".0")[1:7].ljust(6, "0")  # RFC 3339 allows nanoseconds; Python, micros
-    offset = "+00:00" if zone == "Z" else zone
+    offset = "+00:00" if zone in ("Z", "z") else zone
     try:
-        return datetime.fromisoformat(f"{seconds}.{micros}{offset}")
+        return datetime.fromisoformat(f"{day}T{seconds}.{micros}{offset}")
     except ValueError:  # an impossible date or offset (2026-02-30, +25:00): no time to measure by
         return None
 
@@ -167,6 +186,16 @@ def decide(
                 warn=True,
             )
         lasted = now - since
+        if lasted < timedelta(0):
+            # An event after now: this clock or the API's is wrong, and how long the state has
+            # lasted is unknown.
+            return keep(
+                name,
+                generation,
+                f"health is {health} since {since.isoformat()}, which is after now "
+                f"({now.isoformat()}); a clock is wrong, so it is kept until the time has passed",
+                warn=True,
+            )
         if lasted > grace:
             return replace(
                 name,

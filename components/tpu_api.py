@@ -10,11 +10,11 @@ from __future__ import annotations
 import functools
 import json
 import os
-import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Iterable, Optional
 
-from .deadline import MAX_PAGES, PROBE_DEADLINE_SECONDS, call_with_deadline
+from .deadline import MAX_ANSWER_BYTES, MAX_PAGES, PROBE_DEADLINE_SECONDS, call_with_deadline
+from .http_answers import checking_answers
 from .recovery import LiveNode, failure_summary
 
 ENDPOINT_VARIABLE = "TPU_API_ENDPOINT"
@@ -54,9 +54,12 @@ def list_live_nodes(
     timeout: float = 15.0,
     deadline: float = PROBE_DEADLINE_SECONDS,
     max_pages: int = MAX_PAGES,
+    max_bytes: int = MAX_ANSWER_BYTES,
 ) -> LiveNodes:
     """List the nodes of every zone, one call per zone. ``timeout`` bounds each HTTP request,
-    ``deadline`` the whole call (every page of it), ``max_pages`` its pages."""
+    ``deadline`` the whole call (every page of it), ``max_pages`` its pages, ``max_bytes`` each
+    page's body. An answer that is not the API's own (a redirect, not JSON: see
+    ``http_answers``) makes the zone unavailable."""
     zones = sorted(set(zones))
     result = LiveNodes()
     if not zones:
@@ -72,7 +75,7 @@ def list_live_nodes(
         result.calls += 1
         parent = f"projects/{project}/locations/{zone}"
         try:
-            list_zone = functools.partial(_list_zone, client, parent, zone, timeout, max_pages)
+            list_zone = functools.partial(_list_zone, client, parent, zone, timeout, max_pages, max_bytes)
             nodes = call_with_deadline(list_zone, deadline, f"listing {parent}")
             result.nodes.update(((zone, node.name), node) for node in nodes)
         except Exception as exc:  # noqa: BLE001 - any failure means "unknown", reported per zone
@@ -87,28 +90,6 @@ class TooManyPages(Exception):
 class MalformedAnswer(Exception):
     """An answer the client library accepts but that is not a ``ListNodesResponse``: read as
     it parses, it would make the zone's nodes look deleted."""
-
-
-def _recording_answers(client: Any) -> tuple[list[bytes], Callable[[], None]]:
-    # Only this thread's answers: a zone whose call outlived its deadline may still be answered
-    # on the shared session while the next zone is read.
-    """Record each raw answer body of the client's REST session (a `requests` response hook).
-    The client parses leniently: a body of ``[]`` or ``"x"`` reads as a zone without nodes, and a
-    state it does not know as STATE_UNSPECIFIED; the raw body tells those apart."""
-    bodies: list[bytes] = []
-    hooks = getattr(getattr(getattr(client, "transport", None), "_session", None), "hooks", None)
-    if not isinstance(hooks, dict):
-        return bodies, lambda: None  # another transport: no raw bodies to check
-
-    reader = threading.get_ident()
-
-    def record(response: Any, *args: Any, **kwargs: Any) -> Any:
-        if threading.get_ident() == reader:
-            bodies.append(response.content)
-        return response
-
-    hooks.setdefault("response", []).append(record)
-    return bodies, lambda: hooks["response"].remove(record)
 
 
 def node_states_in_answer(body: bytes, parent: str) -> dict[str, str]:
@@ -146,12 +127,14 @@ def node_states_in_answer(body: bytes, parent: str) -> dict[str, str]:
     return states
 
 
-def _list_zone(client: Any, parent: str, zone: str, timeout: float, max_pages: int) -> list[LiveNode]:
-    bodies, stop_recording = _recording_answers(client)
-    try:
+def _list_zone(
+    client: Any, parent: str, zone: str, timeout: float, max_pages: int, max_bytes: int
+) -> list[LiveNode]:
+    # The client parses leniently: a body of ``[]`` or ``"x"`` reads as a zone without nodes, and
+    # a state it does not know as STATE_UNSPECIFIED; the raw bodies tell those apart.
+    session = getattr(getattr(client, "transport", None), "_session", None)
+    with checking_answers(session, f"listing {parent}", max_bytes=max_bytes) as bodies:
         return _read_pages(client, parent, zone, timeout, max_pages, bodies)
-    finally:
-        stop_recording()
 
 
 def _read_pages(
@@ -161,9 +144,14 @@ def _read_pages(
     pager = client.list_nodes(parent=parent, retry=None, timeout=timeout)
     nodes = []
     names: set[str] = set()
+    tokens: set[str] = set()
     for number, page in enumerate(pager.pages, start=1):
         if number > max_pages:
             raise TooManyPages(f"{parent} has more than {max_pages} pages of nodes")
+        if page.next_page_token in tokens:
+            # A token handed out twice leads back to a page already read: the list never ends.
+            raise MalformedAnswer(f"{parent}: the API hands out page token {page.next_page_token!r} twice")
+        tokens.add(page.next_page_token)
         sent_states = node_states_in_answer(bodies[-1], parent) if bodies else {}
         for node in page.nodes:
             name = node.name.rsplit("/", 1)[-1]

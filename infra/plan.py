@@ -16,15 +16,34 @@ to it: create, update in place, REPLACE (and whether a training restarts), delet
 
 Exit status (see EXIT_*): 0 on success; 2 when the configuration or a project file is invalid;
 64 when the command line is (an unknown option, a stack name Pulumi refuses, an output path that
-cannot be written, an unreadable --previous-outputs or --compare-to file), checked before any work; 73 when an
-output could not be written after the plan ran. The reason is always on stderr.
+cannot be written, an unreadable, endless or never-written --previous-outputs file, an
+unreadable --compare-to file, `--json -` with standard output closed), checked before any work;
+73 when an output could not be written after the plan ran; 130 when interrupted (Ctrl-C). The
+reason is always on stderr, on one line.
 """
 
 from __future__ import annotations
 
 import gc
+import os
+import signal
+from types import FrameType
+from typing import Optional
+
+EXIT_INTERRUPTED = 130
+"""Interrupted (Ctrl-C, SIGINT): 128 + the signal's number, as shells report it."""
+
+
+def _interrupted(signum: int, frame: Optional[FrameType]) -> None:
+    # One line and out, wherever the interrupt lands: in the middle of an SDK's import it would
+    # otherwise end in a traceback of whatever was importing. Nothing the plan writes is
+    # half-done in a way a re-run does not redo.
+    os.write(2, b"interrupted\n")
+    os._exit(EXIT_INTERRUPTED)
+
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGINT, _interrupted)
     # A one-shot command: the collector would walk the SDKs' hundreds of thousands of objects,
     # again and again while they import, to free almost nothing (the process ends in a second).
     # Before the imports below, which is where most of its time went: 2.7 s -> 1.2 s with the
@@ -33,18 +52,17 @@ if __name__ == "__main__":
 
 import argparse  # noqa: E402 - after the collector is off, on purpose
 import json  # noqa: E402
-import os  # noqa: E402
 import re  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any, Callable, NoReturn, Optional, Sequence  # noqa: E402
+from typing import Any, Callable, NoReturn, Sequence  # noqa: E402
 
 import pulumi  # noqa: E402
 import yaml  # noqa: E402
 from tpu_training_components.naming import generation_problem  # noqa: E402
 from tpu_training_components.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT  # noqa: E402
 
-from infra import offline, plan_diff  # noqa: E402
+from infra import json_file, offline, plan_diff  # noqa: E402
 
 EXIT_OK = 0
 EXIT_CONFIG_ERROR = 2
@@ -212,25 +230,15 @@ def _generations(document: dict[str, Any], key: str, shown: str) -> None:
             )
 
 
-def read_previous_outputs(source: str) -> dict[str, Any]:
+def read_previous_outputs(source: str, *, seconds: float = json_file.SECONDS) -> dict[str, Any]:
     """The stack outputs ``pulumi stack output --json`` printed, with the recovery generations
     checked: what the plan takes as "last deployed"."""
     try:
-        text = Path(source).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"--previous-outputs {source}: cannot be read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"--previous-outputs {source}: is not UTF-8 text") from None
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"--previous-outputs {source}: not JSON ({exc.msg}, line {exc.lineno}); write it with "
-            f"`pulumi stack output --json > {source}`"
-        ) from None
-    except (ValueError, RecursionError) as exc:  # a number of thousands of digits; deep nesting
-        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-        raise UsageError(f"--previous-outputs {source}: cannot be read as JSON ({reason})") from None
+        document = json_file.read_json(
+            source, "--previous-outputs", writer=f"pulumi stack output --json > {source}", seconds=seconds
+        )
+    except json_file.JsonFileError as exc:
+        raise UsageError(str(exc)) from None
     if not isinstance(document, dict):
         raise UsageError(
             f"--previous-outputs {source}: expected an object of stack outputs, as "
@@ -361,6 +369,9 @@ def write_manifests(result: offline.ProgramRun, directory: Path) -> list[Path]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.json == "-" and sys.stdout is None:
+            # Python sets sys.stdout to None when it starts with file descriptor 1 closed (`>&-`).
+            raise UsageError("--json -: standard output is closed; give a file name")
         stack, stack_project = stack_name(args.stack)
         if args.json is not None:
             check_json_target(args.json)
@@ -430,15 +441,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _run() -> int:
     try:
         status = main()
-        sys.stdout.flush()
+        if sys.stdout is not None:  # None: started with standard output closed; print() skips it
+            sys.stdout.flush()
         return status
     except BrokenPipeError:
         # The reader went away (`... | head`): not an error of the plan. Python would complain
         # again when it flushes stdout at exit, so point stdout at nothing first.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt:  # run as a function, where _interrupted is not installed
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def _exit_now(status: int) -> None:
@@ -446,7 +459,8 @@ def _exit_now(status: int) -> None:
     every SDK module, object by object) takes longer than the plan's own work, for nothing."""
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None:  # None: the process started with it closed
+                stream.flush()
         except (BrokenPipeError, ValueError):  # a reader that went away; a closed stream
             pass
     os._exit(status)

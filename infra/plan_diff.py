@@ -11,10 +11,11 @@ changed, that it takes effect at the node's next boot unless its ``restartGenera
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any, Optional
 
 from tpu_training_components.change_impact import NEXT_BOOT, ResourceChange, compare_plans
+
+from infra import json_file
 
 _TPU_VM = "gcp:tpu/v2Vm:V2Vm"
 _JOB = "kubernetes:batch/v1:Job"
@@ -30,21 +31,11 @@ def read_base(source: str, stack: Optional[str] = None) -> dict[str, Any]:
     every problem names the file and the place in it."""
     shown = f"--compare-to {source}"
     try:
-        text = Path(source).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CompareError(f"{shown}: cannot be read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise CompareError(f"{shown}: is not UTF-8 text") from None
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CompareError(
-            f"{shown}: not JSON ({exc.msg}, line {exc.lineno}); write it with "
-            f"`python -m infra.plan --stack STACK --json {source}` on the deployed commit"
-        ) from None
-    except (ValueError, RecursionError) as exc:  # a number of thousands of digits; deep nesting
-        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-        raise CompareError(f"{shown}: cannot be read as JSON ({reason})") from None
+        document = json_file.read_json(
+            source, "--compare-to", writer=f"python -m infra.plan --stack STACK --json {source}"
+        )
+    except json_file.JsonFileError as exc:
+        raise CompareError(str(exc)) from None
     if not isinstance(document, dict) or not isinstance(document.get("resources"), list):
         raise CompareError(
             f"{shown}: not a plan: expected an object with a 'resources' list, as "

@@ -85,19 +85,25 @@ class FakeKubernetesApi(LoopbackJsonServer):
             "items": items,
         }
 
-    def kubeconfig(self, folder: Path) -> Path:
-        """A kubeconfig file pointing at this server (plain HTTP, no credentials)."""
-        path = folder / "kubeconfig"
-        path.write_text(
-            f"""apiVersion: v1
+    def kubeconfig(self, folder: Path, user: str = "{}") -> Path:
+        """A kubeconfig file pointing at this server (plain HTTP); ``user`` is its user's entry
+        (flow-style YAML), no credentials unless given."""
+        return kubeconfig_for(self.endpoint, folder, user)
+
+
+def kubeconfig_for(endpoint: str, folder: Path, user: str = "{}") -> Path:
+    """A kubeconfig file pointing at ``endpoint``, with ``user`` as its user's entry."""
+    path = folder / "kubeconfig"
+    path.write_text(
+        f"""apiVersion: v1
 kind: Config
-clusters: [{{name: fake, cluster: {{server: "{self.endpoint}"}}}}]
-users: [{{name: fake, user: {{}}}}]
+clusters: [{{name: fake, cluster: {{server: "{endpoint}"}}}}]
+users: [{{name: fake, user: {user}}}]
 contexts: [{{name: fake, context: {{cluster: fake, user: fake}}}}]
 current-context: fake
 """
-        )
-        return path
+    )
+    return path
 
 
 class FakeGkeApi(LoopbackJsonServer):

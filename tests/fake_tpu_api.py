@@ -6,7 +6,8 @@ Serves ``GET /v2/projects/P/locations/ZONE/nodes`` in the API's JSON shape and c
 from __future__ import annotations
 
 import re
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional
 
 from loopback import LoopbackJsonServer, not_found
 
@@ -14,11 +15,13 @@ _LIST = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/nodes$")
 
 
 class FakeTpuApi(LoopbackJsonServer):
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, tls: Optional[tuple[Path, Path]] = None) -> None:
+        super().__init__(tls)
         self.nodes: dict[str, list[dict[str, Any]]] = {}
         self.endless_pages = False
         """Answer every page with another nextPageToken."""
+        self.repeated_token = ""
+        """Answer every page with this same nextPageToken."""
 
     def add(self, zone: str, name: str, state: str, **fields: Any) -> None:
         self.nodes.setdefault(zone, []).append({"name": name, "state": state, **fields})
@@ -35,4 +38,6 @@ class FakeTpuApi(LoopbackJsonServer):
         body: dict[str, Any] = {"nodes": nodes} if nodes else {}
         if self.endless_pages:
             body["nextPageToken"] = f"page-{len(self.calls)}"
+        if self.repeated_token:
+            body["nextPageToken"] = self.repeated_token
         return 200, body

@@ -26,6 +26,7 @@ class LoopbackJsonServer:
         ends in time."""
         self.raw_body: bytes | None = None
         """Send these bytes as the body of every answer (malformed JSON, say)."""
+        self.content_type = "application/json"
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -41,7 +42,7 @@ class LoopbackJsonServer:
                     status, body = server.route("GET", path, query, dict(self.headers.items()))
                 data = server.raw_body if server.raw_body is not None else json.dumps(body).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", server.content_type)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 if not server.drip_seconds:

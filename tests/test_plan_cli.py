@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 import yaml
 from conftest import REPO, run_plan
 
-from infra import plan
+from infra import json_file, plan
 
 
 def assert_refused_before_any_work(
@@ -292,3 +295,112 @@ def test_a_compare_to_file_that_is_no_plan_is_refused_before_any_work(tmp_path, 
 def test_a_missing_compare_to_file_is_refused_before_any_work(tmp_path):
     result = run_plan("--compare-to", str(tmp_path / "none.json"))
     assert_refused_before_any_work(result, plan.EXIT_USAGE, "--compare-to", "cannot be read")
+
+
+# --- inputs that never end, signals and closed streams: a clear exit, never a hang --------------
+
+
+def _plan_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "infra.plan", *args]
+
+
+def _plan_env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(REPO))
+
+
+def test_previous_outputs_from_a_fifo_nobody_writes_to_is_refused_in_time(tmp_path):
+    fifo = tmp_path / "outputs.json"
+    os.mkfifo(fifo)
+    try:
+        with pytest.raises(plan.UsageError, match="nothing came to read in 0.2 s"):
+            plan.read_previous_outputs(str(fifo), seconds=0.2)
+    finally:
+        # The abandoned reader is blocked opening the FIFO: a writer that opens and closes it
+        # lets it finish, so nothing outlives the test.
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def test_previous_outputs_through_a_pipe_are_read():
+    # `<(...)` hands the plan a pipe, not a file: the way to skip the temporary file.
+    outputs = json.dumps({"recoveryGenerations": {"demo-tpu": 3}})
+    command = (
+        shlex.join(_plan_command("--json", "-", "--previous-outputs")) + f" <(echo {shlex.quote(outputs)})"
+    )
+    result = subprocess.run(
+        ["bash", "-c", command], cwd=REPO, env=_plan_env(), capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["outputs"]["recoveryGenerations"] == {"demo-tpu": 3}
+
+
+def test_endless_or_huge_previous_outputs_are_refused_without_reading_them_whole(tmp_path):
+    huge = tmp_path / "huge.json"
+    with huge.open("wb") as file:
+        file.truncate(json_file.MAX_BYTES + 1)  # sparse: no disk, read as zeros
+    for source in ("/dev/zero", str(huge)):
+        result = run_plan("--previous-outputs", source)
+        assert_refused_before_any_work(
+            result, plan.EXIT_USAGE, f"--previous-outputs {source}: larger than 16777216 bytes"
+        )
+
+
+def test_sigint_while_waiting_for_previous_outputs_exits_130_with_one_line(tmp_path):
+    fifo = tmp_path / "outputs.json"
+    os.mkfifo(fifo)
+    process = subprocess.Popen(
+        _plan_command("--previous-outputs", str(fifo)),
+        cwd=REPO,
+        env=_plan_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    # Opening the FIFO for writing returns once the plan has opened it to read: it is then
+    # waiting, in its start-up, for stack outputs that never come.
+    writer = {}
+    opened = threading.Event()
+
+    def open_writer() -> None:
+        writer["fd"] = os.open(fifo, os.O_WRONLY)
+        opened.set()
+
+    threading.Thread(target=open_writer, daemon=True).start()
+    try:
+        assert opened.wait(60), "the plan never opened --previous-outputs"
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if "fd" in writer:
+            os.close(writer["fd"])
+        else:  # let the writer's open finish
+            os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        process.kill()
+    assert process.returncode == plan.EXIT_INTERRUPTED == 130
+    assert stderr == "interrupted\n" and stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "stderr"), [((), 0, ""), (("--json", "-"), 64, "standard output is closed")]
+)
+def test_a_closed_standard_output_is_no_traceback(args, status, stderr):
+    # `>&-` starts the plan with file descriptor 1 closed: Python's sys.stdout is then None.
+    command = shlex.join(_plan_command(*args)) + " >&-"
+    result = subprocess.run(
+        ["bash", "-c", command], cwd=REPO, env=_plan_env(), capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == status, result.stderr
+    assert "Traceback" not in result.stderr and stderr in result.stderr
+
+
+def test_json_to_a_reader_that_takes_nothing_gets_no_traceback():
+    command = shlex.join(_plan_command("--json", "-")) + " | head -c0"
+    result = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", command],
+        cwd=REPO,
+        env=_plan_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0
+    assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr

@@ -4,11 +4,13 @@ probe that cannot say is "unavailable" (keep, warn), never a hang or a replaceme
 from __future__ import annotations
 
 import json
+import os
 import time
 from datetime import datetime, timezone
 
 import pytest
-from fake_kube_api import FakeGkeApi, FakeKubernetesApi, job
+from fake_kube_api import FakeGkeApi, FakeKubernetesApi, job, kubeconfig_for, self_signed_certificate
+from fake_redirect import RedirectingServer
 from fake_tpu_api import FakeTpuApi
 from tpu_training_components import reconcile
 from tpu_training_components.deadline import DeadlineExceeded, call_with_deadline
@@ -195,3 +197,272 @@ def test_call_with_deadline_passes_results_and_errors_through():
         call_with_deadline(lambda: {}["x"], 1, "lookup")
     with pytest.raises(DeadlineExceeded, match="sleeping took longer than 0.1 s"):
         call_with_deadline(lambda: time.sleep(2), 0.1, "sleeping")
+
+
+# --- answers that are not the API's own: never "no such node", always "unavailable" ------------
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_a_redirect_to_a_server_with_an_empty_zone_is_unavailable(status):
+    """`requests` follows redirects by itself; the server it lands on answers "no nodes", which
+    would make the VM look deleted and re-create it. The redirect is never followed."""
+    now = datetime(2026, 11, 21, tzinfo=timezone.utc)
+    with FakeTpuApi() as elsewhere, RedirectingServer(elsewhere.endpoint, status) as api:
+        client = make_client(api.endpoint)
+        (decision,) = reconcile.reconcile_tpu_vms("p", [("demo-tpu", ZONE)], client=client, now=now)
+    assert api.calls and not elsewhere.calls
+    assert (decision.action, decision.generation, decision.unavailable) == ("keep", None, True)
+    assert (
+        f"answered with HTTP {status}, a redirect to '{elsewhere.endpoint}/v2/projects/p" in decision.message
+    )
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "reason"),
+    [
+        ("text/html", b"{}", "answered with Content-Type 'text/html', not application/json"),
+        (
+            "text/html; charset=utf-8",
+            b"<html>Sign in to the Wi-Fi</html>",
+            "Content-Type 'text/html; charset",
+        ),
+        ("", b"{}", "answered with Content-Type '', not application/json"),
+    ],
+)
+def test_a_200_that_is_not_json_is_unavailable(content_type, body, reason):
+    with FakeTpuApi() as api:
+        api.content_type, api.raw_body = content_type, body
+        live, _ = _probe_nodes(api)
+    assert live.failures[ZONE].startswith(f"UnexpectedAnswer: listing projects/p/locations/{ZONE}: ")
+    assert reason in live.failures[ZONE] and not live.nodes
+
+
+@pytest.mark.parametrize("status", [203, 300])
+def test_a_status_a_list_is_never_answered_with_is_unavailable(status):
+    with FakeTpuApi() as api:
+        api.fail_with, api.raw_body = status, b"{}"
+        live, _ = _probe_nodes(api)
+    assert f"answered with HTTP {status}" in live.failures[ZONE] and not live.nodes
+
+
+def test_the_same_page_token_for_ever_is_refused_at_its_second_coming():
+    with FakeTpuApi() as api:
+        api.repeated_token = "again"
+        live, seconds = _probe_nodes(api)
+    assert live.failures[ZONE] == (
+        f"MalformedAnswer: projects/p/locations/{ZONE}: the API hands out page token 'again' twice"
+    )
+    assert len(api.calls) == 2 and seconds < DEADLINE + SLACK
+
+
+def test_a_huge_answer_is_refused_before_it_is_read_whole():
+    with FakeTpuApi() as api:
+        for i in range(50):
+            api.add(ZONE, f"vm-{i}", "READY")
+        live, _ = _probe_nodes(api, max_bytes=1000)
+    assert live.failures[ZONE].startswith("UnexpectedAnswer: listing projects/p/locations/")
+    assert "bytes, more than 1000" in live.failures[ZONE] and not live.nodes
+
+
+def test_a_tls_error_is_unavailable(tmp_path):
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import tpu_v2
+
+    with FakeTpuApi(tls=self_signed_certificate(tmp_path)) as api:
+        api.add(ZONE, "demo-tpu", "READY")
+        # The certificate is one no trust store holds.
+        client = tpu_v2.TpuClient(
+            transport="rest",
+            client_options={"api_endpoint": api.endpoint},
+            credentials=AnonymousCredentials(),
+        )
+        live = list_live_nodes("p", [ZONE], client=client, deadline=DEADLINE)
+    assert "SSLError" in live.failures[ZONE] or "CERTIFICATE_VERIFY_FAILED" in live.failures[ZONE]
+    assert not live.nodes
+
+
+# --- the Kubernetes probe: answers from elsewhere, and the credentials path --------------------
+
+CLUSTER = ClusterRef("p", "us-east5", "tpu-dev")
+
+
+def _probe_jobs(kubeconfig, **options):
+    return _timed(
+        lambda: list_live_jobs(CLUSTER, ["default"], kubeconfig=str(kubeconfig), deadline=DEADLINE, **options)
+    )
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirected_job_list_is_unavailable_and_keeps_the_running_job(tmp_path, status):
+    """urllib3 follows redirects unless told not to; the server it lands on has no Jobs, which
+    would make the running Job look deleted and re-create it."""
+    with FakeKubernetesApi() as elsewhere, RedirectingServer(elsewhere.endpoint, status) as kube:
+        kubeconfig = str(kubeconfig_for(kube.endpoint, tmp_path))
+        (decision,) = reconcile.reconcile_jobs(
+            CLUSTER, [("train", "default")], read=lambda c, ns: list_live_jobs(c, ns, kubeconfig=kubeconfig)
+        )
+    assert kube.calls and not elsewhere.calls
+    assert (decision.action, decision.generation, decision.unavailable) == ("keep", None, True)
+    assert f"Kubernetes API unavailable (ApiException: HTTP {status}" in decision.message
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "reason"),
+    [
+        ("text/html", b'{"kind": "JobList", "items": []}', "answered with Content-Type 'text/html'"),
+        ("application/json", b'{"items": []}', "the answer is a None, not a batch/v1 JobList"),
+        ("application/json", b"[]", "the answer is a 'list', not a batch/v1 JobList"),
+        ("application/json", b"<html>proxy</html>", "the answer is not JSON"),
+        ("application/json", b'{"kind": "JobList", "items": {}}', "the JobList's items are not a list"),
+        (
+            "application/json",
+            b'{"kind": "JobList", "items": [{"metadata": {"name": "train"}, "status": {"failed": "1"}}]}',
+            'status.failed is "1", not a count',
+        ),
+    ],
+)
+def test_job_list_answers_that_are_not_a_job_list_are_unavailable(tmp_path, content_type, body, reason):
+    with FakeKubernetesApi() as kube:
+        kube.content_type, kube.raw_body = content_type, body
+        live, _ = _probe_jobs(kube.kubeconfig(tmp_path))
+    assert reason in live.failures["default"] and not live.jobs
+
+
+def test_a_huge_job_list_is_refused(tmp_path):
+    with FakeKubernetesApi() as kube:
+        for i in range(20):
+            kube.add("default", job(f"train-{i}", active=1))
+        live, _ = _probe_jobs(kube.kubeconfig(tmp_path), max_bytes=2000)
+    assert "bytes, more than 2000" in live.failures["default"] and not live.jobs
+
+
+def test_a_dripping_job_list_trips_the_deadline(tmp_path):
+    with FakeKubernetesApi() as kube:
+        kube.add("default", job("train", active=1))
+        kube.drip_seconds = 0.3
+        live, seconds = _probe_jobs(kube.kubeconfig(tmp_path), timeout=1.0)
+    assert live.failures["default"].startswith("DeadlineExceeded: listing Jobs in default")
+    assert seconds < DEADLINE + SLACK
+
+
+def _release(fifo):
+    # Opening the FIFO for writing lets the reader still blocked on it (the probe's abandoned
+    # thread, or an exec plugin) finish, so nothing outlives the test.
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:  # ENXIO: no reader is waiting on it, nothing to let go
+        pass
+
+
+def test_a_kubeconfig_that_is_a_fifo_trips_the_deadline(tmp_path):
+    fifo = tmp_path / "kubeconfig"
+    os.mkfifo(fifo)
+    try:
+        live, seconds = _probe_jobs(fifo)
+    finally:
+        _release(fifo)
+    assert live.failures["default"].startswith(f"DeadlineExceeded: loading KUBECONFIG={fifo} took")
+    assert seconds < DEADLINE + SLACK and not live.jobs
+
+
+_CREDENTIAL = {"apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential"}
+
+
+def _exec_user(tmp_path, script: str) -> str:
+    plugin = tmp_path / "credential-helper"
+    plugin.write_text(f"#!/bin/sh\n{script}\n")
+    plugin.chmod(0o755)
+    return f"{{exec: {{apiVersion: client.authentication.k8s.io/v1beta1, command: {plugin}}}}}"
+
+
+def test_an_exec_plugin_that_hangs_trips_the_deadline(tmp_path):
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    with FakeKubernetesApi() as kube:
+        kube.add("default", job("train", active=1))
+        try:
+            live, seconds = _probe_jobs(kube.kubeconfig(tmp_path, _exec_user(tmp_path, f"cat '{gate}'")))
+        finally:
+            _release(gate)
+    assert live.failures["default"].startswith("DeadlineExceeded: loading KUBECONFIG=")
+    assert seconds < DEADLINE + SLACK and not kube.calls
+
+
+@pytest.mark.parametrize(
+    ("script", "reason"),
+    [
+        ("echo 'not json'", "exec: failed to decode process output"),
+        ("echo '{}'", "exec: malformed response. missing key 'apiVersion'"),
+        ("echo boom >&2; exit 3", "exec: process returned 3. boom"),
+        (
+            f"echo '{json.dumps(dict(_CREDENTIAL, status={}))}'",
+            "exec: missing token or clientCertificateData field in plugin output",
+        ),
+    ],
+)
+def test_an_exec_plugin_that_gives_no_credentials_is_unavailable_not_no_such_job(tmp_path, script, reason):
+    """The client logs the plugin's failure and lists without credentials; a server that
+    answers that (here: one without authentication, answering no Jobs) is not answering for ours."""
+    with FakeKubernetesApi() as kube:
+        live, _ = _probe_jobs(kube.kubeconfig(tmp_path, _exec_user(tmp_path, script)))
+    assert live.failures["default"].startswith("CredentialsUnavailable: KUBECONFIG=")
+    assert reason in live.failures["default"]
+    assert not kube.calls and not live.jobs
+
+
+def test_an_exec_plugin_with_a_token_is_used(tmp_path):
+    token = json.dumps(dict(_CREDENTIAL, status={"token": "t0k"}))
+    with FakeKubernetesApi() as kube:
+        kube.add("default", job("train", active=1))
+        live, _ = _probe_jobs(kube.kubeconfig(tmp_path, _exec_user(tmp_path, f"echo '{token}'")))
+    assert not live.failures and ("default", "train") in live.jobs
+    assert kube.headers[0]["authorization"] == "Bearer t0k"
+
+
+@pytest.mark.parametrize(
+    ("raw_body", "content_type"),
+    [
+        (b"<html>404 page not found</html>", "text/html"),
+        (b'{"error": {"code": 404, "message": "no route"}}', "application/json"),
+    ],
+)
+def test_a_404_that_is_not_googles_no_such_cluster_is_unavailable_not_absent(raw_body, content_type):
+    """Only the GKE API's own NOT_FOUND says the cluster does not exist (and its Jobs are to be
+    created); a proxy's or a wrong endpoint's 404 page says nothing."""
+    with FakeGkeApi() as gke:
+        gke.raw_body, gke.content_type = raw_body, content_type
+        live = list_live_jobs(
+            CLUSTER,
+            ["default"],
+            kubeconfig="",
+            container_client=make_container_client(gke.endpoint),
+            deadline=DEADLINE,
+        )
+    assert not live.cluster_absent and live.failures["default"].startswith("NotFound")
+
+
+def test_googles_own_not_found_is_an_absent_cluster():
+    with FakeGkeApi() as gke:
+        live = list_live_jobs(
+            CLUSTER,
+            ["default"],
+            kubeconfig="",
+            container_client=make_container_client(gke.endpoint),
+            deadline=DEADLINE,
+        )
+    assert live.cluster_absent and not live.failures
+
+
+def test_a_redirected_gke_api_is_unavailable_not_absent():
+    with FakeGkeApi() as elsewhere, RedirectingServer(elsewhere.endpoint, 302) as gke:
+        live = list_live_jobs(
+            CLUSTER,
+            ["default"],
+            kubeconfig="",
+            container_client=make_container_client(gke.endpoint),
+            deadline=DEADLINE,
+        )
+    assert not live.cluster_absent and not elsewhere.calls
+    assert live.failures["default"].startswith(
+        "UnexpectedAnswer: finding projects/p/locations/us-east5/clusters/tpu-dev"
+    )

@@ -120,6 +120,47 @@ def test_seed_001_event_time_with_nanoseconds():
     assert at == datetime(2022, 1, 26, 3, 44, 36, 265703, tzinfo=timezone.utc)
 
 
+EARLY, LATE = "2026-11-21T10:00:00Z", "2026-11-21T11:50:00Z"  # 120 and 10 minutes before NOW
+
+
+@pytest.mark.parametrize(
+    "description",
+    [
+        f"The TPU had a maintenance event at {EARLY}. The TPU had a maintenance event at {LATE}",
+        f"The TPU had a maintenance event at {LATE}. The TPU had a maintenance event at {EARLY}",
+        # The same instants in other offsets and RFC 3339's lower-case spelling: the clock decides.
+        f"event at 2026-11-21T15:30:00+05:30; event at {LATE.lower()}",
+        f"event at 2026-11-21T06:50:00-05:00, after one at {EARLY}",
+        f"events: {EARLY}, 2026-11-21T11:50:00.000000001Z, 2026-11-21T11:00:00.5Z",
+    ],
+)
+def test_several_event_times_are_timed_from_the_latest(description):
+    decision = decide("demo-tpu", node("READY", "UNHEALTHY_MAINTENANCE", description), now=NOW)
+    # The first time found would be 120 minutes old, past the 30-minute grace: a replacement.
+    assert (decision.action, decision.generation) == ("keep", 4)
+    assert "within the 30 min grace period" in decision.reason
+    assert recovery.maintenance_event_time(description) == datetime(2026, 11, 21, 11, 50, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(
+    "unreadable",
+    ["2026-11-21T11:50:00", "2026-02-30T11:50:00Z", "2026-11-21T11:50:00+25:00", "2026-11-21 11:50"],
+)
+def test_a_time_that_cannot_be_read_beside_an_old_one_keeps_the_node(unreadable):
+    """The unreadable one may be the current event: timing from the old one alone would replace."""
+    description = f"maintenance event at {EARLY}; maintenance event at {unreadable}"
+    decision = decide("demo-tpu", node("READY", "UNHEALTHY_MAINTENANCE", description), now=NOW)
+    assert (decision.action, decision.generation, decision.warn) == ("keep", 4, True)
+    assert "no event time to measure it by" in decision.reason
+
+
+def test_an_event_after_now_keeps_the_node_and_says_a_clock_is_wrong():
+    later = "The TPU had a maintenance event at 2026-11-21T13:00:00Z"
+    decision = decide("demo-tpu", node("READY", "UNHEALTHY_MAINTENANCE", later), now=NOW)
+    assert (decision.action, decision.generation, decision.warn) == ("keep", 4, True)
+    assert "which is after now" in decision.reason
+
+
 # --- the probe, through the real google-cloud-tpu client, against a loopback server ---------
 
 

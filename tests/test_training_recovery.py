@@ -164,3 +164,23 @@ def test_a_generation_for_a_vm_not_under_recovery_is_refused():
 
     with pytest.raises(pulumi.RunError, match="'b' is not in its tpu_vms; add it there"):
         run_components(body)
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("garbage", "is not a map of name -> recovery generation"),
+        ({"demo-tpu": "3"}, "recoveryGenerations.demo-tpu"),
+        ({"demo-tpu": -1}, "is no recovery generation"),
+        ({"demo-tpu": 2.5}, "is no recovery generation"),
+    ],
+)
+def test_last_deployed_generations_that_are_no_generations_are_refused_not_guessed(value, fragment):
+    from tpu_training_components.reconcile import read_generations
+
+    with pytest.raises(InvalidArgument, match=fragment):
+        read_generations("recoveryGenerations", value)
+    assert read_generations("recoveryGenerations", {"demo-tpu": 3.0, "b": 20261123120000}) == {
+        "demo-tpu": 3,
+        "b": 20261123120000,
+    }
