@@ -348,3 +348,34 @@ def test_unreadable_outputs_make_the_round_try_later(apis, stub):
     done = run_recover("--stack", "dev", "--once")
     assert done.returncode == recover.EXIT_TRY_LATER, done.stderr
     assert not [c for c in stub_pulumi.calls(stub) if c[1] == "up"]
+
+
+_HANGING_JOBS_ROUND = """
+import functools, os, sys
+from tpu_training_components import kube_api
+from infra import recover
+probe = recover.Probe(read_jobs=functools.partial(kube_api.list_live_jobs, deadline=1.0))
+recover._exit_now(recover.main(["--stack", "dev", "--once", "--dry-run"], probe=probe))
+"""
+
+
+def test_a_jobs_list_past_its_deadline_exits_75_even_with_its_thread_still_blocked(tmp_path):
+    # The abandoned probe thread is still blocked in its socket read when the process ends: the
+    # exit status is the round's (75), never an abort from interpreter teardown (134).
+    with FakeTpuApi() as tpu, FakeKubernetesApi() as kube:
+        tpu.add(ZONE, "demo-tpu", "READY", labels={"recovery-generation": "3"})
+        kube.add("default", job("train-v6e", generation=1, active=4, ready=4))
+        kube.delay_seconds = 30
+        env = dict(os.environ, TPU_API_ENDPOINT=tpu.endpoint, KUBECONFIG=str(kube.kubeconfig(tmp_path)))
+        env.pop("TPU_TRAINING_OFFLINE", None)
+        done = subprocess.run(
+            [sys.executable, "-c", _HANGING_JOBS_ROUND],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == recover.EXIT_TRY_LATER, done.stderr
+    assert "DeadlineExceeded: listing Jobs in default" in done.stdout
+    assert "Traceback" not in done.stderr
