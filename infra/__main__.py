@@ -20,9 +20,9 @@ from tpu_training_components import (
     TrainingRecovery,
     TrainingServiceAccount,
 )
+from tpu_training_components.domain.stack_identity import DEPLOYED_AS_OUTPUT, deployed_as, rename_problem
 from tpu_training_components.errors import InvalidArgument
-from tpu_training_components.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
-from tpu_training_components.stack_identity import DEPLOYED_AS_OUTPUT, deployed_as, rename_problem
+from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
 
 # `python -m infra.plan` sets this unless --live: an offline plan reads no live state.
 OFFLINE = os.environ.get("TPU_TRAINING_OFFLINE") == "1"

@@ -18,8 +18,8 @@ from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 from pulumi.automation import CommandResult, PulumiCommand
 from pulumi.automation.errors import create_command_error
 from semver import VersionInfo
-from tpu_training_components.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
-from tpu_training_components.recovery_rounds import UpStatus
+from tpu_training_components.domain.recovery_rounds import UpStatus
+from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
 
 _TAIL_LINES = 5
 

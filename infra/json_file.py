@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tpu_training_components.deadline import DeadlineExceeded, call_with_deadline
+from tpu_training_components.live.deadline import DeadlineExceeded, call_with_deadline
 
 MAX_BYTES = 16 * 1024 * 1024
 """The most such a file may hold: stack outputs and plans are kilobytes; /dev/zero never ends."""

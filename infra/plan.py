@@ -59,8 +59,8 @@ from typing import Any, Callable, NoReturn, Sequence  # noqa: E402
 
 import pulumi  # noqa: E402
 import yaml  # noqa: E402
-from tpu_training_components.naming import generation_problem  # noqa: E402
-from tpu_training_components.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT  # noqa: E402
+from tpu_training_components.domain.naming import generation_problem  # noqa: E402
+from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT  # noqa: E402
 
 from infra import json_file, offline, plan_diff  # noqa: E402
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from tpu_training_components.change_impact import NEXT_BOOT, ResourceChange, compare_plans
+from tpu_training_components.domain.change_impact import NEXT_BOOT, ResourceChange, compare_plans
 
 from infra import json_file
 

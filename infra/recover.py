@@ -39,10 +39,10 @@ from types import FrameType
 from typing import Any, Callable, Optional, Sequence, TextIO
 
 import pulumi
-from tpu_training_components import reconcile
-from tpu_training_components.kube_api import ClusterRef, LiveJobs, list_live_jobs
-from tpu_training_components.recovery import Decision
-from tpu_training_components.recovery_rounds import Backoff, RoundPlan, next_round_in, plan_round
+from tpu_training_components.domain.recovery import Decision
+from tpu_training_components.domain.recovery_rounds import Backoff, RoundPlan, next_round_in, plan_round
+from tpu_training_components.live.kube_api import ClusterRef, LiveJobs, list_live_jobs
+from tpu_training_components.resources import reconcile
 
 from infra import offline, recovery_targets, stack_config
 from infra.automation import (

@@ -31,35 +31,35 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
-from tpu_training_components import catalogue, naming
-from tpu_training_components.errors import suggestion
-from tpu_training_components.gcp_locations import region_problem, zone_problem
-from tpu_training_components.goodput import (
+from tpu_training_components.domain import catalogue, naming
+from tpu_training_components.domain.gcp_locations import region_problem, zone_problem
+from tpu_training_components.domain.goodput import (
     CheckpointPlan,
     GoodputError,
     InterruptionModel,
     mean_seconds_between_interruptions,
     plan_checkpoints,
 )
-from tpu_training_components.job_manifests import image_problem, job_name_problem, namespace_problem
-from tpu_training_components.maintenance_window import (
+from tpu_training_components.domain.job_manifests import image_problem, job_name_problem, namespace_problem
+from tpu_training_components.domain.maintenance_window import (
     DEFAULT_UPGRADE_EXCLUSION_START,
     MaintenanceWindowError,
     exclusion_start_problem,
     recurring_window,
 )
-from tpu_training_components.network_plan import NetworkPlanError, plan_network
-from tpu_training_components.node_pool_plan import (
+from tpu_training_components.domain.network_plan import NetworkPlanError, plan_network
+from tpu_training_components.domain.node_pool_plan import (
     MAX_NODES_PER_CLUSTER,
     TpuNodePoolPlan,
     gke_version_problem,
     parse_duration,
     plan_tpu_node_pool,
 )
-from tpu_training_components.recovery import GENERATION_LABEL
-from tpu_training_components.scaling import LearningRateScaling, TrainingPlan, plan_training
-from tpu_training_components.startup_script import metadata_problem, user_env_problem, vm_metadata
-from tpu_training_components.tpu_availability import zone_warning
+from tpu_training_components.domain.recovery import GENERATION_LABEL
+from tpu_training_components.domain.scaling import LearningRateScaling, TrainingPlan, plan_training
+from tpu_training_components.domain.startup_script import metadata_problem, user_env_problem, vm_metadata
+from tpu_training_components.domain.tpu_availability import zone_warning
+from tpu_training_components.errors import suggestion
 
 PROJECT = "tpu-training"
 """The Pulumi project name, and so the namespace of every project config key."""

@@ -33,15 +33,14 @@ from pulumi_policy import (
     StackValidationArgs,
     StackValidationPolicy,
 )
-from tpu_training_components import catalogue
-from tpu_training_components.errors import CHECKPOINT_VARIABLE
-from tpu_training_components.job_manifests import (
+from tpu_training_components.domain import catalogue
+from tpu_training_components.domain.job_manifests import (
     PRIVILEGED_OPT_IN_ANNOTATION,
     SKIP_AWAIT_ANNOTATION,
     TPU_RESOURCE,
 )
-from tpu_training_components.naming import STACK_LABEL_KEYS
-from tpu_training_components.node_pool_plan import (
+from tpu_training_components.domain.naming import STACK_LABEL_KEYS
+from tpu_training_components.domain.node_pool_plan import (
     ACCELERATOR_NODE_LABEL,
     FLEX_START_NODE_LABEL,
     NODE_POOL_LABEL,
@@ -50,7 +49,8 @@ from tpu_training_components.node_pool_plan import (
     TOPOLOGY_NODE_LABEL,
     WORKLOAD_POLICY_GENERATIONS,
 )
-from tpu_training_components.recovery import GENERATION_LABEL
+from tpu_training_components.domain.recovery import GENERATION_LABEL
+from tpu_training_components.errors import CHECKPOINT_VARIABLE
 
 PACK_NAME = "tpu-training"
 

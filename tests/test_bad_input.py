@@ -8,7 +8,7 @@ import json
 
 import pytest
 from conftest import refused, run_plan, run_stack
-from tpu_training_components import naming
+from tpu_training_components.domain import naming
 
 VMS = "tpu-training:tpuVms"
 JOBS = "tpu-training:jobs"
@@ -541,7 +541,7 @@ def test_previous_generations_that_make_no_label_value_are_refused(tmp_path, gen
 
 
 def test_the_largest_generation_and_the_next_one_read_back_from_the_label():
-    from tpu_training_components.recovery import GENERATION_LABEL, parse_generation
+    from tpu_training_components.domain.recovery import GENERATION_LABEL, parse_generation
 
     largest = naming.MAX_RECOVERY_GENERATION
     assert naming.generation_problem(largest) is None and naming.generation_problem(largest + 1)

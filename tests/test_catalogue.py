@@ -7,8 +7,8 @@ import math
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tpu_training_components import catalogue
-from tpu_training_components.catalogue import CatalogueError
+from tpu_training_components.domain import catalogue
+from tpu_training_components.domain.catalogue import CatalogueError
 
 
 @pytest.mark.parametrize(

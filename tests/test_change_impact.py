@@ -12,8 +12,13 @@ from typing import Any, Callable
 import pytest
 from conftest import dev_config, run_stack
 from test_layout import imported_sdks
-from tpu_training_components import change_impact
-from tpu_training_components.change_impact import NEXT_BOOT, TRAINING_RESTARTS, ResourceChange, classify
+from tpu_training_components.domain import change_impact
+from tpu_training_components.domain.change_impact import (
+    NEXT_BOOT,
+    TRAINING_RESTARTS,
+    ResourceChange,
+    classify,
+)
 
 from infra import plan, plan_diff
 
@@ -55,7 +60,7 @@ def config_key(key: str, **values: Any) -> Edit:
 
 
 def test_the_module_is_pure():
-    assert imported_sdks("change_impact") == []
+    assert imported_sdks("domain.change_impact") == []
 
 
 def test_an_unchanged_stack_changes_nothing(base):

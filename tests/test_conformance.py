@@ -33,14 +33,14 @@ from tpu_training_components import (
     region_of_zone,
     slice_shape,
 )
-from tpu_training_components.maintenance_window import (
+from tpu_training_components.domain.maintenance_window import (
     MIN_AVAILABILITY,
     MIN_CONTIGUOUS,
     ROLLING_PERIOD,
     MaintenanceWindowError,
     recurring_window,
 )
-from tpu_training_components.node_pool_plan import NODE_POOL_LABEL, POOL_NODE_LABEL, NodePoolError
+from tpu_training_components.domain.node_pool_plan import NODE_POOL_LABEL, POOL_NODE_LABEL, NodePoolError
 
 POOL = "gcp:container/nodePool:NodePool"
 

@@ -20,7 +20,7 @@ from tpu_training_components import (
     InvalidArgument,
     TpuTrainingJob,
 )
-from tpu_training_components.job_manifests import TrainingJobSpec, manifests
+from tpu_training_components.domain.job_manifests import TrainingJobSpec, manifests
 
 # The oldest Kubernetes that runs TPU flex-start (GKE 1.33.0-gke.1712000).
 KUBERNETES_VERSION = "1.33.0"

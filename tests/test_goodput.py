@@ -7,7 +7,7 @@ import math
 
 import pytest
 from conftest import refused, run_stack
-from tpu_training_components.goodput import (
+from tpu_training_components.domain.goodput import (
     DEFAULT_MEAN_HOURS_BETWEEN_INTERRUPTIONS,
     GoodputError,
     expected_lost_fraction,

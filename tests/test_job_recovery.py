@@ -10,9 +10,9 @@ import pytest
 from conftest import changed_registrations, run_stack
 from fake_kube_api import FakeGkeApi, FakeKubernetesApi, job, self_signed_certificate
 from google.oauth2.credentials import Credentials
-from tpu_training_components import reconcile
-from tpu_training_components.job_recovery import JobCondition, LiveJob, decide_job
-from tpu_training_components.kube_api import ClusterRef, list_live_jobs, make_container_client
+from tpu_training_components.domain.job_recovery import JobCondition, LiveJob, decide_job
+from tpu_training_components.live.kube_api import ClusterRef, list_live_jobs, make_container_client
+from tpu_training_components.resources import reconcile
 
 CLUSTER = ClusterRef("tpu-training-dev", "europe-west4", "tpu-dev")
 JOB = "kubernetes:batch/v1:Job"

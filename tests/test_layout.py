@@ -9,21 +9,8 @@ import sys
 import pytest
 from conftest import REPO
 
-PURE = (
-    "catalogue",
-    "tpu_availability",
-    "scaling",
-    "naming",
-    "recovery",
-    "network_plan",
-    "node_pool_plan",
-    "maintenance_window",
-    "job_manifests",
-    "job_recovery",
-    "recovery_rounds",
-    "goodput",
-)
-COMPONENTS = REPO / "components"
+PACKAGE = REPO / "components" / "tpu_training_components"
+DOMAIN = sorted(path.stem for path in (PACKAGE / "domain").glob("*.py") if path.stem != "__init__")
 FORBIDDEN = ("pulumi", "pulumi_gcp", "pulumi_kubernetes", "kubernetes", "grpc")
 
 
@@ -34,7 +21,7 @@ def imported_sdks(module: str) -> list[str]:
     probe = f"""
 import importlib, sys, types
 package = types.ModuleType("tpu_training_components")
-package.__path__ = [{str(COMPONENTS)!r}]
+package.__path__ = [{str(PACKAGE)!r}]
 sys.modules["tpu_training_components"] = package
 importlib.import_module("tpu_training_components.{module}")
 sdks = [n for n in sys.modules if n.split(".")[0] in {FORBIDDEN!r} or n.startswith("google.cloud")]
@@ -45,11 +32,29 @@ print(",".join(sorted(sdks)))
     return [name for name in done.stdout.strip().split(",") if name]
 
 
-@pytest.mark.parametrize("module", PURE)
-def test_pure_modules_import_no_sdk(module):
-    assert imported_sdks(module) == []
+def test_the_domain_folder_holds_the_planning_and_decisions():
+    assert {"catalogue", "recovery", "job_recovery", "recovery_rounds", "node_pool_plan"} <= set(DOMAIN)
+
+
+@pytest.mark.parametrize("module", DOMAIN)
+def test_every_domain_module_imports_no_sdk(module):
+    assert imported_sdks(f"domain.{module}") == []
 
 
 def test_the_probe_sees_an_sdk_import():
     # reconcile wires the pure decisions to Pulumi: the probe must notice.
-    assert "pulumi" in imported_sdks("reconcile")
+    assert "pulumi" in imported_sdks("resources.reconcile")
+
+
+def test_the_live_clients_are_apart_from_the_components():
+    # The API clients load no Pulumi: a watcher or a script can read live state without it.
+    for module in ("live.tpu_api", "live.kube_api"):
+        assert not [m for m in imported_sdks(module) if m.split(".")[0].startswith("pulumi")], module
+
+
+def test_old_module_paths_are_the_moved_modules():
+    from tpu_training_components import recovery
+    from tpu_training_components.domain import recovery as moved
+    from tpu_training_components.reconcile import GENERATIONS_OUTPUT
+
+    assert recovery is moved and GENERATIONS_OUTPUT == "recoveryGenerations"

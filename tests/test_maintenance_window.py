@@ -9,8 +9,8 @@ import pytest
 from dateutil.rrule import rrulestr
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tpu_training_components import maintenance_window
-from tpu_training_components.maintenance_window import (
+from tpu_training_components.domain import maintenance_window
+from tpu_training_components.domain.maintenance_window import (
     _HORIZON,
     FIRST_DAY,
     MIN_CONTIGUOUS,

@@ -11,9 +11,8 @@ from conftest import run_components
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tpu_training_components import InvalidArgument
-from tpu_training_components import network_plan as network_plan_module
-from tpu_training_components.network import TrainingNetwork
-from tpu_training_components.network_plan import (
+from tpu_training_components.domain import network_plan as network_plan_module
+from tpu_training_components.domain.network_plan import (
     NetworkPlan,
     NetworkPlanError,
     SubnetPlan,
@@ -21,6 +20,7 @@ from tpu_training_components.network_plan import (
     plan_network,
     slot_cidr,
 )
+from tpu_training_components.resources.network import TrainingNetwork
 
 # Importing pulumi_gcp.compute warns about that package's own deprecated aliases; not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:pulumi_gcp.compute")

@@ -43,7 +43,7 @@ from pulumi_policy import (
 )
 from pulumi_policy.deserialize import deserialize_properties
 from pulumi_policy.proxy import unknown_checking_proxy
-from tpu_training_components.node_pool_plan import POOL_NODE_LABEL
+from tpu_training_components.domain.node_pool_plan import POOL_NODE_LABEL
 
 from infra import offline
 

@@ -12,10 +12,10 @@ import pytest
 from fake_kube_api import FakeGkeApi, FakeKubernetesApi, job, kubeconfig_for, self_signed_certificate
 from fake_redirect import RedirectingServer
 from fake_tpu_api import FakeTpuApi
-from tpu_training_components import reconcile
-from tpu_training_components.deadline import DeadlineExceeded, call_with_deadline
-from tpu_training_components.kube_api import ClusterRef, list_live_jobs, make_container_client
-from tpu_training_components.tpu_api import list_live_nodes, make_client
+from tpu_training_components.live.deadline import DeadlineExceeded, call_with_deadline
+from tpu_training_components.live.kube_api import ClusterRef, list_live_jobs, make_container_client
+from tpu_training_components.live.tpu_api import list_live_nodes, make_client
+from tpu_training_components.resources import reconcile
 
 ZONE = "europe-west4-a"
 DEADLINE = 1.5

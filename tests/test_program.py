@@ -213,7 +213,7 @@ def test_components_import_alone_without_infra_or_config(tmp_path):
 
 
 def test_components_know_nothing_of_stack_config():
-    for path in (REPO / "components").glob("*.py"):
+    for path in (REPO / "components").rglob("*.py"):
         text = path.read_text()
         assert "pulumi.Config(" not in text, path
         assert "stack_config" not in text and "import infra" not in text, path

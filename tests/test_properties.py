@@ -25,9 +25,9 @@ from fake_kube_api import FakeKubernetesApi, job
 from fake_tpu_api import FakeTpuApi
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tpu_training_components import reconcile
-from tpu_training_components.kube_api import ClusterRef
-from tpu_training_components.tpu_api import make_client
+from tpu_training_components.live.kube_api import ClusterRef
+from tpu_training_components.live.tpu_api import make_client
+from tpu_training_components.resources import reconcile
 
 from infra import plan
 
@@ -258,7 +258,7 @@ def test_no_answer_changes_the_generation_of_a_running_job(kube_api, body):
     api.raw_body = body
 
     def read(cluster: ClusterRef, namespaces: set[str]):
-        from tpu_training_components.kube_api import list_live_jobs
+        from tpu_training_components.live.kube_api import list_live_jobs
 
         return list_live_jobs(cluster, namespaces, kubeconfig=kubeconfig)
 

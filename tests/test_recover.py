@@ -20,8 +20,8 @@ import stub_pulumi
 from conftest import REPO
 from fake_kube_api import FakeKubernetesApi, job
 from fake_tpu_api import FakeTpuApi
-from tpu_training_components.recovery import Decision
-from tpu_training_components.recovery_rounds import Backoff, next_round_in, plan_round
+from tpu_training_components.domain.recovery import Decision
+from tpu_training_components.domain.recovery_rounds import Backoff, next_round_in, plan_round
 
 from infra import offline, recover
 from infra.automation import AutomationUp, PendingChange, PulumiUnavailable, UpResult

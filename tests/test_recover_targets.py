@@ -352,7 +352,7 @@ def test_unreadable_outputs_make_the_round_try_later(apis, stub):
 
 _HANGING_JOBS_ROUND = """
 import functools, os, sys
-from tpu_training_components import kube_api
+from tpu_training_components.live import kube_api
 from infra import recover
 probe = recover.Probe(read_jobs=functools.partial(kube_api.list_live_jobs, deadline=1.0))
 recover._exit_now(recover.main(["--stack", "dev", "--once", "--dry-run"], probe=probe))

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tpu_training_components.startup_script import (
+from tpu_training_components.domain.startup_script import (
     MAX_METADATA_TOTAL_BYTES,
     MAX_METADATA_VALUE_BYTES,
     RESERVED_ENV_NAMES,

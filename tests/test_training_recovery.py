@@ -176,7 +176,7 @@ def test_a_generation_for_a_vm_not_under_recovery_is_refused():
     ],
 )
 def test_last_deployed_generations_that_are_no_generations_are_refused_not_guessed(value, fragment):
-    from tpu_training_components.reconcile import read_generations
+    from tpu_training_components.resources.reconcile import read_generations
 
     with pytest.raises(InvalidArgument, match=fragment):
         read_generations("recoveryGenerations", value)

@@ -22,8 +22,8 @@ from typing import Any, Callable
 import pytest
 from conftest import dev_config, run_components, run_stack
 from tpu_training_components import GkeTpuCluster
-from tpu_training_components.node_pool_plan import GKE_DEFAULT_NODE_ZONES, system_pool_zones
-from tpu_training_components.stack_identity import DEPLOYED_AS_OUTPUT, rename_problem
+from tpu_training_components.domain.node_pool_plan import GKE_DEFAULT_NODE_ZONES, system_pool_zones
+from tpu_training_components.domain.stack_identity import DEPLOYED_AS_OUTPUT, rename_problem
 
 from infra import offline
 
@@ -261,7 +261,7 @@ def test_the_system_pool_is_pinned_to_as_many_zones_as_its_maximum_fits(region, 
 
 
 def test_the_system_pools_initial_size_fits_its_maximum_in_every_region():
-    from tpu_training_components.gcp_locations import REGION_ZONES
+    from tpu_training_components.domain.gcp_locations import REGION_ZONES
 
     for region, letters in REGION_ZONES.items():
         for max_nodes in range(1, 6):

@@ -20,16 +20,14 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Optional
 
+from ..domain.job_manifests import PART_OF, PART_OF_LABEL
+from ..domain.job_recovery import JobCondition, LiveJob
+from ..domain.recovery import failure_summary
 from .deadline import MAX_ANSWER_BYTES, PROBE_DEADLINE_SECONDS, call_with_deadline
+from .endpoints import container_client
 from .http_answers import UnexpectedAnswer, answer_problem, checking_answers, read_bounded
-from .job_manifests import PART_OF, PART_OF_LABEL
-from .job_recovery import JobCondition, LiveJob
-from .recovery import failure_summary
 
 KUBECONFIG_VARIABLE = "KUBECONFIG"
-GKE_ENDPOINT_VARIABLE = "GKE_API_ENDPOINT"
-"""Overrides the GKE API endpoint, e.g. ``http://127.0.0.1:8080`` for a test server; a plain
-``http://`` endpoint is called without Google credentials."""
 _CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
 
 
@@ -65,18 +63,8 @@ class ClusterAbsent(Exception):
     """The GKE API answered that the cluster does not exist."""
 
 
-def make_container_client(endpoint: Optional[str] = None) -> Any:
-    """A ``container_v1.ClusterManagerClient`` on the REST transport; Application Default
-    Credentials unless the endpoint is a plain-HTTP local one."""
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import container_v1
-
-    endpoint = endpoint or os.environ.get(GKE_ENDPOINT_VARIABLE) or None
-    options = {"api_endpoint": endpoint} if endpoint else {}
-    credentials = AnonymousCredentials() if endpoint and endpoint.startswith("http://") else None
-    return container_v1.ClusterManagerClient(
-        transport="rest", client_options=options, credentials=credentials
-    )
+make_container_client = container_client
+"""A ``container_v1.ClusterManagerClient`` (``endpoints.container_client``)."""
 
 
 class CredentialsUnavailable(Exception):

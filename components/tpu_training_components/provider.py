@@ -29,15 +29,15 @@ from pulumi.provider.experimental.analyzer import (  # noqa: E402
 from pulumi.provider.experimental.component import ComponentProvider  # noqa: E402
 from pulumi.provider.server import ComponentInitError  # noqa: E402
 
-from .checkpoint_bucket import CheckpointBucket  # noqa: E402
 from .errors import InvalidArgument  # noqa: E402
-from .gke_cluster import GkeTpuCluster  # noqa: E402
-from .identity import TrainingServiceAccount  # noqa: E402
-from .network import TrainingNetwork  # noqa: E402
-from .tpu_node_pool import FlexStartTpuNodePool  # noqa: E402
-from .tpu_vm import PreemptibleTpuVm  # noqa: E402
-from .training_job import TpuTrainingJob  # noqa: E402
-from .training_recovery import TrainingRecovery  # noqa: E402
+from .resources.checkpoint_bucket import CheckpointBucket  # noqa: E402
+from .resources.gke_cluster import GkeTpuCluster  # noqa: E402
+from .resources.identity import TrainingServiceAccount  # noqa: E402
+from .resources.network import TrainingNetwork  # noqa: E402
+from .resources.tpu_node_pool import FlexStartTpuNodePool  # noqa: E402
+from .resources.tpu_vm import PreemptibleTpuVm  # noqa: E402
+from .resources.training_job import TpuTrainingJob  # noqa: E402
+from .resources.training_recovery import TrainingRecovery  # noqa: E402
 
 PACKAGE_NAME = "tpu-training"
 """The package's name in other languages: tokens are ``tpu-training:index:<Component>``."""

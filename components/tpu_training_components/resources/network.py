@@ -19,9 +19,9 @@ import pulumi
 import pulumi_gcp as gcp
 from typing_extensions import NotRequired
 
-from .errors import InvalidArgument, check_known, check_resource_name
-from .naming import bounded_name
-from .network_plan import NetworkPlan, NetworkPlanError, plan_network
+from ..domain.naming import bounded_name
+from ..domain.network_plan import NetworkPlan, NetworkPlanError, plan_network
+from ..errors import InvalidArgument, check_known, check_resource_name
 
 _NETWORK_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 NETWORK_NAME_RULE = "1-63 lowercase letters, digits or '-', starting with a letter and not ending with '-'"

@@ -15,7 +15,7 @@ import inspect
 import typing
 from typing import Any, Callable, ParamSpec, TypeVar
 
-from . import catalogue, node_pool_plan, scaling
+from .domain import catalogue, node_pool_plan, scaling
 from .errors import InvalidArgument, type_problem
 
 P = ParamSpec("P")

@@ -6,10 +6,10 @@ import pulumi
 import pulumi_gcp as gcp
 from typing_extensions import NotRequired
 
-from .catalogue import is_region
-from .errors import InvalidArgument, check_known, check_labels, check_resource_name
-from .gcp_locations import region_problem
-from .naming import bucket_name_problem
+from ..domain.catalogue import is_region
+from ..domain.gcp_locations import region_problem
+from ..domain.naming import bucket_name_problem
+from ..errors import InvalidArgument, check_known, check_labels, check_resource_name
 
 
 class CheckpointBucketArgs(TypedDict):

@@ -9,12 +9,12 @@ from typing import Any, Callable, Optional, Sequence
 
 import pulumi
 
-from .errors import InvalidArgument
-from .job_recovery import decide_job, unreachable_cluster
-from .kube_api import ClusterRef, LiveJobs, list_live_jobs
-from .naming import generation_problem
-from .recovery import Decision, decide, fresh_generation, unreachable, utc_now
-from .tpu_api import list_live_nodes
+from ..domain.job_recovery import decide_job, unreachable_cluster
+from ..domain.naming import generation_problem
+from ..domain.recovery import Decision, decide, fresh_generation, unreachable, utc_now
+from ..errors import InvalidArgument
+from ..live.kube_api import ClusterRef, LiveJobs, list_live_jobs
+from ..live.tpu_api import list_live_nodes
 
 GENERATIONS_OUTPUT = "recoveryGenerations"
 """Stack output holding ``{vm name: generation}``; read back on the next run."""

@@ -9,10 +9,9 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 from typing_extensions import NotRequired
 
-from . import catalogue
-from .errors import InvalidArgument, check_known, check_labels, check_one_of, check_resource_name
-from .gcp_locations import region_problem
-from .maintenance_window import (
+from ..domain import catalogue
+from ..domain.gcp_locations import region_problem
+from ..domain.maintenance_window import (
     DEFAULT_UPGRADE_EXCLUSION_START,
     UPGRADE_EXCLUSION_SCOPES,
     MaintenanceWindowError,
@@ -20,14 +19,15 @@ from .maintenance_window import (
     exclusion_start_problem,
     recurring_window,
 )
-from .naming import (
+from ..domain.naming import (
     min_version_problem,
     network_problem,
     service_account_id_problem,
     subnetwork_problem,
     system_machine_type_problem,
 )
-from .node_pool_plan import gke_version_problem, system_pool_zones
+from ..domain.node_pool_plan import gke_version_problem, system_pool_zones
+from ..errors import InvalidArgument, check_known, check_labels, check_one_of, check_resource_name
 
 RELEASE_CHANNELS = ("RAPID", "REGULAR", "STABLE")
 # Roles of the nodes' own identity: what GKE's hardening guide grants a custom node service

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
+from ..domain.recovery import LiveNode, failure_summary
 from .deadline import MAX_ANSWER_BYTES, MAX_PAGES, PROBE_DEADLINE_SECONDS, call_with_deadline
+from .endpoints import TPU_ENDPOINT_VARIABLE, tpu_client
 from .http_answers import checking_answers
-from .recovery import LiveNode, failure_summary
 
-ENDPOINT_VARIABLE = "TPU_API_ENDPOINT"
-"""Overrides the API endpoint, e.g. ``http://127.0.0.1:8080`` for an emulator or a test server;
-a plain ``http://`` endpoint is called without Google credentials."""
+ENDPOINT_VARIABLE = TPU_ENDPOINT_VARIABLE
 
 
 @dataclass
@@ -33,16 +31,8 @@ class LiveNodes:
     calls: int = 0
 
 
-def make_client(endpoint: Optional[str] = None) -> Any:
-    """A ``tpu_v2.TpuClient`` on the REST transport; Application Default Credentials unless the
-    endpoint is a plain-HTTP local one."""
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import tpu_v2
-
-    endpoint = endpoint or os.environ.get(ENDPOINT_VARIABLE) or None
-    options = {"api_endpoint": endpoint} if endpoint else {}
-    credentials = AnonymousCredentials() if endpoint and endpoint.startswith("http://") else None
-    return tpu_v2.TpuClient(transport="rest", client_options=options, credentials=credentials)
+make_client = tpu_client
+"""A ``tpu_v2.TpuClient`` (``endpoints.tpu_client``)."""
 
 
 def list_live_nodes(

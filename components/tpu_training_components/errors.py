@@ -11,8 +11,8 @@ from typing import Any, ForwardRef, Iterable, Mapping, Optional, Sequence
 
 import pulumi
 
-from .naming import MAX_LABELS, PROVIDER_LABELS, label_problem
-from .startup_script import user_env_problem
+from .domain.naming import MAX_LABELS, PROVIDER_LABELS, label_problem
+from .domain.startup_script import user_env_problem
 
 
 class InvalidArgument(pulumi.RunError):

@@ -6,8 +6,8 @@ import pulumi
 import pulumi_gcp as gcp
 from typing_extensions import NotRequired
 
-from .errors import InvalidArgument, check_known, check_resource_name
-from .naming import service_account_id_problem
+from ..domain.naming import service_account_id_problem
+from ..errors import InvalidArgument, check_known, check_resource_name
 
 
 class TrainingServiceAccountArgs(TypedDict):

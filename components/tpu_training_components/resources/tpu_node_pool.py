@@ -6,9 +6,9 @@ import pulumi
 import pulumi_gcp as gcp
 from typing_extensions import NotRequired
 
-from .catalogue import CatalogueError
-from .errors import InvalidArgument, check_known, check_labels, check_resource_name
-from .node_pool_plan import TpuNodePoolPlan, plan_tpu_node_pool
+from ..domain.catalogue import CatalogueError
+from ..domain.node_pool_plan import TpuNodePoolPlan, plan_tpu_node_pool
+from ..errors import InvalidArgument, check_known, check_labels, check_resource_name
 
 RESERVATION_NAME_KEY = "compute.googleapis.com/reservation-name"
 

@@ -9,11 +9,11 @@ from typing import Optional, Sequence, TypedDict
 import pulumi
 from typing_extensions import NotRequired
 
+from ..domain import recovery as _recovery
+from ..domain.recovery import Decision
+from ..errors import InvalidArgument, check_known, check_resource_name, check_whole_number
+from ..live.kube_api import ClusterRef
 from . import reconcile
-from . import recovery as _recovery
-from .errors import InvalidArgument, check_known, check_resource_name, check_whole_number
-from .kube_api import ClusterRef
-from .recovery import Decision
 
 
 class RecoveredTpuVm(TypedDict):

@@ -7,17 +7,7 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 from typing_extensions import NotRequired
 
-from .errors import (
-    CHECKPOINT_VARIABLE,
-    InvalidArgument,
-    check_checkpoint_dir,
-    check_environment,
-    check_known,
-    check_labels,
-    check_resource_name,
-    check_whole_number,
-)
-from .job_manifests import (
+from ..domain.job_manifests import (
     TrainingJobSpec,
     headless_service_manifest,
     image_problem,
@@ -27,7 +17,17 @@ from .job_manifests import (
     run_parameters_manifest,
     service_account_manifest,
 )
-from .node_pool_plan import TpuNodePoolPlan
+from ..domain.node_pool_plan import TpuNodePoolPlan
+from ..errors import (
+    CHECKPOINT_VARIABLE,
+    InvalidArgument,
+    check_checkpoint_dir,
+    check_environment,
+    check_known,
+    check_labels,
+    check_resource_name,
+    check_whole_number,
+)
 from .tpu_node_pool import TpuNodePoolSelection, plan_selection
 
 

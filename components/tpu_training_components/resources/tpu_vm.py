@@ -6,8 +6,18 @@ import pulumi
 import pulumi_gcp as gcp
 from typing_extensions import NotRequired
 
-from . import catalogue
-from .errors import (
+from ..domain import catalogue
+from ..domain.gcp_locations import zone_problem
+from ..domain.naming import (
+    dns_label_problem,
+    generation_problem,
+    network_problem,
+    runtime_version_problem,
+    subnetwork_problem,
+)
+from ..domain.recovery import GENERATION_LABEL
+from ..domain.startup_script import metadata_problem, vm_metadata
+from ..errors import (
     InvalidArgument,
     check_checkpoint_dir,
     check_environment,
@@ -17,16 +27,6 @@ from .errors import (
     check_resource_name,
     check_whole_number,
 )
-from .gcp_locations import zone_problem
-from .naming import (
-    dns_label_problem,
-    generation_problem,
-    network_problem,
-    runtime_version_problem,
-    subnetwork_problem,
-)
-from .recovery import GENERATION_LABEL
-from .startup_script import metadata_problem, vm_metadata
 
 PROVISIONING_MODELS: tuple[str, ...] = ("preemptible", "spot", "on-demand", "reserved")
 

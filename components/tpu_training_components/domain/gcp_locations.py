@@ -77,7 +77,7 @@ def _unknown(what: str, name: str, known: list[str]) -> str:
     hint = f"did you mean {close[0]!r}? " if close else ""
     return (
         f"{what} {name!r} is not a Google Cloud {what} in our table of {AS_OF}; {hint}"
-        f"if Google opened it since, add it to components/gcp_locations.py"
+        f"if Google opened it since, add it to components/tpu_training_components/domain/gcp_locations.py"
     )
 
 

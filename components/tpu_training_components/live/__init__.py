@@ -1,0 +1,1 @@
+"""Live-state clients: the Cloud TPU, GKE and Kubernetes APIs, with their deadlines."""

@@ -1,0 +1,1 @@
+"""The Pulumi components (pulumi.ComponentResource); their type strings never change."""
