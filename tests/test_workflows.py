@@ -257,21 +257,47 @@ def test_google_cloud_only_through_workload_identity_federation(name):
             }, f"{name}: {job_id}"
 
 
+def matrix_problem(listed: set[str], where: str) -> str:
+    """What to edit when a stack file was added or removed: said by the failure itself."""
+    added, gone = sorted(stack_files() - listed), sorted(listed - stack_files())
+    lines = [f"{where} must list every stack file Pulumi.<stack>.yaml, and only those:"]
+    if added:
+        lines.append(f"  add {', '.join(added)} (a stack file of yours: Pulumi.{added[0]}.yaml)")
+    if gone:
+        lines.append(f"  remove {', '.join(gone)} (no Pulumi.<stack>.yaml for it)")
+    lines.append(
+        "  the two places: .github/workflows/preview.yml jobs.*.strategy.matrix.stack, and "
+        ".github/workflows/recover.yml on.workflow_dispatch.inputs.stack.options and the JSON list "
+        "in jobs.*.strategy.matrix.stack"
+    )
+    return "\n".join(lines)
+
+
 def test_the_preview_matrix_is_every_stack_file():
     (job,) = load("preview.yml")["jobs"].values()
-    assert set(job["strategy"]["matrix"]["stack"]) == stack_files()
+    listed = set(job["strategy"]["matrix"]["stack"])
+    assert listed == stack_files(), matrix_problem(listed, "preview.yml's matrix")
+
+
+def test_a_stack_file_missing_from_the_matrices_says_where_to_add_it():
+    listed = (stack_files() - {"dev"}) | {"gone"}  # dev left out, a stack file that is gone listed
+    message = matrix_problem(listed, "preview.yml's matrix")
+    assert "add dev (a stack file of yours: Pulumi.dev.yaml)" in message and "remove gone" in message
+    assert "preview.yml jobs.*.strategy.matrix.stack" in message and "recover.yml" in message
 
 
 def test_the_recover_matrix_is_every_stack_file_or_the_one_asked_for():
     document = load("recover.yml")
     choice = document["on"]["workflow_dispatch"]["inputs"]["stack"]
     assert choice["default"] == ALL_STACKS
-    assert set(choice["options"]) == stack_files() | {ALL_STACKS}
+    options = set(choice["options"]) - {ALL_STACKS}
+    assert options == stack_files(), matrix_problem(options, "recover.yml's stack choice")
     (job,) = document["jobs"].values()
     expression = job["strategy"]["matrix"]["stack"]
     # The matrix is the stack typed in, or for `all` and for the schedule, this JSON list.
     (every_stack,) = [s for s in re.findall(r"'(\[.*?\])'", expression) if "{0}" not in s]
-    assert set(json.loads(every_stack)) == stack_files()
+    listed = set(json.loads(every_stack))
+    assert listed == stack_files(), matrix_problem(listed, "recover.yml's matrix")
     assert "inputs.stack" in expression
 
 
