@@ -83,6 +83,7 @@ class Output:
     def __init__(self, process: subprocess.Popen[str]) -> None:
         self.process = process
         self.lines: list[str] = []
+        self.timed_lines: list[tuple[float, str]] = []
         self.events: list[Event] = []
         self._queue: queue.Queue[Optional[Event]] = queue.Queue()
         self._thread = threading.Thread(target=self._read, daemon=True)
@@ -93,6 +94,7 @@ class Output:
         for line in self.process.stdout:
             at = time.monotonic()
             self.lines.append(line)
+            self.timed_lines.append((at, line))
             event = parse(line, at)
             if event is not None:
                 self.events.append(event)
@@ -109,6 +111,14 @@ class Output:
             if event is None:
                 return
             yield event
+
+    def next_event(self, deadline: float) -> tuple[bool, Optional[Event]]:
+        """``(True, event)``, ``(True, None)`` at the end of the output, ``(False, None)`` when
+        the deadline passes first."""
+        try:
+            return True, self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            return False, None
 
     def text(self) -> str:
         return "".join(self.lines)

@@ -238,10 +238,18 @@ class Model:
             return {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state}, value
 
         # One compiled step, the same program at every step and after every restart: the run
-        # takes the same arithmetic path whether it stopped or not.
-        self.train_step = jax.jit(
+        # takes the same arithmetic path whether it stopped or not. Compiled before training
+        # starts (compile()), so a start's cost is all in its startup time, none in its steps.
+        self._jitted = jax.jit(
             train_step, out_shardings=(self.replicated, self.replicated), donate_argnums=(0,)
         )
+        self.train_step: Callable[[Any, Any], tuple[Any, Any]] = self._jitted
+
+    def compile(self, state: Any) -> None:
+        import numpy as np
+
+        compiled = self._jitted.lower(state, np.int32(0)).compile()
+        self.train_step = lambda state, step: compiled(state, np.int32(step))
 
     def initial_state(self) -> Any:
         jax, jnp = self.jax, self.jnp
@@ -427,6 +435,7 @@ def _train(
     restore_seconds = clock() - restore_started
     if step is None:
         step, state = 0, model.initial_state()
+    model.compile(state)
     reached = progress.read()
     redone = "unknown" if reached is None else max(0, reached - step)
     log(
