@@ -244,7 +244,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             )
         by_name = {case.name: case for case in cases}
         y, h = by_name["young"], by_name["hourly"]
-        within = abs(y.measured_lost - y.predicted_young) / y.predicted_young
+        # The goal compares the direct figure: Young's model counts as lost everything since the
+        # last completed checkpoint, including a save a kill cut short and the step in progress,
+        # which the breakdown (finished saves + whole steps redone) cannot see.
+        within = abs(y.direct_lost - y.predicted_young) / y.predicted_young
         table_ratio = expected_lost_fraction(
             args.cost_seconds, args.mean_hours * HOUR, HOUR
         ) / expected_lost_fraction(
@@ -256,12 +259,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("Goals (issue #21)")
         print(
             f"  measured within 10% of predicted at Young's interval: {'yes' if within <= 0.10 else 'no'} "
-            f"({y.measured_lost * 100:.2f}% vs {y.predicted_young * 100:.2f}%, {within * 100:.1f}% apart)"
+            f"(direct {y.direct_lost * 100:.2f}% vs {y.predicted_young * 100:.2f}%, "
+            f"{within * 100:.1f}% apart; "
+            f"writes + redone {y.measured_lost * 100:.2f}%)"
         )
         print(
             f"  Young's at least as good as hourly (the table says hourly / Young's = {table_ratio:.2f}x): "
-            f"{'yes' if y.measured_lost <= h.measured_lost else 'no'} "
-            f"(measured {h.measured_lost / y.measured_lost:.2f}x)"
+            f"{'yes' if y.direct_lost <= h.direct_lost else 'no'} "
+            f"(measured {h.direct_lost / y.direct_lost:.2f}x)"
         )
         if args.json:
             args.json.write_text(
