@@ -1,0 +1,48 @@
+"""benchmarks/goodput_measured.py, smallest case: a smoke test. It runs the real trainer under the
+real startup script with one injected interruption per case; the figures are printed, never
+asserted. What is asserted holds at any speed: both cases ran to completion through a kill and a
+restart, and every figure the README quotes is printed and consistent with the others."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def test_the_goodput_benchmark_runs_both_cases(tmp_path):
+    figures = tmp_path / "goodput.json"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "goodput_measured.py"), "--smoke", "--json", str(figures)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    for line in (
+        "\nyoung: checkpoint every ",
+        "\nhourly: checkpoint every ",
+        "measured lost (writes + redone) / training time:",
+        "predicted, Young's first order C/T + T/(2M):",
+        "\nGoals (issue #21)\n",
+        "measured within 10% of predicted at Young's interval: ",
+        "Young's at least as good as hourly (the table says hourly / Young's = 2.07x): ",
+    ):
+        assert line in out, line
+
+    document = json.loads(figures.read_text())
+    cases = {case["name"]: case for case in document["cases"]}
+    assert set(cases) == {"young", "hourly"}
+    young, hourly = cases["young"], cases["hourly"]
+    # The scaled hour is longer than Young's interval for this row (2 h, 60 s): 930 s vs 3600 s.
+    assert hourly["interval_seconds"] > young["interval_seconds"] > 0
+    for case in cases.values():
+        assert case["interruptions"] == 1 and case["attempts"] == 2
+        assert case["checkpoints"] >= 1 and case["redone_steps"] >= 0
+        assert (
+            case["measured_lost"]
+            == (case["checkpoint_seconds"] + case["redone_seconds"]) / case["training_seconds"]
+        )
