@@ -60,6 +60,7 @@ from typing import Any, Callable, NoReturn, Sequence  # noqa: E402
 import pulumi  # noqa: E402
 import yaml  # noqa: E402
 from tpu_training_components.domain.naming import generation_problem  # noqa: E402
+from tpu_training_components.domain.recovery import UNKNOWN_KEPT  # noqa: E402
 from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT  # noqa: E402
 
 from infra import json_file, offline, plan_diff  # noqa: E402
@@ -69,6 +70,9 @@ EXIT_CONFIG_ERROR = 2
 EXIT_USAGE = 64
 """The command line is wrong (sysexits.h EX_USAGE): nothing was run."""
 EXIT_CANNOT_WRITE = 73
+EXIT_LIVE_UNAVAILABLE = 75
+"""--live, and no live state could be read at all: the plan shows what was last deployed, not
+what is live (sysexits.h EX_TEMPFAIL: try again later)."""
 """An output file could not be written after the plan ran (sysexits.h EX_CANTCREAT)."""
 _SHORT = 72
 
@@ -309,8 +313,66 @@ def render_tree(result: offline.ProgramRun) -> str:
             lines.append(f"  {key}: {shown}")
     for message in result.infos:
         lines.append(f"info: {message}")
-    for message in result.warnings:
-        lines.append(f"warning: {message}")
+    return "\n".join(lines)
+
+
+_DECISION = re.compile(
+    r"^(?P<name>[^:\s]+): (?P<reason>.*) -> (?P<verb>is kept|will be replaced|will be created) \("
+)
+
+
+def decisions(result: offline.ProgramRun) -> list[tuple[str, str, str, bool]]:
+    """Each TPU VM's and Job's recovery decision as the program logged it: (kind, name, what
+    `pulumi up` does with it, whether it was made without live state)."""
+    kinds = {str(r.inputs.get("name")): "TPU VM" for r in result.by_type("gcp:tpu/v2Vm:V2Vm")}
+    kinds.update(
+        {
+            str((r.inputs.get("metadata") or {}).get("name")): "Job"
+            for r in result.by_type("kubernetes:batch/v1:Job")
+        }
+    )
+    found = []
+    for message in [*result.infos, *result.warnings]:
+        match = _DECISION.match(message)
+        if match and match["name"] in kinds:
+            verb = match["verb"].removeprefix("is ").removeprefix("will be ")
+            found.append((kinds[match["name"]], match["name"], verb, UNKNOWN_KEPT in match["reason"]))
+    return found
+
+
+def _packed(entries: Sequence[str], width: int = 100) -> list[str]:
+    """Entries separated by commas, as many to an indented line as fit, none split."""
+    lines: list[str] = []
+    for entry in entries:
+        if lines and len(lines[-1]) + len(entry) + 2 <= width:
+            lines[-1] += f", {entry}"
+        else:
+            if lines:
+                lines[-1] += ","
+            lines.append(f"  {entry}")
+    return lines
+
+
+def render_summary(result: offline.ProgramRun, *, live: bool) -> str:
+    """A few lines a person reads first: how many resources of each kind, each TPU VM's and
+    Job's decision, and where the warnings went."""
+    custom = [r for r in result.registrations if r.custom]
+    kinds: dict[str, int] = {}
+    for registration in custom:
+        kinds[registration.type] = kinds.get(registration.type, 0) + 1
+    lines = [
+        f"Summary: {len(custom)} resources declared (a first `pulumi up` creates them all; "
+        f"`--compare-to` says what an `up` of a deployed stack changes):",
+        *_packed([f"{count} {kind}" for kind, count in sorted(kinds.items())]),
+    ]
+    made = decisions(result)
+    if made:
+        how = "from live state" if live else "offline: live state not read, every one kept"
+        lines.append(
+            f"  recovery ({how}): " + ", ".join(f"{kind} {name} {verb}" for kind, name, verb, _ in made)
+        )
+    if result.warnings:
+        lines.append(f"  {len(result.warnings)} warning(s), on standard error")
     return "\n".join(lines)
 
 
@@ -424,6 +486,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(render_tree(result))
         if changes is not None:
             print(plan_diff.render(args.compare_to, changes, document))
+        print(render_summary(result, live=args.live))
+        for message in result.warnings:
+            print(f"warning: {message}", file=sys.stderr)
         if args.json:
             writing = args.json
             Path(args.json).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
@@ -435,6 +500,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_CANNOT_WRITE
     if args.manifests:
         print(f"{len(written)} Kubernetes manifests written to {args.manifests}")
+    made = decisions(result)
+    if args.live and made and all(unknown for *_, unknown in made):
+        print(
+            "error: --live read no live state (every API unavailable): the plan shows what was last "
+            "deployed, not what is live",
+            file=sys.stderr,
+        )
+        return EXIT_LIVE_UNAVAILABLE
     return EXIT_OK
 
 

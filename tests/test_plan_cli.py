@@ -9,11 +9,15 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
+from pathlib import Path
 
 import pytest
 import yaml
 from conftest import REPO, run_plan
+from fake_kube_api import FakeKubernetesApi
+from fake_tpu_api import FakeTpuApi
 
 from infra import json_file, plan
 
@@ -404,3 +408,52 @@ def test_json_to_a_reader_that_takes_nothing_gets_no_traceback():
     )
     assert result.returncode == 0
     assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr
+
+
+# --- output a person reads: the summary, warnings apart, --live that read nothing ---------------
+
+
+def test_the_plan_ends_with_a_summary_of_kinds_and_decisions():
+    result = run_plan()
+    assert result.returncode == 0, result.stderr
+    summary = result.stdout[result.stdout.index("Summary: ") :]
+    assert "resources declared (a first `pulumi up` creates them all" in summary
+    assert "1 gcp:tpu/v2Vm:V2Vm" in summary and "2 gcp:storage/bucket:Bucket" in summary
+    assert (
+        "recovery (offline: live state not read, every one kept): TPU VM demo-tpu kept, Job train-v6e kept"
+        in (summary)
+    )
+
+
+def test_warnings_go_to_standard_error_and_the_summary_counts_them(scratch_project):
+    dev = yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text())
+    dev["config"]["tpu-training:labels"] = {"owner": {"secure": "v1:abc"}}  # offline: a stand-in
+    (scratch_project / "Pulumi.dev.yaml").write_text(yaml.safe_dump(dev))
+    result = run_plan(cwd=scratch_project)
+    assert result.returncode == 0, result.stderr
+    assert "warning: " in result.stderr and "\nwarning: " not in result.stdout
+    count = result.stderr.count("warning: ")
+    assert f"  {count} warning(s), on standard error" in result.stdout
+
+
+def test_live_that_reads_nothing_exits_75_and_says_so():
+    with FakeTpuApi() as tpu, FakeKubernetesApi() as kube:
+        tpu.fail_with = 503
+        kube.fail_with = 503
+        with tempfile.TemporaryDirectory() as folder:
+            env = {"TPU_API_ENDPOINT": tpu.endpoint, "KUBECONFIG": str(kube.kubeconfig(Path(folder)))}
+            result = run_plan("--live", env=env)
+    assert result.returncode == plan.EXIT_LIVE_UNAVAILABLE == 75, result.stderr
+    assert "--live read no live state" in result.stderr
+    assert "Summary: " in result.stdout  # the plan itself is still shown
+
+
+def test_live_that_reads_something_succeeds():
+    with FakeTpuApi() as tpu, FakeKubernetesApi() as kube:
+        tpu.add("europe-west4-a", "demo-tpu", "READY", labels={"recovery-generation": "3"})
+        kube.fail_with = 503
+        with tempfile.TemporaryDirectory() as folder:
+            env = {"TPU_API_ENDPOINT": tpu.endpoint, "KUBECONFIG": str(kube.kubeconfig(Path(folder)))}
+            result = run_plan("--live", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "recovery (from live state): TPU VM demo-tpu kept, Job train-v6e kept" in result.stdout

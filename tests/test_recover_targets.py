@@ -379,3 +379,16 @@ def test_a_jobs_list_past_its_deadline_exits_75_even_with_its_thread_still_block
     assert done.returncode == recover.EXIT_TRY_LATER, done.stderr
     assert "DeadlineExceeded: listing Jobs in default" in done.stdout
     assert "Traceback" not in done.stderr
+
+
+def test_a_dry_run_exits_as_the_readme_says(apis, stub):
+    # README "Hands-free recovery": 0 when it decided (upNeeded says whether a recovery is due),
+    # 75 when live state could not be read; never a CLI call without secrets.
+    tpu, _ = apis
+    done = run_recover("--stack", "dev", "--once", "--dry-run", "--json")
+    assert done.returncode == recover.EXIT_OK, done.stderr
+    assert json.loads(done.stdout)["upNeeded"] is True
+    tpu.fail_with = 503
+    done = run_recover("--stack", "dev", "--once", "--dry-run", "--json")
+    assert done.returncode == recover.EXIT_TRY_LATER, done.stderr
+    assert stub_pulumi.calls(stub) == []

@@ -215,13 +215,17 @@ def decide(
     return keep(name, generation, f"node is in state {state!r}, which this version does not know", warn=True)
 
 
+UNKNOWN_KEPT = "nothing is replaced on unknown state"
+"""Ends the reason of every decision made without live state (``unreachable``)."""
+
+
 def unreachable(name: str, problem: str, api: str = "TPU API") -> Decision:
     """When the API cannot say: keep the last deployed generation. Never replace on unknown."""
     return Decision(
         name,
         "keep",
         None,
-        f"{api} unavailable ({problem}); nothing is replaced on unknown state",
+        f"{api} unavailable ({problem}); {UNKNOWN_KEPT}",
         warn=True,
         unavailable=True,
     )
