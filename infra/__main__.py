@@ -8,6 +8,7 @@ import os
 from typing import Any, Optional
 
 import pulumi
+import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 import stack_config
 from tpu_training_components import (
@@ -92,6 +93,21 @@ checkpoint_buckets = {
     )
     for region in settings.regions
 }
+
+# The trainer travels with the stack: uploaded to every checkpoint bucket, found by each VM and
+# Job at $TRAINER_CODE, so a copy of the stack in another project trains the same code.
+if settings.trainer_code is not None:
+    for region, bucket in checkpoint_buckets.items():
+        for object_name, path in settings.trainer_code.paths().items():
+            gcp.storage.BucketObject(
+                f"checkpoints-{region}-{object_name.replace('/', '-')}",
+                bucket=bucket.bucket_name,
+                name=object_name,
+                # Relative to the program's working directory, so the asset is the same on every
+                # machine that checks the project out (the engine compares asset paths too).
+                source=pulumi.FileAsset(os.path.relpath(path)),
+                opts=pulumi.ResourceOptions(parent=bucket),
+            )
 
 trainer = (
     TrainingServiceAccount(

@@ -13,6 +13,7 @@ import codecs
 import contextlib
 import json
 import logging
+import os
 import re
 import runpy
 import sys
@@ -527,6 +528,11 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
 
 def _plain(value: Any) -> Any:
     """Protobuf-free, JSON-ready copy (secrets are kept as their plain values offline)."""
+    if isinstance(value, pulumi.FileAsset):
+        # The file, named from the project folder, so the plan reads the same on every machine.
+        path = Path(os.path.abspath(value.path))
+        shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+        return {"fileAsset": str(shown)}
     if isinstance(value, dict):
         if value.get(rpc._special_sig_key) == rpc._special_secret_sig:
             return _plain(value.get("value"))

@@ -76,9 +76,13 @@ _PROJECT_KEYS = (
     "cluster",
     "nodePools",
     "jobs",
+    "trainerCode",
 )
 # Object keys whose declared default `{}` means "not set".
-_EMPTY_MEANS_UNSET = ("training", "checkpointing", "cluster")
+_EMPTY_MEANS_UNSET = ("training", "checkpointing", "cluster", "trainerCode")
+
+
+_GS_BUCKET = re.compile(r"gs://([a-z0-9][a-z0-9._-]{1,220}[a-z0-9])")
 
 
 class ConfigError(pulumi.RunError):
@@ -208,6 +212,42 @@ class BucketConfig(_Model):
     retain_on_delete: StrictBool = True
 
     _valid_name = field_validator("name")(_no_problem(naming.bucket_name_problem))
+
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+"""The project folder (Pulumi.yaml's): ``trainerCode.folder`` is read from here."""
+TRAINER_CODE_VARIABLE = "TRAINER_CODE"
+"""Where the stack uploaded the trainer: ``gs://<the run's bucket>/code``."""
+
+
+class TrainerCodeConfig(_Model):
+    """``tpu-training:trainerCode``: files the stack uploads to ``code/`` in every checkpoint
+    bucket, so a stack trains the same code in any project; each VM and Job finds them at
+    ``$TRAINER_CODE``."""
+
+    folder: StrictStr
+    files: tuple[StrictStr, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _files_exist(self) -> TrainerCodeConfig:
+        folder = Path(self.folder)
+        if folder.is_absolute() or ".." in folder.parts:
+            raise ValueError(f"folder {self.folder!r} must be a path inside the project, like 'trainer'")
+        for name in self.files:
+            if not name or "/" in name or "\\" in name or name in (".", ".."):
+                raise ValueError(f"files: {name!r} must be a file name in the folder, like 'train.py'")
+            if not (PROJECT_ROOT / folder / name).is_file():
+                raise ValueError(
+                    f"files: {self.folder}/{name} is not a file in the project ({PROJECT_ROOT}); "
+                    f"the stack uploads it as it is"
+                )
+        if len(set(self.files)) != len(self.files):
+            raise ValueError("files: each file once")
+        return self
+
+    def paths(self) -> dict[str, Path]:
+        """Object name in the bucket -> the file to upload."""
+        return {f"code/{name}": PROJECT_ROOT / self.folder / name for name in self.files}
 
 
 class TrainingConfig(_Model):
@@ -471,6 +511,7 @@ class StackConfig(_Model):
     cluster: Optional[ClusterConfig] = None
     node_pools: tuple[NodePoolConfig, ...] = ()
     jobs: tuple[JobConfig, ...] = ()
+    trainer_code: Optional[TrainerCodeConfig] = None
 
     @model_validator(mode="after")
     def _consistent(self) -> StackConfig:
@@ -761,6 +802,7 @@ class StackConfig(_Model):
                 f"{PROJECT}:network.name and iapSsh apply only to the network the stack declares; "
                 f"with network.create false they are ignored"
             )
+        found.extend(self._foreign_bucket_warnings())
         if not self.network.create and self.network_regions:
             found.append(
                 f"{PROJECT}:network.create is false: the TPU VMs and the cluster use your network "
@@ -769,6 +811,29 @@ class StackConfig(_Model):
                 f"images from outside Google), or training never starts"
             )
         return tuple(found)
+
+    def _foreign_bucket_warnings(self) -> list[str]:
+        # A command that names a bucket by hand stops working, or reads someone else's data,
+        # once the stack moves to another project; $TRAINER_CODE and $CHECKPOINT_DIR move with it.
+        own = {self.bucket_name(region) for region in self.regions}
+        commands = [
+            *(
+                (f"tpuVms[{i}].{key}", text)
+                for i, vm in enumerate(self.tpu_vms)
+                for key, text in (("setupCommand", vm.setup_command), ("trainCommand", vm.train_command))
+                if text
+            ),
+            *((f"jobs[{i}].command", " ".join(job.command)) for i, job in enumerate(self.jobs)),
+        ]
+        found = []
+        for where, text in commands:
+            for bucket in sorted(set(_GS_BUCKET.findall(text)) - own):
+                found.append(
+                    f"{PROJECT}:{where} names gs://{bucket}, which is not one of this stack's buckets "
+                    f"({', '.join(sorted(own)) or 'none'}): in another project it reads someone else's "
+                    f"bucket, or nothing; use $TRAINER_CODE (trainerCode) or $CHECKPOINT_DIR"
+                )
+        return found
 
     @property
     def regions(self) -> tuple[str, ...]:
@@ -797,8 +862,14 @@ class StackConfig(_Model):
     ) -> dict[str, str]:
         # Where and how often to checkpoint, the run's scale, then the user's own variables (which win).
         plan = self.training.plan_for(cores) if self.training else None
+        code = (
+            {TRAINER_CODE_VARIABLE: f"{checkpoint_dir.split('/checkpoints/')[0]}/code"}
+            if self.trainer_code
+            else {}
+        )
         return {
             "CHECKPOINT_DIR": checkpoint_dir,
+            **code,
             **(checkpoints.environment() if checkpoints else {}),
             **(plan.environment() if plan else {}),
             **env,
@@ -843,9 +914,6 @@ class StackConfig(_Model):
     def checkpoint_dir(self, vm: TpuVmConfig) -> str:
         """Where a VM's run keeps its checkpoints, in the bucket of the VM's region."""
         return self._checkpoint_dir(vm.region, vm.name)
-
-    def training_plan(self, vm: TpuVmConfig) -> Optional[TrainingPlan]:
-        return self.training.plan_for(vm.accelerator.cores) if self.training else None
 
     def training_environment(self, vm: TpuVmConfig) -> dict[str, str]:
         """The environment every training process of the VM receives."""
@@ -971,6 +1039,7 @@ def _allowed_keys() -> dict[str, list[str]]:
         "cluster.maintenanceWindow": aliases(MaintenanceWindowConfig),
         "nodePools.[]": aliases(NodePoolConfig),
         "jobs.[]": aliases(JobConfig),
+        "trainerCode": aliases(TrainerCodeConfig),
     }
 
 

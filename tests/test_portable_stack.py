@@ -1,0 +1,74 @@
+"""The dev stack moves to another project with one edit (`pulumi config set gcp:project MINE`):
+no value names another project's bucket, the trainer travels with the stack (uploaded to each
+checkpoint bucket, found at $TRAINER_CODE), and a command that names a bucket by hand is warned
+about."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from conftest import refused, run_stack
+
+BUCKET_OBJECT = "gcp:storage/bucketObject:BucketObject"
+
+
+def test_one_edit_moves_the_dev_stack_to_another_project(config):
+    config["gcp:project"] = "my-own-project-1"
+    run = run_stack(config)
+    inputs = json.dumps([r.inputs for r in run.registrations])
+    buckets = {r.inputs["name"] for r in run.by_type("gcp:storage/bucket:Bucket")}
+    assert buckets == {"my-own-project-1-dev-ckpt-europe-west4", "my-own-project-1-dev-ckpt-us-east5"}
+    # Every bucket any input names (commands, environments, uploads) is one of the stack's own.
+    assert set(re.findall(r"gs://([a-z0-9._-]+)", inputs)) == buckets
+    assert '"project": "tpu-training-dev"' not in inputs  # the dev stack's own GCP project
+    assert not [w for w in run.warnings if "not one of this stack's buckets" in w]
+    assert run.outputs["trainingEnvironments"]["demo-tpu"]["TRAINER_CODE"] == (
+        "gs://my-own-project-1-dev-ckpt-europe-west4/code"
+    )
+
+
+def test_the_trainer_is_uploaded_to_every_checkpoint_bucket(config):
+    run = run_stack(config)
+    uploads = {(r.inputs["bucket"], r.inputs["name"]): r.inputs["source"] for r in run.by_type(BUCKET_OBJECT)}
+    assert uploads == {
+        (f"tpu-training-dev-dev-ckpt-{region}", f"code/{name}"): {"fileAsset": f"trainer/{name}"}
+        for region in ("europe-west4", "us-east5")
+        for name in ("train.py", "requirements.txt")
+    }
+    (job_parameters,) = run.by_type("kubernetes:core/v1:ConfigMap")
+    assert job_parameters.inputs["data"]["TRAINER_CODE"] == "gs://tpu-training-dev-dev-ckpt-us-east5/code"
+
+
+def test_a_command_that_names_a_bucket_of_another_project_is_warned_about(config):
+    config["tpu-training:tpuVms"][0]["setupCommand"] = "gsutil cp gs://someone-elses-bucket/train.py /opt/"
+    run = run_stack(config)
+    (warning,) = [w for w in run.warnings if "not one of this stack's buckets" in w]
+    assert "tpu-training:tpuVms[0].setupCommand names gs://someone-elses-bucket" in warning
+    assert "use $TRAINER_CODE" in warning
+
+
+def test_a_command_that_names_the_stacks_own_bucket_is_not_warned_about(config):
+    config["tpu-training:tpuVms"][0]["setupCommand"] = (
+        "gsutil ls gs://tpu-training-dev-dev-ckpt-europe-west4/x"
+    )
+    run = run_stack(config)
+    assert not [w for w in run.warnings if "not one of this stack's buckets" in w]
+
+
+def test_trainer_files_that_are_not_there_are_refused_by_name(config):
+    config["tpu-training:trainerCode"] = {"folder": "trainer", "files": ["nope.py"]}
+    assert "tpu-training:trainerCode" in refused(config) and "trainer/nope.py is not a file" in refused(
+        config
+    )
+    config["tpu-training:trainerCode"] = {"folder": "../elsewhere", "files": ["train.py"]}
+    assert "must be a path inside the project" in refused(config)
+    config["tpu-training:trainerCode"] = {"folder": "trainer", "files": ["a/b.py"]}
+    assert "must be a file name in the folder" in refused(config)
+
+
+def test_without_trainer_code_nothing_is_uploaded(config):
+    del config["tpu-training:trainerCode"]
+    run = run_stack(config)
+    assert run.by_type(BUCKET_OBJECT) == []
+    assert "TRAINER_CODE" not in run.outputs["trainingEnvironments"]["demo-tpu"]
