@@ -8,6 +8,7 @@ any Pulumi program::
 
 from .catalogue import AcceleratorType, CatalogueError, MachineType, SliceShape
 from .checkpoint_bucket import CheckpointBucket, CheckpointBucketArgs
+from .engines import WorkloadEngines, WorkloadEnginesArgs
 from .errors import InvalidArgument
 from .gke_cluster import GkeTpuCluster, GkeTpuClusterArgs
 from .identity import TrainingServiceAccount, TrainingServiceAccountArgs
@@ -26,6 +27,7 @@ from .scaling import TrainingPlan
 from .tpu_node_pool import FlexStartTpuNodePool, FlexStartTpuNodePoolArgs, TpuNodePoolSelection
 from .tpu_vm import PreemptibleTpuVm, PreemptibleTpuVmArgs
 from .training_job import TpuTrainingJob, TpuTrainingJobArgs
+from .training_jobset import TpuTrainingJobSet, TpuTrainingJobSetArgs
 from .training_recovery import (
     RecoveredJob,
     RecoveredTpuVm,
@@ -52,6 +54,8 @@ __all__ = [
     "TpuNodePoolSelection",
     "TpuTrainingJob",
     "TpuTrainingJobArgs",
+    "TpuTrainingJobSet",
+    "TpuTrainingJobSetArgs",
     "RecoveredJob",
     "RecoveredTpuVm",
     "RecoveryCluster",
@@ -62,6 +66,8 @@ __all__ = [
     "TrainingRecoveryArgs",
     "TrainingServiceAccount",
     "TrainingServiceAccountArgs",
+    "WorkloadEngines",
+    "WorkloadEnginesArgs",
     "accelerator_type",
     "machine_type",
     "plan_tpu_node_pool",

@@ -15,11 +15,12 @@ import os
 import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 from .deadline import PROBE_DEADLINE_SECONDS, call_with_deadline
 from .job_manifests import PART_OF, PART_OF_LABEL
-from .job_recovery import JobCondition, LiveJob
+from .job_recovery import JobCondition, LiveJob, LiveJobSet
+from .jobset_manifests import JOBSET_API_VERSION
 from .recovery import failure_summary
 
 KUBECONFIG_VARIABLE = "KUBECONFIG"
@@ -55,6 +56,10 @@ class LiveJobs:
     source: str = ""
     """Where the credentials came from, for the log."""
     calls: int = 0
+    jobsets: dict[tuple[str, str], LiveJobSet] = field(default_factory=dict)
+    """(namespace, JobSet name) -> JobSet, for every namespace whose JobSets were listed."""
+    jobset_failures: dict[str, str] = field(default_factory=dict)
+    """namespace -> why its JobSets could not be read."""
 
 
 class ClusterAbsent(Exception):
@@ -118,7 +123,7 @@ class MalformedAnswer(Exception):
     """An answer the Kubernetes client accepts but that cannot be matched to our Jobs."""
 
 
-def _check_answer(namespace: str, jobs: list[LiveJob]) -> None:
+def _check_answer(namespace: str, jobs: Sequence[LiveJob | LiveJobSet]) -> None:
     """Refuse a list that cannot be matched to our Jobs one to one: read as it is, one of ours
     would look deleted or failed."""
     seen: set[str] = set()
@@ -150,25 +155,57 @@ def _live_job(job: Any) -> LiveJob:
     )
 
 
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _live_jobset(item: Any) -> LiveJobSet:
+    """A JobSet from the custom-objects API, which answers plain dictionaries."""
+    if not isinstance(item, dict) or not isinstance(item.get("metadata"), dict):
+        raise MalformedAnswer("a JobSet of the answer is not an object with metadata")
+    metadata, spec, status = item["metadata"], item.get("spec") or {}, item.get("status") or {}
+    conditions = tuple(
+        JobCondition(str(c.get("type") or ""), str(c.get("status") or ""), str(c.get("reason") or ""),
+                     str(c.get("message") or ""))
+        for c in status.get("conditions") or []
+        if isinstance(c, dict)
+    )
+    replicated = [r for r in spec.get("replicatedJobs") or [] if isinstance(r, dict)]
+    statuses = [r for r in status.get("replicatedJobsStatus") or [] if isinstance(r, dict)]
+    return LiveJobSet(
+        name=metadata.get("name"),  # type: ignore[arg-type]  # checked by _check_answer
+        namespace=metadata.get("namespace"),  # type: ignore[arg-type]
+        labels={str(k): str(v) for k, v in (metadata.get("labels") or {}).items()},
+        conditions=conditions,
+        restarts=_int(status.get("restarts")),
+        restarts_counted=_int(status.get("restartsCountTowardsMax")),
+        slices=sum(_int(r.get("replicas")) for r in replicated),
+        ready=sum(_int(r.get("ready")) for r in statuses),
+    )
+
+
 def list_live_jobs(
     cluster: ClusterRef,
     namespaces: Iterable[str],
     *,
+    jobset_namespaces: Iterable[str] = (),
     kubeconfig: Optional[str] = None,
     container_client: Any = None,
     credentials: Any = None,
     timeout: float = 15.0,
     deadline: float = PROBE_DEADLINE_SECONDS,
 ) -> LiveJobs:
-    """List this project's Jobs in every namespace, one call per namespace.
+    """List this project's Jobs in every namespace, one call per namespace, and its JobSets in
+    every one of ``jobset_namespaces``, one more call each.
 
     ``kubeconfig`` defaults to ``$KUBECONFIG``; without one (or with ``""``), the cluster is
     found through the GKE API. ``container_client`` and ``credentials`` are seams for tests."""
     from kubernetes import client
 
     namespaces = sorted(set(namespaces))
+    jobset_namespaces = sorted(set(jobset_namespaces))
     result = LiveJobs()
-    if not namespaces:
+    if not namespaces and not jobset_namespaces:
         return result
     kubeconfig = kubeconfig if kubeconfig is not None else os.environ.get(KUBECONFIG_VARIABLE) or None
     with ExitStack() as cleanup:
@@ -189,6 +226,8 @@ def list_live_jobs(
         except Exception as exc:  # noqa: BLE001 - no credentials must never stop or replace anything
             for namespace in namespaces:
                 result.failures[namespace] = failure_summary(exc)
+            for namespace in jobset_namespaces:
+                result.jobset_failures[namespace] = failure_summary(exc)
             return result
         # No automatic retries: a preview must not hang; the next `up` asks again.
         configuration.retries = False
@@ -209,4 +248,27 @@ def list_live_jobs(
                 result.jobs.update(((namespace, live.name), live) for live in jobs)
             except Exception as exc:  # noqa: BLE001 - any failure means "unknown", per namespace
                 result.failures[namespace] = failure_summary(exc)
+        custom = client.CustomObjectsApi(api_client)
+        group, version = JOBSET_API_VERSION.split("/")
+        for namespace in jobset_namespaces:
+            result.calls += 1
+            try:
+                list_jobsets = functools.partial(
+                    custom.list_namespaced_custom_object,
+                    group,
+                    version,
+                    namespace,
+                    "jobsets",
+                    label_selector=f"{PART_OF_LABEL}={PART_OF}",
+                    _request_timeout=timeout,
+                )
+                listed = call_with_deadline(list_jobsets, deadline, f"listing JobSets in {namespace}")
+                if not isinstance(listed, dict) or not isinstance(listed.get("items"), list):
+                    raise MalformedAnswer(f"JobSets in {namespace}: the answer is not a list")
+                jobsets = [_live_jobset(item) for item in listed["items"]]
+                _check_answer(namespace, jobsets)
+                result.jobsets.update(((namespace, live.name), live) for live in jobsets)
+            except Exception as exc:  # noqa: BLE001 - any failure means "unknown", per namespace
+                # Also when the JobSet CRD is not installed (404): the JobSets are unknown, not gone.
+                result.jobset_failures[namespace] = failure_summary(exc)
     return result

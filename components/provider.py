@@ -36,7 +36,9 @@ from .identity import TrainingServiceAccount  # noqa: E402
 from .network import TrainingNetwork  # noqa: E402
 from .tpu_node_pool import FlexStartTpuNodePool  # noqa: E402
 from .tpu_vm import PreemptibleTpuVm  # noqa: E402
+from .engines import WorkloadEngines  # noqa: E402
 from .training_job import TpuTrainingJob  # noqa: E402
+from .training_jobset import TpuTrainingJobSet  # noqa: E402
 from .training_recovery import TrainingRecovery  # noqa: E402
 
 PACKAGE_NAME = "tpu-training"
@@ -50,6 +52,8 @@ COMPONENTS: tuple[type[pulumi.ComponentResource], ...] = (
     GkeTpuCluster,
     FlexStartTpuNodePool,
     TpuTrainingJob,
+    TpuTrainingJobSet,
+    WorkloadEngines,
     TrainingRecovery,
 )
 
