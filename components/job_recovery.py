@@ -173,4 +173,3 @@ def decide_jobset(name: str, live: LiveJobSet | None) -> Decision:
             f"(flex-start provisions nodes on demand){restarted}",
         )
     return keep(name, generation, f"JobSet is running ({live.slices} slices ready){restarted}")
-

@@ -17,7 +17,6 @@ not checked on hardware here.)
 
 from __future__ import annotations
 
-import copy
 import re
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -93,10 +92,20 @@ class TrainingJobSetSpec:
             )
 
 
+def _copy(value: Any) -> Any:
+    """Dictionaries and lists copied, leaves shared: a leaf may be a ``pulumi.Output``, which does
+    not deep-copy."""
+    if isinstance(value, dict):
+        return {key: _copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copy(item) for item in value]
+    return value
+
+
 def pod_template(spec: TrainingJobSpec) -> dict[str, Any]:
     """A Job's Pod template, without what JobSet does itself: the headless Service's subdomain
     (JobSet sets ``subdomain`` on every Pod) and the one-pool affinity (exclusive topology)."""
-    template = copy.deepcopy(job_manifest(spec)["spec"]["template"])
+    template = _copy(job_manifest(spec)["spec"]["template"])
     template["spec"].pop("subdomain", None)
     template["spec"].pop("affinity", None)
     return template

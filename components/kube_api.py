@@ -165,8 +165,12 @@ def _live_jobset(item: Any) -> LiveJobSet:
         raise MalformedAnswer("a JobSet of the answer is not an object with metadata")
     metadata, spec, status = item["metadata"], item.get("spec") or {}, item.get("status") or {}
     conditions = tuple(
-        JobCondition(str(c.get("type") or ""), str(c.get("status") or ""), str(c.get("reason") or ""),
-                     str(c.get("message") or ""))
+        JobCondition(
+            str(c.get("type") or ""),
+            str(c.get("status") or ""),
+            str(c.get("reason") or ""),
+            str(c.get("message") or ""),
+        )
         for c in status.get("conditions") or []
         if isinstance(c, dict)
     )

@@ -30,13 +30,13 @@ from pulumi.provider.experimental.component import ComponentProvider  # noqa: E4
 from pulumi.provider.server import ComponentInitError  # noqa: E402
 
 from .checkpoint_bucket import CheckpointBucket  # noqa: E402
+from .engines import WorkloadEngines  # noqa: E402
 from .errors import InvalidArgument  # noqa: E402
 from .gke_cluster import GkeTpuCluster  # noqa: E402
 from .identity import TrainingServiceAccount  # noqa: E402
 from .network import TrainingNetwork  # noqa: E402
 from .tpu_node_pool import FlexStartTpuNodePool  # noqa: E402
 from .tpu_vm import PreemptibleTpuVm  # noqa: E402
-from .engines import WorkloadEngines  # noqa: E402
 from .training_job import TpuTrainingJob  # noqa: E402
 from .training_jobset import TpuTrainingJobSet  # noqa: E402
 from .training_recovery import TrainingRecovery  # noqa: E402

@@ -79,7 +79,8 @@ def reconcile_jobs(
     )
     if live.cluster_absent:
         return [
-            Decision(name, "create", None, f"cluster {cluster.name} does not exist yet") for name, _, _ in kinds
+            Decision(name, "create", None, f"cluster {cluster.name} does not exist yet")
+            for name, _, _ in kinds
         ]
     decisions = []
     for name, namespace, kind in kinds:
