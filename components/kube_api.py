@@ -177,8 +177,8 @@ def _live_jobset(item: Any) -> LiveJobSet:
     replicated = [r for r in spec.get("replicatedJobs") or [] if isinstance(r, dict)]
     statuses = [r for r in status.get("replicatedJobsStatus") or [] if isinstance(r, dict)]
     return LiveJobSet(
-        name=metadata.get("name"),  # type: ignore[arg-type]  # checked by _check_answer
-        namespace=metadata.get("namespace"),  # type: ignore[arg-type]
+        name=metadata.get("name"),  # checked by _check_answer
+        namespace=metadata.get("namespace"),
         labels={str(k): str(v) for k, v in (metadata.get("labels") or {}).items()},
         conditions=conditions,
         restarts=_int(status.get("restarts")),
@@ -266,10 +266,10 @@ def list_live_jobs(
                     label_selector=f"{PART_OF_LABEL}={PART_OF}",
                     _request_timeout=timeout,
                 )
-                listed = call_with_deadline(list_jobsets, deadline, f"listing JobSets in {namespace}")
-                if not isinstance(listed, dict) or not isinstance(listed.get("items"), list):
+                answer = call_with_deadline(list_jobsets, deadline, f"listing JobSets in {namespace}")
+                if not isinstance(answer, dict) or not isinstance(answer.get("items"), list):
                     raise MalformedAnswer(f"JobSets in {namespace}: the answer is not a list")
-                jobsets = [_live_jobset(item) for item in listed["items"]]
+                jobsets = [_live_jobset(item) for item in answer["items"]]
                 _check_answer(namespace, jobsets)
                 result.jobsets.update(((namespace, live.name), live) for live in jobsets)
             except Exception as exc:  # noqa: BLE001 - any failure means "unknown", per namespace

@@ -45,7 +45,8 @@ def _check(name: str, args: TpuTrainingJobSetArgs) -> tuple[Any, int]:
     where = f"TpuTrainingJobSet {name!r}"
     check_known(where, args, TpuTrainingJobSetArgs.__annotations__)
     job_keys = TpuTrainingJobArgs.__annotations__
-    pool = _validate(name, {key: value for key, value in args.items() if key in job_keys})  # type: ignore[misc]
+    job_args = {key: value for key, value in args.items() if key in job_keys}
+    pool = _validate(name, job_args)  # type: ignore[arg-type]
     slices = args.get("slices", 1)
     check_whole_number(where, "slices", slices)
     max_restarts = args.get("max_restarts", DEFAULT_MAX_RESTARTS)
