@@ -1,7 +1,7 @@
 """A training run as a JobSet on one or several multi-host TPU slices, gang-restarted by JobSet in
 the cluster and re-created by `pulumi up` once JobSet gives up."""
 
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Sequence, TypedDict
 
 import pulumi
 import pulumi_gcp as gcp
@@ -26,10 +26,46 @@ from .jobset_manifests import (
     jobset_name_problem,
 )
 from .naming import dns_label_problem
+from .tpu_node_pool import TpuNodePoolSelection
 from .training_job import TpuTrainingJobArgs, _declare, _validate
 
 
-class TpuTrainingJobSetArgs(TpuTrainingJobArgs):
+class TpuTrainingJobSetArgs(TypedDict):
+    # The Job's arguments, each with its docstring (the component schema reads them from here).
+    provider: k8s.Provider
+    """Kubernetes provider of the cluster (``GkeTpuCluster.provider``)."""
+    node_pool: TpuNodePoolSelection
+    """The pool whose slice the JobSet runs on (``FlexStartTpuNodePool.selection``): its shape, its
+    capacity type and its GKE node pools decide where the Pods go."""
+    image: str
+    """Container image of the trainer."""
+    command: Sequence[str]
+    """The training command; it must resume from the latest checkpoint in ``CHECKPOINT_DIR``."""
+    checkpoint_dir: str
+    """``gs://`` prefix for this Job's checkpoints; keep it stable across re-creations."""
+    google_service_account: pulumi.Input[str]
+    """Email of the Google service account the Pods act as (Workload Identity)."""
+    google_service_account_id: pulumi.Input[str]
+    """Its resource id (``projects/P/serviceAccounts/EMAIL``), to grant the binding on."""
+    workload_pool: pulumi.Input[str]
+    """The cluster's Workload Identity pool (``GkeTpuCluster.workload_pool``)."""
+    namespace: NotRequired[str]
+    """Kubernetes namespace (default ``default``); it must exist."""
+    job_name: NotRequired[str]
+    """Name of the Job (and its service account and Service); the component's name when omitted."""
+    environment: NotRequired[Mapping[str, str]]
+    """Variables for the trainer (``GLOBAL_BATCH_SIZE``, ``TRAIN_STEPS``, ...). They reach the
+    Pods through the ConfigMap ``{job_name}-run-parameters``, read when a container starts: a
+    change updates it in place and applies from the Pods' next start, without replacing a
+    running Job."""
+    recovery_generation: NotRequired[pulumi.Input[int]]
+    """Bumped to re-create the Job (see ``job_recovery``); default 0."""
+    privileged: NotRequired[bool]
+    """Run the trainer privileged, as seed 002's multi-host example does (default False: the
+    TPU device plugin exposes the chips without it on current GKE)."""
+    labels: NotRequired[Mapping[str, str]]
+    """Labels on every object, besides the project's own."""
+    # What only a JobSet takes.
     slices: NotRequired[int]
     """Slices the run spans (default 1): one child Job of one Pod per VM on each, one slice per
     GKE node pool. At most the pool's ``slices``; more than one is TPU Multislice."""

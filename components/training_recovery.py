@@ -83,7 +83,9 @@ def _check(name: str, args: TrainingRecoveryArgs) -> None:
             seen.add(entry["name"])
             kind = entry.get("kind", "Job") if key == "jobs" else "Job"
             if kind not in JOB_KINDS:
-                raise InvalidArgument(f"{where}: jobs[{index}].kind = {kind!r}; allowed: {', '.join(JOB_KINDS)}")
+                raise InvalidArgument(
+                    f"{where}: jobs[{index}].kind = {kind!r}; allowed: {', '.join(JOB_KINDS)}"
+                )
     if args.get("jobs") and not args.get("cluster"):
         raise InvalidArgument(f"{where}: jobs need the cluster they run on; give cluster")
     check_whole_number(where, "maintenance_grace_minutes", args.get("maintenance_grace_minutes", 30))

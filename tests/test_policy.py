@@ -894,8 +894,9 @@ def test_a_jobset_is_held_to_its_pools_tpus(config):
     (jobset,) = [r for r in plan if r.type == pack.JOBSET]
 
     def fewer_chips(inputs: dict[str, Any]) -> None:
-        container = inputs["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
-        container["resources"] = {"limits": {"google.com/tpu": 1}, "requests": {"google.com/tpu": 1}}
+        pod = inputs["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        one_chip = {"google.com/tpu": 1}
+        pod["containers"][0]["resources"] = {"limits": one_chip, "requests": dict(one_chip)}
 
     found = [p.name for p in pack.POLICIES if violations(p, mutated(plan, jobset.name, fewer_chips))]
     assert found, "a JobSet asking for fewer chips than its pool's VMs have went unnoticed"
