@@ -45,7 +45,7 @@ from typing import Any, Optional
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tpu_training_components.goodput import expected_lost_fraction  # noqa: E402
+from tpu_training_components.domain.goodput import expected_lost_fraction  # noqa: E402
 
 from trainer.sandbox import Sandbox  # noqa: E402
 

@@ -17,9 +17,11 @@ from tpu_training_components import (
     GkeTpuCluster,
     PreemptibleTpuVm,
     TpuTrainingJob,
+    TpuTrainingJobSet,
     TrainingNetwork,
     TrainingRecovery,
     TrainingServiceAccount,
+    WorkloadEngines,
 )
 from tpu_training_components.domain.stack_identity import DEPLOYED_AS_OUTPUT, deployed_as, rename_problem
 from tpu_training_components.errors import InvalidArgument
@@ -129,7 +131,7 @@ recovery = TrainingRecovery(
     {
         "project": settings.gcp_project,
         "tpu_vms": [{"name": vm.name, "zone": vm.zone} for vm in settings.tpu_vms],
-        "jobs": [{"name": job.name, "namespace": job.namespace} for job in settings.jobs],
+        "jobs": [{"name": job.name, "namespace": job.namespace, "kind": job.kind} for job in settings.jobs],
         "cluster": (
             {
                 "project": settings.gcp_project,
@@ -266,35 +268,55 @@ namespaces = {
     if cluster is not None
 }
 
-jobs = {}
+# --- JobSet workloads (issue 20): the JobSet controller, installed only when a Job needs it ---
+uses_jobsets = any(job.kind == "JobSet" for job in settings.jobs)
+engines = (
+    WorkloadEngines("engines", {"provider": cluster.provider, "jobset": True})
+    if cluster is not None and uses_jobsets
+    else None
+)
+# --- end JobSet workloads ---
+
+jobs: dict[str, Any] = {}
 for job in settings.jobs:
     assert cluster is not None and pod_identity is not None
     job_pool = node_pools[job.node_pool]
-    jobs[job.name] = TpuTrainingJob(
-        job.name,
-        {
-            "provider": cluster.provider,
-            "node_pool": job_pool.selection,
-            "image": job.image,
-            "command": list(job.command),
-            "checkpoint_dir": settings.job_checkpoint_dir(job),
-            "environment": job_environments[job.name],
-            "google_service_account": pod_identity.email,
-            "google_service_account_id": pod_identity.account.name,
-            "workload_pool": cluster.workload_pool,
-            "namespace": job.namespace,
-            "recovery_generation": recovery.job_generation(job.name),
-            "privileged": job.privileged,
-        },
-        # Pods wait for their pool's nodes; the bucket access must exist before training starts.
-        opts=pulumi.ResourceOptions(
-            depends_on=[
-                job_pool,
-                pod_identity,
-                *([namespaces[job.namespace]] if job.namespace in namespaces else []),
-            ]
-        ),
+    job_args: dict[str, Any] = {
+        "provider": cluster.provider,
+        "node_pool": job_pool.selection,
+        "image": job.image,
+        "command": list(job.command),
+        "checkpoint_dir": settings.job_checkpoint_dir(job),
+        "environment": job_environments[job.name],
+        "google_service_account": pod_identity.email,
+        "google_service_account_id": pod_identity.account.name,
+        "workload_pool": cluster.workload_pool,
+        "namespace": job.namespace,
+        "recovery_generation": recovery.job_generation(job.name),
+        "privileged": job.privileged,
+    }
+    # Pods wait for their pool's nodes; the bucket access must exist before training starts; a
+    # JobSet needs its controller's CRD and webhook.
+    job_opts = pulumi.ResourceOptions(
+        depends_on=[
+            job_pool,
+            pod_identity,
+            *([namespaces[job.namespace]] if job.namespace in namespaces else []),
+            *([engines] if engines is not None and job.kind == "JobSet" else []),
+        ]
     )
+    if job.kind == "JobSet":
+        jobs[job.name] = TpuTrainingJobSet(
+            job.name,
+            {
+                **job_args,  # type: ignore[typeddict-item]
+                "slices": job.slices,
+                **({"max_restarts": job.max_restarts} if job.max_restarts is not None else {}),
+            },
+            opts=job_opts,
+        )
+    else:
+        jobs[job.name] = TpuTrainingJob(job.name, job_args, opts=job_opts)  # type: ignore[arg-type]
 
 pulumi.export("checkpointBuckets", {region: b.url for region, b in checkpoint_buckets.items()})
 pulumi.export("trainingEnvironments", training_environments)

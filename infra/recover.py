@@ -217,7 +217,7 @@ class Probe:
         jobs = (
             reconcile.reconcile_jobs(
                 ClusterRef(settings.gcp_project, settings.cluster.location, settings.cluster.name),
-                [(job.name, job.namespace) for job in settings.jobs],
+                [(job.name, job.namespace, job.kind) for job in settings.jobs],
                 read=self.read_jobs,
             )
             if settings.cluster

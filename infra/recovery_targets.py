@@ -39,6 +39,7 @@ from infra.automation import PendingChange, stack_urn
 
 VM_TYPE = "gcp:tpu/v2Vm:V2Vm"
 JOB_TYPE = "kubernetes:batch/v1:Job"
+JOBSET_TYPE = "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"
 
 
 class TargetsNotFound(Exception):
@@ -91,7 +92,7 @@ def find_targets(
     for registration in run.registrations:
         if registration.type == VM_TYPE:
             by_name[("tpuVm", str(registration.inputs.get("name")))] = registration.urn
-        elif registration.type == JOB_TYPE:
+        elif registration.type in (JOB_TYPE, JOBSET_TYPE):
             metadata = registration.inputs.get("metadata") or {}
             by_name[("job", str(metadata.get("name")))] = registration.urn
     missing = [f"{kind} {name}" for kind, name in recovering if (kind, name) not in by_name]

@@ -41,6 +41,7 @@ from tpu_training_components.domain.goodput import (
     plan_checkpoints,
 )
 from tpu_training_components.domain.job_manifests import image_problem, job_name_problem, namespace_problem
+from tpu_training_components.domain.jobset_manifests import MAX_RESTARTS_LIMIT, jobset_name_problem
 from tpu_training_components.domain.maintenance_window import (
     DEFAULT_UPGRADE_EXCLUSION_START,
     MaintenanceWindowError,
@@ -468,6 +469,19 @@ class JobConfig(_Model):
     env: dict[EnvName, StrictStr] = Field(default_factory=dict)
     namespace: StrictStr = "default"
     privileged: StrictBool = False
+    # --- JobSet workloads (issue 20) ---
+    slices: StrictInt = Field(default=1, ge=1, le=100)
+    workload: Optional[Literal["job", "jobset"]] = None
+    """None: a plain Job for one slice, a JobSet for several."""
+    max_restarts: Optional[StrictInt] = Field(default=None, ge=0, le=MAX_RESTARTS_LIMIT)
+
+    @property
+    def kind(self) -> Literal["Job", "JobSet"]:
+        """The Kubernetes kind the run is declared as."""
+        jobset = self.workload == "jobset" or (self.workload is None and self.slices > 1)
+        return "JobSet" if jobset else "Job"
+
+    # --- end JobSet workloads ---
 
     _job_name = field_validator("name")(_no_problem(job_name_problem))
     _image = field_validator("image")(_no_problem(image_problem))
@@ -479,6 +493,42 @@ class JobConfig(_Model):
         if not command[0].strip():
             raise ValueError("the first word is the program to run, and it is blank")
         return command
+
+
+def _jobset_problems(index: int, job: JobConfig, plan: TpuNodePoolPlan) -> list[str]:
+    """What a Job's slices, workload and maxRestarts may be on its pool (issue 20)."""
+    key = f"{PROJECT}:jobs[{index}]"
+    if job.workload == "job" and job.slices > 1:
+        return [
+            f"{key}.workload = 'job' with slices = {job.slices}: a plain Job runs on one slice; "
+            f"several slices need a JobSet (workload: jobset, or leave workload out)"
+        ]
+    if job.kind == "Job":
+        if job.max_restarts is not None:
+            return [
+                f"{key}.maxRestarts = {job.max_restarts}: only a JobSet restarts itself; set "
+                f"workload: jobset, or leave maxRestarts out"
+            ]
+        return []
+    problems = []
+    if not plan.multi_host:
+        problems.append(
+            f"{key}: a JobSet ({'slices = ' + str(job.slices) if job.slices > 1 else 'workload: jobset'}) "
+            f"needs multi-host slices, and node pool {plan.name!r} has single-host ones "
+            f"({plan.shape.machine_type.name} {plan.shape.topology}, 1 VM each): GKE's Multislice "
+            f"takes only multi-host TPU slice node pools; use a multi-host topology or one slice "
+            f"with a plain Job"
+        )
+    if job.slices > plan.slices:
+        problems.append(
+            f"{key}.slices = {job.slices}: node pool {plan.name!r} holds {plan.slices} slice(s); "
+            f"raise its slices to at least {job.slices}, or ask for fewer"
+        )
+    if plan.multi_host:
+        problem = jobset_name_problem(job.name, job.slices, plan.shape.vms)
+        if problem:
+            problems.append(f"{key}.name: {problem}")
+    return problems
 
 
 SYSTEM_POOL = "system"
@@ -610,7 +660,7 @@ class StackConfig(_Model):
             if not isinstance(plan, TpuNodePoolPlan):
                 continue  # the pool's own problem is reported
             try:
-                self._job_checkpoints(plan)
+                self._job_checkpoints(plan, job.slices)
             except GoodputError as exc:
                 problems.append(f"{PROJECT}:checkpointing, for jobs[{index}] ({job.name}): {exc}")
         return problems
@@ -628,7 +678,7 @@ class StackConfig(_Model):
         for index, job in enumerate(self.jobs):
             plan = plans.get(job.node_pool)
             if isinstance(plan, TpuNodePoolPlan):  # otherwise reported by the pool's and the Job's keys
-                runs.append((f"jobs[{index}] ({job.name})", plan.shape.cores))
+                runs.append((f"jobs[{index}] ({job.name})", plan.shape.cores * job.slices))
         problems = []
         for run, cores in runs:
             try:
@@ -744,6 +794,11 @@ class StackConfig(_Model):
                     f"{PROJECT}:jobs[{index}].nodePool = {job.node_pool!r}: no such node pool"
                     f"{suggestion(job.node_pool, pool_names)}; declared: {', '.join(pool_names) or 'none'}"
                 )
+                continue
+            pool_index = pool_names.index(job.node_pool)
+            plan = planned[pool_index]
+            if isinstance(plan, TpuNodePoolPlan):
+                problems.extend(_jobset_problems(index, job, plan))
         return problems
 
     def _cluster_size_problems(self, planned: list[TpuNodePoolPlan | catalogue.CatalogueError]) -> list[str]:
@@ -884,7 +939,7 @@ class StackConfig(_Model):
         )
         return plan_checkpoints(self.checkpointing.cost_seconds, mean)
 
-    def _job_checkpoints(self, pool: TpuNodePoolPlan) -> CheckpointPlan:
+    def _job_checkpoints(self, pool: TpuNodePoolPlan, slices: int = 1) -> CheckpointPlan:
         assert self.checkpointing is not None
         model: InterruptionModel = (
             "flexStart"
@@ -899,7 +954,8 @@ class StackConfig(_Model):
             model,
             overrides_hours=self.checkpointing.mean_hours_between_interruptions,
             run_limit_seconds=pool.max_run_seconds,
-            hosts=pool.shape.vms,
+            # Every host of every slice: losing any one restarts them all.
+            hosts=pool.shape.vms * slices,
         )
         return plan_checkpoints(self.checkpointing.cost_seconds, mean)
 
@@ -909,7 +965,9 @@ class StackConfig(_Model):
 
     def job_checkpoints(self, job: JobConfig) -> Optional[CheckpointPlan]:
         """When the Job's run checkpoints (Young's interval), or None without ``checkpointing``."""
-        return self._job_checkpoints(self.pool_plan(self.job_pool(job))) if self.checkpointing else None
+        if self.checkpointing is None:
+            return None
+        return self._job_checkpoints(self.pool_plan(self.job_pool(job)), job.slices)
 
     def checkpoint_dir(self, vm: TpuVmConfig) -> str:
         """Where a VM's run keeps its checkpoints, in the bucket of the VM's region."""
@@ -936,8 +994,8 @@ class StackConfig(_Model):
         return self._checkpoint_dir(self.cluster.location, job.name)
 
     def job_environment(self, job: JobConfig) -> dict[str, str]:
-        """The environment of every Pod of the Job, scaled to one slice of its pool."""
-        cores = self.pool_plan(self.job_pool(job)).shape.cores
+        """The environment of every Pod of the Job, scaled to all the slices it spans."""
+        cores = self.pool_plan(self.job_pool(job)).shape.cores * job.slices
         return self._environment(self.job_checkpoint_dir(job), cores, self.job_checkpoints(job), job.env)
 
     @property

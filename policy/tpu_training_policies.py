@@ -60,11 +60,14 @@ CLUSTER = "gcp:container/cluster:Cluster"
 NODE_POOL = "gcp:container/nodePool:NodePool"
 JOB = "kubernetes:batch/v1:Job"
 POD = "kubernetes:core/v1:Pod"
+JOBSET = "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"
 
-POD_SPECS: Mapping[str, tuple[str, ...]] = {
+POD_SPECS: Mapping[str, tuple[Union[str, int], ...]] = {
     # TpuTrainingJob declares a batch/v1 Job; a bare Pod would carry the same risks.
     JOB: ("spec", "template", "spec"),
     POD: ("spec",),
+    # TpuTrainingJobSet declares one replicated job, whose child Jobs carry the Pods.
+    JOBSET: ("spec", "replicatedJobs", 0, "template", "spec", "template", "spec"),
 }
 """Resources that carry Pods, and where each keeps its Pod spec."""
 
@@ -601,7 +604,7 @@ def _pods_of(resource: _Resource) -> Optional[_Pods]:
     spec = resource.at(*path) if path else None
     if path is None or not isinstance(spec, Mapping):
         return None
-    return _Pods(resource, ".".join(path), spec)
+    return _Pods(resource, ".".join(map(str, path)), spec)
 
 
 def _not_privileged(resource: _Resource, violation: _Violations) -> None:
@@ -1071,7 +1074,7 @@ POLICIES: list[Policy] = [
         "pulumi.com/replaceUnready: otherwise `pulumi up` waits for a days-long Job to finish and "
         "fails after 10 minutes, or replaces a Job that is still training. Advisory: a short Job "
         "may be worth waiting for.",
-        (JOB,),
+        (JOB, JOBSET),
         _skip_await,
         ADVISORY,
     ),

@@ -858,3 +858,45 @@ def test_a_stack_job_with_privileged_true_opts_in_through_the_component(config):
     (job,) = [r for r in registrations if r.name == JOB]
     assert job.inputs["metadata"]["annotations"][pack.PRIVILEGED_OPT_IN_ANNOTATION] == "true"
     assert violations(BY_NAME["training-pod-not-privileged"], registrations) == []
+
+
+# --- JobSets (issue 20) -----------------------------------------------------------------------
+
+
+def _multislice_plan(config: dict[str, Any]) -> list[offline.Registration]:
+    config = copy.deepcopy(config)
+    config["tpu-training:nodePools"][0]["slices"] = 2
+    config["tpu-training:jobs"][0]["slices"] = 2
+    return run_stack(config).registrations
+
+
+def test_a_multislice_stack_passes_every_policy(config):
+    plan = _multislice_plan(config)
+    assert any(r.type == pack.JOBSET for r in plan)
+    assert {p.name: violations(p, plan) for p in pack.POLICIES if violations(p, plan)} == {}
+
+
+def test_a_jobset_may_not_run_privileged_without_opting_in(config):
+    plan = _multislice_plan(config)
+    (jobset,) = [r for r in plan if r.type == pack.JOBSET]
+
+    def privileged(inputs: dict[str, Any]) -> None:
+        pod = inputs["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        pod["containers"][0]["securityContext"] = {"privileged": True}
+
+    (policy,) = [p for p in pack.POLICIES if p.name == "training-pod-not-privileged"]
+    found = violations(policy, mutated(plan, jobset.name, privileged))
+    assert len(found) == 1 and "replicatedJobs.0" in found[0][0]
+
+
+def test_a_jobset_is_held_to_its_pools_tpus(config):
+    plan = _multislice_plan(config)
+    (jobset,) = [r for r in plan if r.type == pack.JOBSET]
+
+    def fewer_chips(inputs: dict[str, Any]) -> None:
+        pod = inputs["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        one_chip = {"google.com/tpu": 1}
+        pod["containers"][0]["resources"] = {"limits": one_chip, "requests": dict(one_chip)}
+
+    found = [p.name for p in pack.POLICIES if violations(p, mutated(plan, jobset.name, fewer_chips))]
+    assert found, "a JobSet asking for fewer chips than its pool's VMs have went unnoticed"

@@ -173,6 +173,27 @@ class Component:
     baseline: Callable[[], dict[str, Any]]
 
 
+def _jobset() -> dict[str, Any]:
+    job = _job()
+    return {
+        **job,
+        "node_pool": {**job["node_pool"], "slices": 2},
+        "slices": 2,
+        "max_restarts": 3,
+        "queue_name": "tpu-queue",
+    }
+
+
+def _engines() -> dict[str, Any]:
+    return {
+        "provider": k8s.Provider("cluster", kubeconfig="{}"),
+        "jobset": True,
+        "kueue": False,
+        "jobset_version": "0.12.0",
+        "kueue_version": "0.19.2",
+    }
+
+
 COMPONENTS = {
     "PreemptibleTpuVm": Component(api.PreemptibleTpuVm, api.PreemptibleTpuVmArgs, _vm),
     "CheckpointBucket": Component(api.CheckpointBucket, api.CheckpointBucketArgs, _bucket),
@@ -182,6 +203,8 @@ COMPONENTS = {
     "TrainingRecovery": Component(api.TrainingRecovery, api.TrainingRecoveryArgs, _recovery),
     "FlexStartTpuNodePool": Component(api.FlexStartTpuNodePool, api.FlexStartTpuNodePoolArgs, _pool),
     "TpuTrainingJob": Component(api.TpuTrainingJob, api.TpuTrainingJobArgs, _job),
+    "TpuTrainingJobSet": Component(api.TpuTrainingJobSet, api.TpuTrainingJobSetArgs, _jobset),
+    "WorkloadEngines": Component(api.WorkloadEngines, api.WorkloadEnginesArgs, _engines),
 }
 
 

@@ -32,12 +32,14 @@ from .public import (  # the domain's functions, with their arguments checked (I
     topology_chips,
 )
 from .resources.checkpoint_bucket import CheckpointBucket, CheckpointBucketArgs
+from .resources.engines import WorkloadEngines, WorkloadEnginesArgs
 from .resources.gke_cluster import GkeTpuCluster, GkeTpuClusterArgs
 from .resources.identity import TrainingServiceAccount, TrainingServiceAccountArgs
 from .resources.network import TrainingNetwork, TrainingNetworkArgs
 from .resources.tpu_node_pool import FlexStartTpuNodePool, FlexStartTpuNodePoolArgs, TpuNodePoolSelection
 from .resources.tpu_vm import PreemptibleTpuVm, PreemptibleTpuVmArgs
 from .resources.training_job import TpuTrainingJob, TpuTrainingJobArgs
+from .resources.training_jobset import TpuTrainingJobSet, TpuTrainingJobSetArgs
 from .resources.training_recovery import (
     RecoveredJob,
     RecoveredTpuVm,
@@ -64,6 +66,8 @@ __all__ = [
     "TpuNodePoolSelection",
     "TpuTrainingJob",
     "TpuTrainingJobArgs",
+    "TpuTrainingJobSet",
+    "TpuTrainingJobSetArgs",
     "RecoveredJob",
     "RecoveredTpuVm",
     "RecoveryCluster",
@@ -74,6 +78,8 @@ __all__ = [
     "TrainingRecoveryArgs",
     "TrainingServiceAccount",
     "TrainingServiceAccountArgs",
+    "WorkloadEngines",
+    "WorkloadEnginesArgs",
     "accelerator_type",
     "machine_type",
     "plan_tpu_node_pool",

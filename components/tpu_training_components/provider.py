@@ -31,12 +31,14 @@ from pulumi.provider.server import ComponentInitError  # noqa: E402
 
 from .errors import InvalidArgument  # noqa: E402
 from .resources.checkpoint_bucket import CheckpointBucket  # noqa: E402
+from .resources.engines import WorkloadEngines  # noqa: E402
 from .resources.gke_cluster import GkeTpuCluster  # noqa: E402
 from .resources.identity import TrainingServiceAccount  # noqa: E402
 from .resources.network import TrainingNetwork  # noqa: E402
 from .resources.tpu_node_pool import FlexStartTpuNodePool  # noqa: E402
 from .resources.tpu_vm import PreemptibleTpuVm  # noqa: E402
 from .resources.training_job import TpuTrainingJob  # noqa: E402
+from .resources.training_jobset import TpuTrainingJobSet  # noqa: E402
 from .resources.training_recovery import TrainingRecovery  # noqa: E402
 
 PACKAGE_NAME = "tpu-training"
@@ -50,6 +52,8 @@ COMPONENTS: tuple[type[pulumi.ComponentResource], ...] = (
     GkeTpuCluster,
     FlexStartTpuNodePool,
     TpuTrainingJob,
+    TpuTrainingJobSet,
+    WorkloadEngines,
     TrainingRecovery,
 )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
+from .jobset_manifests import KUEUE_QUEUE_LABEL
 from .recovery import Decision, gone, keep, parse_generation, replace, unreachable
 
 
@@ -95,3 +96,80 @@ def decide_job(name: str, live: LiveJob | None) -> Decision:
 def unreachable_cluster(name: str, problem: str) -> Decision:
     """When the cluster cannot say: keep the last deployed generation. Never replace on unknown."""
     return unreachable(name, problem, api="Kubernetes API")
+
+
+# --- JobSets (jobset.x-k8s.io/v1alpha2) ------------------------------------------------------
+# A JobSet restarts itself in the cluster: every disruption, and up to maxRestarts real failures,
+# re-create all its Jobs in seconds without `pulumi up`. Only a JobSet that has given up (Failed)
+# is left to the reconcile, which replaces it as it replaces a failed Job.
+
+
+@dataclass(frozen=True)
+class LiveJobSet:
+    """What the Kubernetes API says of one JobSet."""
+
+    name: str
+    namespace: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    conditions: tuple[JobCondition, ...] = ()
+    """``status.conditions``: Completed, Failed, Suspended, StartupPolicy..., as JobSet sets them."""
+    restarts: int = 0
+    """``status.restarts``: gang restarts so far, disruptions included."""
+    restarts_counted: int = 0
+    """``status.restartsCountTowardsMax``: those that count against ``maxRestarts``."""
+    slices: int = 0
+    """Child Jobs the JobSet declares (``replicas`` of its replicated jobs)."""
+    ready: int = 0
+    """Child Jobs whose Pods are all ready (``replicatedJobsStatus[].ready``)."""
+
+    @property
+    def generation(self) -> Optional[int]:
+        return parse_generation(self.labels)
+
+    def condition(self, *types: str) -> JobCondition | None:
+        for condition in self.conditions:
+            if condition.type in types and condition.status == "True":
+                return condition
+        return None
+
+
+def decide_jobset(name: str, live: LiveJobSet | None) -> Decision:
+    """The decision table for one JobSet whose namespace the API answered for (see README)."""
+    if live is None:
+        return gone(name, "no such JobSet in its namespace")
+    generation = live.generation
+    restarted = (
+        f"; JobSet restarted it {live.restarts} time(s), {live.restarts_counted} counted against maxRestarts"
+        if live.restarts
+        else ""
+    )
+    done = live.condition("Completed")
+    if done is not None:
+        return keep(name, generation, "JobSet is Completed; a finished training is never re-run")
+    failed = live.condition("Failed")
+    if failed is not None:
+        why = (
+            f"JobSet has Failed{_explain(failed)}{restarted}; its own restarts are spent, so the new "
+            f"JobSet resumes from its checkpoint"
+        )
+        return replace(name, generation, why)
+    suspended = live.condition("Suspended")
+    if suspended is not None:
+        # Kueue creates a JobSet suspended and lifts that when it admits it.
+        if KUEUE_QUEUE_LABEL in live.labels:
+            return keep(name, generation, "JobSet waits for Kueue to admit it (all-or-nothing capacity)")
+        return keep(
+            name,
+            generation,
+            "JobSet is suspended; someone suspended it on purpose, resume it with "
+            '`kubectl patch jobset ... --type=merge -p \'{"spec":{"suspend":false}}\'`',
+            warn=True,
+        )
+    if live.ready < live.slices:
+        return keep(
+            name,
+            generation,
+            f"JobSet has {live.ready} of {live.slices} slices ready; the rest are starting "
+            f"(flex-start provisions nodes on demand){restarted}",
+        )
+    return keep(name, generation, f"JobSet is running ({live.slices} slices ready){restarted}")

@@ -18,10 +18,11 @@ import tempfile
 import threading
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from ..domain.job_manifests import PART_OF, PART_OF_LABEL
-from ..domain.job_recovery import JobCondition, LiveJob
+from ..domain.job_recovery import JobCondition, LiveJob, LiveJobSet
+from ..domain.jobset_manifests import JOBSET_API_VERSION
 from ..domain.recovery import failure_summary
 from .deadline import MAX_ANSWER_BYTES, PROBE_DEADLINE_SECONDS, call_with_deadline
 from .endpoints import container_client
@@ -57,6 +58,10 @@ class LiveJobs:
     source: str = ""
     """Where the credentials came from, for the log."""
     calls: int = 0
+    jobsets: dict[tuple[str, str], LiveJobSet] = field(default_factory=dict)
+    """(namespace, JobSet name) -> JobSet, for every namespace whose JobSets were listed."""
+    jobset_failures: dict[str, str] = field(default_factory=dict)
+    """namespace -> why its JobSets could not be read."""
 
 
 class ClusterAbsent(Exception):
@@ -162,7 +167,7 @@ class MalformedAnswer(Exception):
     """An answer the Kubernetes client accepts but that cannot be matched to our Jobs."""
 
 
-def _check_answer(namespace: str, jobs: list[LiveJob]) -> None:
+def _check_answer(namespace: str, jobs: Sequence[LiveJob | LiveJobSet]) -> None:
     """Refuse a list that cannot be matched to our Jobs one to one: read as it is, one of ours
     would look deleted or failed."""
     seen: set[str] = set()
@@ -253,6 +258,75 @@ def _list_jobs(batch: Any, namespace: str, timeout: float, max_bytes: int) -> li
     return [_live_job(item, namespace, index) for index, item in enumerate(items)]
 
 
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _live_jobset(item: Any) -> LiveJobSet:
+    """A JobSet from the custom-objects API, which answers plain dictionaries."""
+    if not isinstance(item, dict) or not isinstance(item.get("metadata"), dict):
+        raise MalformedAnswer("a JobSet of the answer is not an object with metadata")
+    metadata, spec, status = item["metadata"], item.get("spec") or {}, item.get("status") or {}
+    if not isinstance(spec, dict) or not isinstance(status, dict):
+        raise MalformedAnswer("a JobSet's spec or status is not an object")
+    conditions = tuple(
+        JobCondition(
+            str(c.get("type") or ""),
+            str(c.get("status") or ""),
+            str(c.get("reason") or ""),
+            str(c.get("message") or ""),
+        )
+        for c in status.get("conditions") or []
+        if isinstance(c, dict)
+    )
+    replicated = [r for r in spec.get("replicatedJobs") or [] if isinstance(r, dict)]
+    statuses = [r for r in status.get("replicatedJobsStatus") or [] if isinstance(r, dict)]
+    return LiveJobSet(
+        name=metadata.get("name"),  # checked by _check_answer
+        namespace=metadata.get("namespace"),
+        labels={str(k): str(v) for k, v in (metadata.get("labels") or {}).items()},
+        conditions=conditions,
+        restarts=_int(status.get("restarts")),
+        restarts_counted=_int(status.get("restartsCountTowardsMax")),
+        slices=sum(_int(r.get("replicas")) for r in replicated),
+        ready=sum(_int(r.get("ready")) for r in statuses),
+    )
+
+
+def _list_jobsets(custom: Any, namespace: str, timeout: float, max_bytes: int) -> list[LiveJobSet]:
+    """One namespace's JobSets of this project, from the raw answer, checked as Jobs are."""
+    what = f"listing JobSets in {namespace}"
+    group, version = JOBSET_API_VERSION.split("/")
+    raw = custom.list_namespaced_custom_object(
+        group,
+        version,
+        namespace,
+        "jobsets",
+        label_selector=f"{PART_OF_LABEL}={PART_OF}",
+        _request_timeout=timeout,
+        _preload_content=False,
+    )
+    try:
+        problem = answer_problem(raw.status, raw.headers, what)
+        if problem is not None:
+            raise UnexpectedAnswer(problem)
+        body = read_bounded(raw.stream(64 * 1024), raw.headers.get("Content-Length", ""), max_bytes, what)
+    finally:
+        raw.release_conn()
+    try:
+        document = json.loads(body)
+    except ValueError as exc:
+        raise MalformedAnswer(f"JobSets in {namespace}: the answer is not JSON ({exc})") from None
+    if not isinstance(document, dict) or document.get("kind") != "JobSetList":
+        kind = document.get("kind") if isinstance(document, dict) else type(document).__name__
+        raise MalformedAnswer(f"JobSets in {namespace}: the answer is a {kind!r}, not a JobSetList")
+    items = document.get("items")
+    items = [] if items is None else items
+    if not isinstance(items, list):
+        raise MalformedAnswer(f"JobSets in {namespace}: the JobSetList's items are not a list")
+    return [_live_jobset(item) for item in items]
+
+
 def _refuse_redirects(api_client: Any) -> None:
     """urllib3's PoolManager follows a redirect unless each request says otherwise (``urlopen``'s
     ``redirect=True``), and the kubernetes client never says: the answer of wherever a redirect
@@ -265,6 +339,7 @@ def list_live_jobs(
     cluster: ClusterRef,
     namespaces: Iterable[str],
     *,
+    jobset_namespaces: Iterable[str] = (),
     kubeconfig: Optional[str] = None,
     container_client: Any = None,
     credentials: Any = None,
@@ -272,7 +347,8 @@ def list_live_jobs(
     deadline: float = PROBE_DEADLINE_SECONDS,
     max_bytes: int = MAX_ANSWER_BYTES,
 ) -> LiveJobs:
-    """List this project's Jobs in every namespace, one call per namespace.
+    """List this project's Jobs in every namespace, one call per namespace, and its JobSets in
+    every one of ``jobset_namespaces``, one more call each.
 
     ``kubeconfig`` defaults to ``$KUBECONFIG``; without one (or with ``""``), the cluster is
     found through the GKE API. ``container_client`` and ``credentials`` are seams for tests.
@@ -281,8 +357,9 @@ def list_live_jobs(
     from kubernetes import client
 
     namespaces = sorted(set(namespaces))
+    jobset_namespaces = sorted(set(jobset_namespaces))
     result = LiveJobs()
-    if not namespaces:
+    if not namespaces and not jobset_namespaces:
         return result
     kubeconfig = kubeconfig if kubeconfig is not None else os.environ.get(KUBECONFIG_VARIABLE) or None
     with ExitStack() as cleanup:
@@ -309,6 +386,8 @@ def list_live_jobs(
         except Exception as exc:  # noqa: BLE001 - no credentials must never stop or replace anything
             for namespace in namespaces:
                 result.failures[namespace] = failure_summary(exc)
+            for namespace in jobset_namespaces:
+                result.jobset_failures[namespace] = failure_summary(exc)
             return result
         # No automatic retries: a preview must not hang; the next `up` asks again.
         configuration.retries = False
@@ -324,4 +403,15 @@ def list_live_jobs(
                 result.jobs.update(((namespace, live.name), live) for live in jobs)
             except Exception as exc:  # noqa: BLE001 - any failure means "unknown", per namespace
                 result.failures[namespace] = failure_summary(exc)
+        custom = client.CustomObjectsApi(api_client)
+        for namespace in jobset_namespaces:
+            result.calls += 1
+            try:
+                list_jobsets = functools.partial(_list_jobsets, custom, namespace, timeout, max_bytes)
+                jobsets = call_with_deadline(list_jobsets, deadline, f"listing JobSets in {namespace}")
+                _check_answer(namespace, jobsets)
+                result.jobsets.update(((namespace, live.name), live) for live in jobsets)
+            except Exception as exc:  # noqa: BLE001 - any failure means "unknown", per namespace
+                # Also when the JobSet CRD is not installed (404): the JobSets are unknown, not gone.
+                result.jobset_failures[namespace] = failure_summary(exc)
     return result

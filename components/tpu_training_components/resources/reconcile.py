@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import pulumi
 
-from ..domain.job_recovery import decide_job, unreachable_cluster
+from ..domain.job_recovery import decide_job, decide_jobset, unreachable_cluster
 from ..domain.naming import generation_problem
 from ..domain.recovery import Decision, decide, fresh_generation, unreachable, utc_now
 from ..errors import InvalidArgument
@@ -53,30 +53,47 @@ def reconcile_tpu_vms(
     return decisions
 
 
+JOBSET = "JobSet"
+
+
 def reconcile_jobs(
     cluster: ClusterRef,
-    jobs: Sequence[tuple[str, str]],
+    jobs: Sequence[tuple[str, str] | tuple[str, str, str]],
     *,
     read_live_state: bool = True,
-    read: Callable[[ClusterRef, set[str]], LiveJobs] = list_live_jobs,
+    read: Callable[..., LiveJobs] = list_live_jobs,
 ) -> list[Decision]:
-    """Decide for every ``(name, namespace)``: one list call per namespace, then the decision
-    table. With ``read_live_state=False`` (an offline plan) every Job keeps its last generation."""
+    """Decide for every ``(name, namespace)`` Job, or ``(name, namespace, "JobSet")`` JobSet: one
+    list call per namespace and kind, then the decision table. With ``read_live_state=False`` (an
+    offline plan) every one keeps its last generation."""
     if not read_live_state:
-        return _not_read([name for name, _ in jobs])
+        return _not_read([entry[0] for entry in jobs])
     if not jobs:
         return []
-    live = read(cluster, {namespace for _, namespace in jobs})
+    kinds = [(entry[0], entry[1], entry[2] if len(entry) > 2 else "Job") for entry in jobs]
+    job_namespaces = {namespace for _, namespace, kind in kinds if kind != JOBSET}
+    jobset_namespaces = {namespace for _, namespace, kind in kinds if kind == JOBSET}
+    # The JobSet namespaces only when there are JobSets: a reader of Jobs alone keeps working.
+    live = (
+        read(cluster, job_namespaces, jobset_namespaces=jobset_namespaces)
+        if jobset_namespaces
+        else read(cluster, job_namespaces)
+    )
     if live.cluster_absent:
         return [
-            Decision(name, "create", None, f"cluster {cluster.name} does not exist yet") for name, _ in jobs
+            Decision(name, "create", None, f"cluster {cluster.name} does not exist yet")
+            for name, _, _ in kinds
         ]
-    return [
-        unreachable_cluster(name, live.failures[namespace])
-        if namespace in live.failures
-        else decide_job(name, live.jobs.get((namespace, name)))
-        for name, namespace in jobs
-    ]
+    decisions = []
+    for name, namespace, kind in kinds:
+        if kind == JOBSET:
+            failure = live.jobset_failures.get(namespace)
+            decision = decide_jobset(name, live.jobsets.get((namespace, name)))
+        else:
+            failure = live.failures.get(namespace)
+            decision = decide_job(name, live.jobs.get((namespace, name)))
+        decisions.append(unreachable_cluster(name, failure) if failure is not None else decision)
+    return decisions
 
 
 def log_decisions(decisions: Sequence[Decision]) -> None:

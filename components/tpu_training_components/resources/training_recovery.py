@@ -15,6 +15,8 @@ from ..errors import InvalidArgument, check_known, check_resource_name, check_wh
 from ..live.kube_api import ClusterRef
 from . import reconcile
 
+JOB_KINDS = ("Job", reconcile.JOBSET)
+
 
 class RecoveredTpuVm(TypedDict):
     """A TPU VM under recovery."""
@@ -32,6 +34,9 @@ class RecoveredJob(TypedDict):
     """The Job's name (``TpuTrainingJob``'s ``job_name``, by default the component's name)."""
     namespace: NotRequired[str]
     """Its Kubernetes namespace (default ``default``)."""
+    kind: NotRequired[str]
+    """``Job`` (default: ``TpuTrainingJob``) or ``JobSet`` (``TpuTrainingJobSet``): which kind of
+    object the name is, and so which decision table decides."""
 
 
 class RecoveryCluster(TypedDict):
@@ -76,6 +81,11 @@ def _check(name: str, args: TrainingRecoveryArgs) -> None:
                     f"{where}: {key}[{index}] repeats the name {entry['name']!r}; each must be unique"
                 )
             seen.add(entry["name"])
+            kind = entry.get("kind", "Job") if key == "jobs" else "Job"
+            if kind not in JOB_KINDS:
+                raise InvalidArgument(
+                    f"{where}: jobs[{index}].kind = {kind!r}; allowed: {', '.join(JOB_KINDS)}"
+                )
     if args.get("jobs") and not args.get("cluster"):
         raise InvalidArgument(f"{where}: jobs need the cluster they run on; give cluster")
     check_whole_number(where, "maintenance_grace_minutes", args.get("maintenance_grace_minutes", 30))
@@ -123,7 +133,7 @@ class TrainingRecovery(pulumi.ComponentResource):
         job_decisions = (
             reconcile.reconcile_jobs(
                 ClusterRef(cluster["project"], cluster["location"], cluster["name"]),
-                [(job["name"], job.get("namespace", "default")) for job in jobs],
+                [(job["name"], job.get("namespace", "default"), job.get("kind", "Job")) for job in jobs],
                 read_live_state=read_live_state,
             )
             if cluster and jobs

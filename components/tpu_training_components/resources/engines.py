@@ -1,0 +1,113 @@
+"""The workload engines a stack's JobSets need, installed into the cluster by the stack itself:
+the JobSet controller and, for queued provisioning, Kueue, each from its project's own Helm chart
+at a pinned version.
+
+Both projects publish their charts as OCI artifacts on registry.k8s.io: JobSet's
+``charts/jobset/README.md`` at v0.12.0 (``helm install [RELEASE_NAME]
+oci://registry.k8s.io/jobset/charts/jobset --version 0.12.0``) and Kueue's ``charts/kueue/README.md``
+at v0.19.2 (``helm install kueue oci://registry.k8s.io/kueue/charts/kueue --version="0.19.2"
+--create-namespace --namespace=kueue-system``). Each chart carries its CRDs (``crds/``), which
+Helm installs before the controller. Upgrading is a change of the version (the stack config's
+``engines`` key, or these constants): `pulumi up` upgrades the release in place. Helm never
+upgrades CRDs of a chart already installed, so read the project's release notes for CRD changes.
+"""
+
+from typing import Optional, TypedDict
+
+import pulumi
+import pulumi_kubernetes as k8s
+from typing_extensions import NotRequired
+
+from ..errors import InvalidArgument, check_known, check_resource_name
+
+JOBSET_CHART = "oci://registry.k8s.io/jobset/charts/jobset"
+JOBSET_VERSION = "0.12.0"
+JOBSET_NAMESPACE = "jobset-system"
+KUEUE_CHART = "oci://registry.k8s.io/kueue/charts/kueue"
+KUEUE_VERSION = "0.19.2"
+KUEUE_NAMESPACE = "kueue-system"
+
+
+class WorkloadEnginesArgs(TypedDict):
+    provider: k8s.Provider
+    """Kubernetes provider of the cluster (``GkeTpuCluster.provider``)."""
+    jobset: NotRequired[bool]
+    """Install the JobSet controller (default True)."""
+    kueue: NotRequired[bool]
+    """Install Kueue (default False): only for queued provisioning."""
+    jobset_version: NotRequired[str]
+    """Version of JobSet's Helm chart (default the version this package was tested with)."""
+    kueue_version: NotRequired[str]
+    """Version of Kueue's Helm chart (default the version this package was tested with)."""
+
+
+def _check_version(where: str, key: str, value: str) -> None:
+    parts = value.split(".")
+    if len(parts) != 3 or not all(part.isdigit() for part in parts):
+        raise InvalidArgument(
+            f"{where}: {key} = {value!r} is not a chart version; give MAJOR.MINOR.PATCH without a "
+            f"'v', e.g. {JOBSET_VERSION!r}: a pinned version, never a range"
+        )
+
+
+class WorkloadEngines(pulumi.ComponentResource):
+    """The JobSet controller (and Kueue) as Helm releases of their upstream charts, pinned.
+
+    Children: ``{name}-jobset`` and ``{name}-kueue`` (``kubernetes:helm.sh/v3:Release``). Declare
+    JobSets with ``depends_on`` this component: their CRD and admission webhook must be up first.
+    """
+
+    jobset_version: pulumi.Output[str]
+    """The JobSet chart version installed, or "" when JobSet is not installed."""
+    kueue_version: pulumi.Output[str]
+    """The Kueue chart version installed, or "" when Kueue is not installed."""
+
+    def __init__(
+        self, name: str, args: WorkloadEnginesArgs, opts: Optional[pulumi.ResourceOptions] = None
+    ) -> None:
+        check_resource_name("WorkloadEngines", name, opts)
+        where = f"WorkloadEngines {name!r}"
+        check_known(where, args, WorkloadEnginesArgs.__annotations__)
+        jobset_version = args.get("jobset_version", JOBSET_VERSION)
+        kueue_version = args.get("kueue_version", KUEUE_VERSION)
+        _check_version(where, "jobset_version", jobset_version)
+        _check_version(where, "kueue_version", kueue_version)
+        install_jobset, install_kueue = args.get("jobset", True), args.get("kueue", False)
+        if install_kueue and not install_jobset:
+            # Kueue admits JobSets only: without the controller it would have nothing to admit.
+            raise InvalidArgument(f"{where}: kueue needs jobset; set jobset: True as well")
+        super().__init__("tpu-training:gke:WorkloadEngines", name, {}, opts)
+        on_cluster = pulumi.ResourceOptions(parent=self, provider=args["provider"])
+        self.jobset = (
+            k8s.helm.v3.Release(
+                f"{name}-jobset",
+                # Fixed release name, as the chart's README installs it: one per cluster.
+                name="jobset",
+                chart=JOBSET_CHART,
+                version=jobset_version,
+                namespace=JOBSET_NAMESPACE,
+                create_namespace=True,
+                opts=on_cluster,
+            )
+            if install_jobset
+            else None
+        )
+        self.kueue = (
+            k8s.helm.v3.Release(
+                f"{name}-kueue",
+                name="kueue",
+                chart=KUEUE_CHART,
+                version=kueue_version,
+                namespace=KUEUE_NAMESPACE,
+                create_namespace=True,
+                # Kueue enables its JobSet integration when it finds JobSet's CRD at start.
+                opts=pulumi.ResourceOptions.merge(
+                    on_cluster, pulumi.ResourceOptions(depends_on=[self.jobset] if self.jobset else [])
+                ),
+            )
+            if install_kueue
+            else None
+        )
+        self.jobset_version = pulumi.Output.from_input(jobset_version if install_jobset else "")
+        self.kueue_version = pulumi.Output.from_input(kueue_version if install_kueue else "")
+        self.register_outputs({"jobset_version": self.jobset_version, "kueue_version": self.kueue_version})
