@@ -310,8 +310,8 @@ def test_a_redirected_job_list_is_unavailable_and_keeps_the_running_job(tmp_path
     ("content_type", "body", "reason"),
     [
         ("text/html", b'{"kind": "JobList", "items": []}', "answered with Content-Type 'text/html'"),
-        ("application/json", b'{"items": []}', "the answer is a None, not a batch/v1 JobList"),
-        ("application/json", b"[]", "the answer is a 'list', not a batch/v1 JobList"),
+        ("application/json", b'{"items": []}', "the answer is a None, not a JobList"),
+        ("application/json", b"[]", "the answer is a 'list', not a JobList"),
         ("application/json", b"<html>proxy</html>", "the answer is not JSON"),
         ("application/json", b'{"kind": "JobList", "items": {}}', "the JobList's items are not a list"),
         (

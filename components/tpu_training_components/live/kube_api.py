@@ -227,16 +227,10 @@ def _live_job(item: Any, namespace: str, index: int) -> LiveJob:
     )
 
 
-def _list_jobs(batch: Any, namespace: str, timeout: float, max_bytes: int) -> list[LiveJob]:
-    """One namespace's Jobs of this project, from the raw answer: the client's own reading
-    takes any JSON (``{"items": []}`` from anything at all) as a list of no Jobs."""
-    what = f"listing Jobs in {namespace}"
-    raw = batch.list_namespaced_job(
-        namespace,
-        label_selector=f"{PART_OF_LABEL}={PART_OF}",
-        _request_timeout=timeout,
-        _preload_content=False,  # the raw urllib3 response, after the client's check for 2xx
-    )
+def _list_items(raw: Any, what: str, list_kind: str, max_bytes: int) -> list[Any]:
+    """The items of a list answer, from the raw urllib3 response (``_preload_content=False``):
+    the client's own reading takes any JSON (``{"items": []}`` from anything at all) as an
+    empty list, so the answer must be the API server's own and of ``list_kind``."""
     try:
         problem = answer_problem(raw.status, raw.headers, what)
         if problem is not None:
@@ -247,14 +241,26 @@ def _list_jobs(batch: Any, namespace: str, timeout: float, max_bytes: int) -> li
     try:
         document = json.loads(body)
     except ValueError as exc:
-        raise MalformedAnswer(f"Jobs in {namespace}: the answer is not JSON ({exc})") from None
-    if not isinstance(document, dict) or document.get("kind") != "JobList":
+        raise MalformedAnswer(f"{what}: the answer is not JSON ({exc})") from None
+    if not isinstance(document, dict) or document.get("kind") != list_kind:
         kind = document.get("kind") if isinstance(document, dict) else type(document).__name__
-        raise MalformedAnswer(f"Jobs in {namespace}: the answer is a {kind!r}, not a batch/v1 JobList")
+        raise MalformedAnswer(f"{what}: the answer is a {kind!r}, not a {list_kind}")
     items = document.get("items")
     items = [] if items is None else items  # an empty list may be sent as null
     if not isinstance(items, list):
-        raise MalformedAnswer(f"Jobs in {namespace}: the JobList's items are not a list")
+        raise MalformedAnswer(f"{what}: the {list_kind}'s items are not a list")
+    return items
+
+
+def _list_jobs(batch: Any, namespace: str, timeout: float, max_bytes: int) -> list[LiveJob]:
+    """One namespace's Jobs of this project."""
+    raw = batch.list_namespaced_job(
+        namespace,
+        label_selector=f"{PART_OF_LABEL}={PART_OF}",
+        _request_timeout=timeout,
+        _preload_content=False,  # the raw urllib3 response, after the client's check for 2xx
+    )
+    items = _list_items(raw, f"listing Jobs in {namespace}", "JobList", max_bytes)
     return [_live_job(item, namespace, index) for index, item in enumerate(items)]
 
 
@@ -294,8 +300,7 @@ def _live_jobset(item: Any) -> LiveJobSet:
 
 
 def _list_jobsets(custom: Any, namespace: str, timeout: float, max_bytes: int) -> list[LiveJobSet]:
-    """One namespace's JobSets of this project, from the raw answer, checked as Jobs are."""
-    what = f"listing JobSets in {namespace}"
+    """One namespace's JobSets of this project, checked as Jobs are."""
     group, version = JOBSET_API_VERSION.split("/")
     raw = custom.list_namespaced_custom_object(
         group,
@@ -306,25 +311,10 @@ def _list_jobsets(custom: Any, namespace: str, timeout: float, max_bytes: int) -
         _request_timeout=timeout,
         _preload_content=False,
     )
-    try:
-        problem = answer_problem(raw.status, raw.headers, what)
-        if problem is not None:
-            raise UnexpectedAnswer(problem)
-        body = read_bounded(raw.stream(64 * 1024), raw.headers.get("Content-Length", ""), max_bytes, what)
-    finally:
-        raw.release_conn()
-    try:
-        document = json.loads(body)
-    except ValueError as exc:
-        raise MalformedAnswer(f"JobSets in {namespace}: the answer is not JSON ({exc})") from None
-    if not isinstance(document, dict) or document.get("kind") != "JobSetList":
-        kind = document.get("kind") if isinstance(document, dict) else type(document).__name__
-        raise MalformedAnswer(f"JobSets in {namespace}: the answer is a {kind!r}, not a JobSetList")
-    items = document.get("items")
-    items = [] if items is None else items
-    if not isinstance(items, list):
-        raise MalformedAnswer(f"JobSets in {namespace}: the JobSetList's items are not a list")
-    return [_live_jobset(item) for item in items]
+    return [
+        _live_jobset(item)
+        for item in _list_items(raw, f"listing JobSets in {namespace}", "JobSetList", max_bytes)
+    ]
 
 
 def _refuse_redirects(api_client: Any) -> None:
