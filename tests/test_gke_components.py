@@ -448,17 +448,18 @@ def test_job_arguments_are_checked():
         run_components(body)
 
 
-# --- the README's examples run, so they cannot rot ---------------------------------------------
+# --- the docs' Python examples run, so they cannot rot -----------------------------------------
 
 
 def _readme_examples() -> list[str]:
     from conftest import REPO
 
-    text = (REPO / "README.md").read_text()
-    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    blocks = (re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S) for page in pages)
+    return [block for found in blocks for block in found]
 
 
 @pytest.mark.parametrize("example", _readme_examples(), ids=lambda e: e.splitlines()[-1][:40])
 def test_readme_example_runs(example):
-    run = run_components(lambda: exec(compile(example, "README.md", "exec"), {}))
+    run = run_components(lambda: exec(compile(example, "docs", "exec"), {}))
     assert run.registrations

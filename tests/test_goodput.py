@@ -158,11 +158,10 @@ def test_a_checkpoint_slower_than_half_the_interruptions_is_refused_per_workload
 
 
 def test_the_readme_table_is_what_the_formula_gives():
-    """README "How often to checkpoint" compares hourly with Young's interval: recomputed here."""
+    """docs/checkpointing.md compares hourly with Young's interval: recomputed here."""
     from conftest import REPO
 
-    text = (REPO / "README.md").read_text()
-    section = text.split("## How often to checkpoint", 1)[1].split("\n## ", 1)[0]
+    section = (REPO / "docs" / "checkpointing.md").read_text()
     rows = [line for line in section.splitlines() if line.startswith("| ") and " s | " in line[:10]]
     assert len(rows) >= 6
     for row in rows:

@@ -330,11 +330,13 @@ def test_recovery_in_the_provider_reads_the_live_tpu_api(provider, tpu_api):
     assert len(tpu_api.calls) == 1
 
 
-# --- the README's examples for other languages match the served schema --------------------------
+# --- the docs' examples for other languages match the served schema ----------------------------
+
+OTHER_LANGUAGES_PAGE = REPO / "docs" / "other-languages.md"
 
 
 def _readme_block(language: str, marker: str) -> str:
-    blocks = re.findall(rf"```{language}\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S)
+    blocks = re.findall(rf"```{language}\n(.*?)```", OTHER_LANGUAGES_PAGE.read_text(), flags=re.S)
     (block,) = [block for block in blocks if marker in block]
     return block
 
@@ -356,6 +358,40 @@ def test_readme_yaml_program_uses_the_schema_as_served(schema):
                 name,
                 prop,
             )
+
+
+def test_readme_yaml_vm_is_on_a_network_that_reaches_google_apis():
+    """Without an external IP a TPU VM reaches gs:// only through Private Google Access: the YAML
+    program puts it on the TrainingNetwork it declares, in a region that network covers."""
+    program = YAML(typ="safe").load(_readme_block("yaml", "runtime: yaml"))
+    resources = program["resources"]
+    vms = [r for r in resources.values() if r["type"] == f"{PACKAGE_NAME}:PreemptibleTpuVm"]
+    assert vms
+    for vm in vms:
+        properties = vm["properties"]
+        assert not properties.get("externalIp", False)
+        network = re.fullmatch(r"\$\{([\w-]+)\.networkId\}", properties["network"])
+        subnetwork = re.fullmatch(r'\$\{([\w-]+)\.subnetworkIds\["([\w-]+)"\]\}', properties["subnetwork"])
+        assert network and subnetwork and network.group(1) == subnetwork.group(1)
+        declared = resources[network.group(1)]
+        assert declared["type"] == f"{PACKAGE_NAME}:TrainingNetwork"
+        region = properties["zone"].rsplit("-", 1)[0]
+        assert subnetwork.group(2) == region and region in declared["properties"]["regions"]
+        assert f"${{{network.group(1)}}}" in vm["options"]["dependsOn"]
+
+
+def test_readme_typescript_vm_is_on_a_network_that_reaches_google_apis():
+    program = _readme_block("typescript", "@pulumi/tpu-training")
+    declared = r'const (\w+) = new tpu\.TrainingNetwork\("[\w-]+", \{[^}]*regions: \[([^\]]*)\]'
+    ((variable, regions),) = re.findall(declared, program)
+    vm = program[program.index("new tpu.PreemptibleTpuVm(") :]
+    zone = re.search(r'zone: "([\w-]+)"', vm)
+    assert zone
+    region = zone.group(1).rsplit("-", 1)[0]
+    assert f'"{region}"' in regions
+    assert f"network: {variable}.networkId" in vm
+    assert f'subnetwork: {variable}.subnetworkIds.apply(ids => ids["{region}"])' in vm
+    assert re.search(rf"dependsOn: \[[^\]]*\b{variable}\b", vm)
 
 
 def _object_keys(text: str) -> set[str]:

@@ -1,5 +1,6 @@
 """Recovery that comes with the components: ``TrainingRecovery``, as an importer uses it (the
-README's program, run against loopback TPU and Kubernetes APIs) and as the stack program does."""
+program of docs/using-the-components.md, run as written against loopback TPU and Kubernetes APIs)
+and as the stack program does."""
 
 from __future__ import annotations
 
@@ -20,15 +21,18 @@ JOB = "kubernetes:batch/v1:Job"
 RECOVERY = "tpu-training:recovery:TrainingRecovery"
 
 
+IMPORTER_PAGE = "docs/using-the-components.md"
+
+
 def importer_program() -> str:
-    """The README's complete importer program, the block that starts with its marker line."""
-    blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S)
+    """The docs' complete importer program, the block that starts with its marker line."""
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / IMPORTER_PAGE).read_text(), flags=re.S)
     (program,) = [block for block in blocks if block.startswith("# importer example")]
     return program
 
 
 def run_importer(previous_outputs: dict[str, Any]) -> offline.ProgramRun:
-    program = compile(importer_program(), "README.md", "exec")
+    program = compile(importer_program(), IMPORTER_PAGE, "exec")
     return offline.run(
         lambda: exec(program, {}), project="tpu-training", stack="prod", previous_outputs=previous_outputs
     )
@@ -61,6 +65,36 @@ def test_importer_program_recovers_a_preempted_vm_and_a_failed_job(live, decided
     assert any(
         "demo-tpu: node is PREEMPTED -> will be replaced (a new recovery generation)" in m for m in run.infos
     )
+
+
+def _mock_id(registration: offline.Registration) -> str:
+    # The id PlanMocks.new_resource gives every resource it creates (infra/offline.py).
+    return f"{registration.name}-id"
+
+
+def test_importer_program_trains_on_a_network_that_reaches_google_apis(live):
+    """A TPU VM without an external IP reaches gs:// only through Private Google Access (and the
+    internet through Cloud NAT): the example declares that network and puts the VM and the
+    cluster on it, each in its own region's subnet."""
+    run = run_importer({"recoveryGenerations": {"demo-tpu": 0}, "jobRecoveryGenerations": {"train": 0}})
+
+    (vpc,) = run.by_type("gcp:compute/network:Network")
+    subnets = {r.inputs["region"]: r for r in run.by_type("gcp:compute/subnetwork:Subnetwork")}
+    nat_regions = {r.inputs["region"] for r in run.by_type("gcp:compute/routerNat:RouterNat")}
+    vm = run.one(VM, "demo-tpu-vm").inputs
+    cluster = run.one("gcp:container/cluster:Cluster", "tpu-cluster").inputs
+
+    assert vm["networkConfig"]["enableExternalIps"] is False
+    assert vm["networkConfig"]["network"] == _mock_id(vpc)
+    assert vm["networkConfig"]["subnetwork"] == _mock_id(subnets["europe-west4"])
+    assert (cluster["network"], cluster["subnetwork"]) == (_mock_id(vpc), _mock_id(subnets["us-east5"]))
+    for region in ("europe-west4", "us-east5"):
+        assert subnets[region].inputs["privateIpGoogleAccess"] is True
+        assert region in nat_regions
+    # Created only once the network, NAT included, exists: the first boot already reads gs://. (A
+    # dependency on a component reaches the engine as its children's URNs.)
+    nat = run.one("gcp:compute/routerNat:RouterNat", "net-nat-europe-west4")
+    assert nat.urn in run.one("tpu-training:compute:PreemptibleTpuVm", "demo-tpu").options["dependsOn"]
 
 
 def test_importer_program_keeps_what_is_working(live):

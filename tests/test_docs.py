@@ -1,0 +1,122 @@
+"""The documentation cannot rot: the configuration reference is what the config model accepts, and
+every relative link in README.md and docs/ leads to a file and heading that exist."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from infra import config_docs
+
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+# --- the configuration reference ----------------------------------------------------------------
+
+
+def test_the_configuration_reference_is_what_the_model_generates():
+    page = config_docs.PAGE.read_text(encoding="utf-8")
+    generated, missing = config_docs.generate(page)
+    assert missing == [], "keys without a meaning in docs/configuration.md"
+    assert generated == page, "stale: run python -m infra.config_docs"
+    assert config_docs.main(["--check"]) == 0
+
+
+def test_every_key_of_the_model_has_a_row():
+    page = config_docs.PAGE.read_text(encoding="utf-8")
+    for section in config_docs.sections()[1:]:
+        for name, field in section.model.model_fields.items():
+            assert f"| `{field.alias or name}` |" in page, (section.heading, name)
+
+
+def test_a_changed_default_makes_the_reference_stale():
+    page = config_docs.PAGE.read_text(encoding="utf-8")
+    edited = page.replace(
+        "| `maintenanceGraceMinutes` | integer, ≥ 0 and ≤ 10080 | `30` |",
+        "| `maintenanceGraceMinutes` | integer | `45` |",
+    )
+    assert edited != page
+    generated, _ = config_docs.generate(edited)
+    assert generated == page  # the model's type and default come back; the meaning is kept
+
+
+def test_a_key_without_a_meaning_is_reported():
+    page = config_docs.PAGE.read_text(encoding="utf-8")
+    row = next(line for line in page.splitlines() if line.startswith("| `restartGeneration` |"))
+    edited = page.replace(row, "| `restartGeneration` | integer | `0` |  |")
+    _, missing = config_docs.generate(edited)
+    assert missing == ["tpuVms[]: `restartGeneration`"]
+
+
+def test_a_page_without_its_markers_is_refused():
+    with pytest.raises(config_docs.ReferenceError, match="marker lines"):
+        config_docs.generate("# Configuration\n")
+
+
+def test_top_level_defaults_are_the_ones_pulumi_yaml_declares():
+    page = config_docs.PAGE.read_text(encoding="utf-8")
+    assert "| `tpu-training:tpuVms` | list of objects ([`tpuVms[]`](#tpuvms)) | `[]` |" in page
+    assert "| `gcp:project` | string | required |" in page
+
+
+# --- links -----------------------------------------------------------------------------------------
+
+_FENCE = re.compile(r"^```.*?^```", flags=re.S | re.M)
+_CODE_SPAN = re.compile(r"`[^`\n]*`")
+_INLINE = re.compile(r"\]\(([^)\s]+)\)")
+_REFERENCE = re.compile(r"^\[[^\]]+\]:\s*(\S+)", flags=re.M)
+
+
+def _prose(text: str) -> str:
+    return _CODE_SPAN.sub("", _FENCE.sub("", text))
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub's heading anchors for a page, a repeated heading numbered -1, -2, ..."""
+    seen: Counter[str] = Counter()
+    anchors = set()
+    for line in _FENCE.sub("", path.read_text(encoding="utf-8")).splitlines():
+        heading = re.match(r"^#{1,6} (.*)", line)
+        if heading:
+            slug = config_docs.anchor(heading.group(1).strip())
+            anchors.add(slug if not seen[slug] else f"{slug}-{seen[slug]}")
+            seen[slug] += 1
+    return anchors
+
+
+def _links(page: Path) -> list[str]:
+    text = _prose(page.read_text(encoding="utf-8"))
+    return _INLINE.findall(text) + _REFERENCE.findall(text)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_relative_link_leads_somewhere(page):
+    broken = []
+    for link in _links(page):
+        if re.match(r"^[a-z]+:", link):
+            continue  # https:, mailto:: not ours to check offline
+        target, _, fragment = link.partition("#")
+        path = (page.parent / target).resolve() if target else page
+        if not path.exists():
+            broken.append(f"{link}: no such file")
+        elif fragment and path.suffix == ".md" and fragment not in _anchors(path):
+            broken.append(f"{link}: no heading with that anchor")
+    assert broken == []
+
+
+def test_the_link_check_finds_a_broken_link(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# Title\n\n[ok](#title) [gone](missing.md) [bad](#nowhere) `[code](x.md)`\n")
+    links = _links(page)
+    assert links == ["#title", "missing.md", "#nowhere"]
+    assert _anchors(page) == {"title"}
+
+
+def test_google_documents_are_named_by_title_not_by_internal_numbers():
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        assert not re.search(r"\bseed 00\d|\bissue #\d", text, flags=re.I), page.name
