@@ -16,8 +16,8 @@ pyproject.toml, which the ``-e ..`` line installs, or Python), so the tests alwa
 the repository. (The CLI's extra ``pip install --upgrade pip setuptools wheel``, L536, is left out:
 it installs whatever is newest, and the venv's own pip installs these pins.)
 
-Standard library only: it runs before anything else is installed. As a script,
-``python tests/policy_env.py`` builds or reuses the venv and prints its interpreter's path.
+Standard library only, and usable as a script: ``python tests/policy_env.py`` builds or reuses the
+venv and prints its interpreter's path (.ci/typecheck type-checks the pack with it).
 """
 
 from __future__ import annotations
