@@ -119,11 +119,14 @@ def policy_python(request: pytest.FixtureRequest) -> Path:
     when missing or stale (tests/policy_env.py: as the Pulumi CLI builds it). A venv that cannot be
     built fails every test that needs it, with the command and pip's output; nothing is skipped."""
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
 
     def announce(message: str) -> None:
-        # A cold build takes a minute or two: say why the run is waiting.
-        if reporter is not None:
-            reporter.write_line(message)
+        # A cold build takes a minute or two: say why the run is waiting (past output capture,
+        # which would otherwise swallow the line).
+        if reporter is not None and capture is not None:
+            with capture.global_and_fixture_disabled():
+                reporter.write_line(message)
 
     try:
         return policy_env.ensure(announce)
