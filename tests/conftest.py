@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+import policy_env
 import pytest
 
 from infra import offline
@@ -110,6 +111,27 @@ def run_plan(
         text=True,
         timeout=120,
     )
+
+
+@pytest.fixture(scope="session")
+def policy_python(request: pytest.FixtureRequest) -> Path:
+    """The policy pack's own interpreter, policy/venv/bin/python, built from policy/requirements.txt
+    when missing or stale (tests/policy_env.py: as the Pulumi CLI builds it). A venv that cannot be
+    built fails every test that needs it, with the command and pip's output; nothing is skipped."""
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+
+    def announce(message: str) -> None:
+        # A cold build takes a minute or two: say why the run is waiting (past output capture,
+        # which would otherwise swallow the line).
+        if reporter is not None and capture is not None:
+            with capture.global_and_fixture_disabled():
+                reporter.write_line(message)
+
+    try:
+        return policy_env.ensure(announce)
+    except policy_env.BuildError as err:
+        pytest.fail(str(err), pytrace=False)
 
 
 DECIDED_AT = datetime(2026, 11, 23, 12, 0, 0, tzinfo=timezone.utc)

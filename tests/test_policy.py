@@ -1,54 +1,64 @@
-"""The CrossGuard policy pack in policy/, against the dev plan's real registrations.
+"""The CrossGuard policy pack in policy/, served as the Pulumi CLI serves it, on the dev plan.
 
-Each policy runs through its own ``validate`` with the arguments the engine would give it: the
-registrations become the analyzer's protobuf requests (``AnalyzeRequest`` with a resource's inputs;
-``AnalyzeStackRequest`` with every resource's outputs, as the engine sends them), and the arguments
-are built from those exactly as pulumi_policy's ``_PolicyAnalyzerServicer.Analyze`` and
-``AnalyzeStack`` do. Every policy passes on the dev plan and fails on a copy with one mutation that
-breaks exactly its rule; and the pack, served over gRPC on loopback as the CLI starts it, answers
-the same.
+The pack runs in its own environment, policy/venv, which the ``policy_python`` fixture builds from
+policy/requirements.txt as the CLI does (tests/policy_env.py); this process never imports
+pulumi_policy, whose protobuf~=5.29.5 pin conflicts with the stack's protobuf 6. It is started as
+the CLI's Python language host starts a policy pack, ``python -u -m pulumi.policy ENGINE .`` in
+policy/ (pulumi/pulumi ``sdk/python/cmd/pulumi-language-python/main.go`` L1611-1641 at
+1b5949891b3c), and asked as the engine asks, over gRPC on loopback with the analyzer's protobuf
+messages from the Pulumi SDK: ``Analyze`` with one resource's inputs, ``AnalyzeStack`` with every
+resource's outputs. So every check below goes through pulumi_policy's own analyzer, which builds
+the policies' arguments and turns their violations into diagnostics.
+
+Every policy passes on the dev plan and fails on a copy with one mutation that breaks exactly its
+rule.
 """
 
 from __future__ import annotations
 
+import ast
 import copy
-import os
-import runpy
 import selectors
 import subprocess
-import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
-from importlib.metadata import version
+from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import grpc
-import pulumi_policy
+import policy_env
 import pytest
-import tpu_training_policies as pack
 import yaml
 from conftest import REPO, run_stack
-from google.protobuf import empty_pb2, json_format, struct_pb2
+from google.protobuf import empty_pb2, struct_pb2
 from pulumi.runtime import proto
 from pulumi.runtime.proto import analyzer_pb2_grpc
-from pulumi_policy import (
-    EnforcementLevel,
-    Policy,
-    PolicyCustomTimeouts,
-    PolicyResource,
-    PolicyResourceOptions,
-    ResourceValidationArgs,
-    ResourceValidationPolicy,
-    StackValidationArgs,
-    StackValidationPolicy,
-)
-from pulumi_policy.deserialize import deserialize_properties
-from pulumi_policy.proxy import unknown_checking_proxy
+from tpu_training_components.domain.job_manifests import PRIVILEGED_OPT_IN_ANNOTATION
 from tpu_training_components.domain.node_pool_plan import POOL_NODE_LABEL
 
 from infra import offline
 
 POLICY_DIR = REPO / "policy"
-BY_NAME = {policy.name: policy for policy in pack.POLICIES}
+RPC_TIMEOUT = 30
+"""Seconds for one analyzer call; each takes milliseconds."""
+
+
+def _pack_constants() -> dict[str, str]:
+    """The pack module's top-level string constants (its name, the resource types it governs), read
+    from its source: importing it needs pulumi_policy, which only policy/venv has."""
+    tree = ast.parse((POLICY_DIR / "tpu_training_policies.py").read_text())
+    return {
+        node.targets[0].id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    }
+
+
+PACK = _pack_constants()
 
 # What issue 11 asks of the pack, by name: removing or weakening one of these fails a test.
 MANDATORY = {
@@ -77,6 +87,60 @@ STACK_POLICIES = {
     "training-pod-tpu-request",
     "training-pod-selects-declared-pool",
 }
+
+
+# ---------------------------------------------------------------------------------------------
+# The pack, served as the CLI serves it
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def analyzer(policy_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The pack served by policy/venv's python as the CLI starts it; the port it prints first."""
+    # Its log goes to a file, not a pipe nobody reads (a full pipe would stall the server).
+    log_path = tmp_path_factory.mktemp("policy-pack") / "stderr.log"
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(
+            # The engine address is only passed along; the pack never dials it.
+            [str(policy_python), "-u", "-m", "pulumi.policy", "127.0.0.1:0", "."],
+            cwd=POLICY_DIR,
+            env=policy_env.activated_env(),
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
+    try:
+        assert server.stdout is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(server.stdout, selectors.EVENT_READ)
+            ready = selector.select(timeout=60)
+        port = server.stdout.readline().strip() if ready else ""
+        if not port.isdigit():
+            server.kill()
+            server.wait()
+            pytest.fail(
+                f"the policy pack did not start with {policy_python}: it printed {port!r}\n"
+                f"{log_path.read_text()}",
+                pytrace=False,
+            )
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield analyzer_pb2_grpc.AnalyzerStub(channel)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+@pytest.fixture(scope="module")
+def served(analyzer: Any) -> dict[str, Any]:
+    """Every policy the served pack declares (``PolicyInfo``), by name."""
+    info = analyzer.GetAnalyzerInfo(empty_pb2.Empty(), timeout=RPC_TIMEOUT)
+    names = [policy.name for policy in info.policies]
+    assert len(names) == len(set(names)), names
+    return {policy.name: policy for policy in info.policies}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,66 +201,28 @@ def analyze_stack_request(registrations: list[offline.Registration]) -> proto.An
     )
 
 
-def _props(struct: struct_pb2.Struct) -> Any:
-    return unknown_checking_proxy(deserialize_properties(json_format.MessageToDict(struct)))
-
-
-def _resource_options(options: proto.AnalyzerResourceOptions) -> PolicyResourceOptions:
-    return PolicyResourceOptions(
-        options.protect,
-        list(options.ignoreChanges),
-        options.deleteBeforeReplace if options.deleteBeforeReplaceDefined else None,
-        list(options.aliases),
-        PolicyCustomTimeouts(0, 0, 0),
-        list(options.additionalSecretOutputs),
-        options.parent or None,
-    )
-
-
-def resource_args(request: proto.AnalyzeRequest) -> ResourceValidationArgs:
-    """As ``_PolicyAnalyzerServicer.Analyze`` builds them. (No provider: the offline plan does not
-    record which provider each resource has, and no policy reads it.)"""
-    return ResourceValidationArgs(
-        request.type,
-        _props(request.properties),
-        request.urn,
-        request.name,
-        _resource_options(request.options),
-        None,
-    )
-
-
-def stack_args(request: proto.AnalyzeStackRequest) -> StackValidationArgs:
-    """As ``_PolicyAnalyzerServicer.AnalyzeStack`` builds them, parents and dependencies linked."""
-    resources = {
-        r.urn: PolicyResource(
-            r.type, _props(r.properties), r.urn, r.name, _resource_options(r.options), None, None, [], {}
-        )
-        for r in request.resources
-    }
-    for r in request.resources:
-        resources[r.urn].parent = resources.get(r.parent)
-        resources[r.urn].dependencies.extend(resources[d] for d in r.dependencies if d in resources)
-    return StackValidationArgs(list(resources.values()))
+def analyze(analyzer: Any, registrations: list[offline.Registration]) -> list[Any]:
+    """Every diagnostic (``AnalyzeDiagnostic``) the served pack gives these resources: each one's
+    Analyze, then AnalyzeStack, as the engine calls them during an update."""
+    found: list[Any] = []
+    for registration in registrations:
+        found.extend(analyzer.Analyze(analyze_request(registration), timeout=RPC_TIMEOUT).diagnostics)
+    stack = analyzer.AnalyzeStack(analyze_stack_request(registrations), timeout=RPC_TIMEOUT)
+    found.extend(stack.diagnostics)
+    return found
 
 
 Violation = tuple[str, Optional[str]]
 
 
-def violations(policy: Policy, registrations: list[offline.Registration]) -> list[Violation]:
-    """What ``policy`` reports for these resources, through its own ``validate``."""
-    found: list[Violation] = []
+def of_policy(name: str, diagnostics: Iterable[Any]) -> list[Violation]:
+    """The (message, URN) of each diagnostic of the policy ``name``."""
+    return [(d.message, d.urn or None) for d in diagnostics if d.policyName == name]
 
-    def report_violation(message: str, urn: Optional[str] = None) -> None:
-        found.append((message, urn))
 
-    if isinstance(policy, StackValidationPolicy):
-        assert policy.validate(stack_args(analyze_stack_request(registrations)), report_violation) is None
-    else:
-        assert isinstance(policy, ResourceValidationPolicy)
-        for registration in registrations:
-            assert policy.validate(resource_args(analyze_request(registration)), report_violation) is None
-    return found
+def violations(analyzer: Any, name: str, registrations: list[offline.Registration]) -> list[Violation]:
+    """What the policy ``name`` reports for these resources, served."""
+    return of_policy(name, analyze(analyzer, registrations))
 
 
 def mutated(
@@ -216,27 +242,29 @@ def mutated(
 # ---------------------------------------------------------------------------------------------
 
 
-def test_every_policy_has_a_unique_name_a_reason_and_its_enforcement():
-    names = [policy.name for policy in pack.POLICIES]
-    assert len(names) == len(set(names)), names
-    for policy in pack.POLICIES:
-        assert len(policy.description) > 60, f"{policy.name}: say why"
-        assert isinstance(policy, (ResourceValidationPolicy, StackValidationPolicy))
-    assert {p.name for p in pack.POLICIES if p.enforcement_level == EnforcementLevel.MANDATORY} == MANDATORY
-    advisory = [p for p in pack.POLICIES if p.enforcement_level == EnforcementLevel.ADVISORY]
-    assert len(advisory) >= 3 and len(advisory) + len(MANDATORY) == len(pack.POLICIES)
-    assert {p.name for p in pack.POLICIES if isinstance(p, StackValidationPolicy)} == STACK_POLICIES
+def _level(policy_info: Any) -> str:
+    """A served policy's enforcement and kind as policy/README.md's table writes them."""
+    level = {proto.MANDATORY: "mandatory", proto.ADVISORY: "advisory"}[policy_info.enforcementLevel]
+    return level + (" (stack)" if policy_info.policy_type == proto.POLICY_TYPE_STACK else "")
 
 
-def test_main_constructs_the_pack_with_every_policy(monkeypatch):
-    """Run policy/__main__.py as the CLI would, with a PolicyPack that records instead of serving."""
-    made: list[dict[str, Any]] = []
-    monkeypatch.setattr(pulumi_policy, "PolicyPack", lambda **kwargs: made.append(kwargs))
-    runpy.run_path(str(POLICY_DIR / "__main__.py"), run_name="__main__")
-    assert made == [{"name": pack.PACK_NAME, "policies": pack.POLICIES}]
+def test_every_policy_has_a_unique_name_a_reason_and_its_enforcement(served):
+    for name, policy in served.items():
+        assert len(policy.description) > 60, f"{name}: say why"
+        assert policy.policy_type in (proto.POLICY_TYPE_RESOURCE, proto.POLICY_TYPE_STACK), name
+    assert {name for name, p in served.items() if p.enforcementLevel == proto.MANDATORY} == MANDATORY
+    advisory = [name for name, p in served.items() if p.enforcementLevel == proto.ADVISORY]
+    assert len(advisory) >= 3 and len(advisory) + len(MANDATORY) == len(served)
+    assert {name for name, p in served.items() if p.policy_type == proto.POLICY_TYPE_STACK} == STACK_POLICIES
 
 
-def test_the_readme_table_is_the_pack():
+def test_main_serves_the_pack_under_its_name(analyzer, served):
+    """policy/__main__.py is what `python -m pulumi.policy` ran: the pack it constructed is served."""
+    assert analyzer.GetAnalyzerInfo(empty_pb2.Empty(), timeout=RPC_TIMEOUT).name == PACK["PACK_NAME"]
+    assert MANDATORY <= set(served)
+
+
+def test_the_readme_table_is_the_pack(served):
     """policy/README.md's table lists every policy once, with the pack's enforcement."""
     rows = [
         line.split("|")[1:3]
@@ -244,11 +272,9 @@ def test_the_readme_table_is_the_pack():
         if line.startswith("| `")
     ]
     table = {name.strip().strip("`"): level.strip() for name, level in rows}
-    assert len(rows) == len(table) == len(pack.POLICIES)
-    for policy in pack.POLICIES:
-        level = "mandatory" if policy.enforcement_level == EnforcementLevel.MANDATORY else "advisory"
-        stack = " (stack)" if isinstance(policy, StackValidationPolicy) else ""
-        assert table[policy.name] == level + stack, policy.name
+    assert len(rows) == len(table) == len(served)
+    for name, policy in served.items():
+        assert table[name] == _level(policy), name
 
 
 def test_no_module_but_main_constructs_a_pack():
@@ -257,13 +283,15 @@ def test_no_module_but_main_constructs_a_pack():
             assert "PolicyPack(" not in path.read_text(), path
 
 
-def test_the_cli_runs_the_pack_as_python_with_its_own_virtualenv():
+def test_the_cli_runs_the_pack_as_python_with_its_own_virtualenv(analyzer):
     document = yaml.safe_load((POLICY_DIR / "PulumiPolicy.yaml").read_text())
     assert document["runtime"] == {"name": "python", "options": {"virtualenv": "venv"}}
+    assert policy_env.VENV == POLICY_DIR / document["runtime"]["options"]["virtualenv"]
     assert "/policy/venv/" in (REPO / ".gitignore").read_text().splitlines()
     requirements = (POLICY_DIR / "requirements.txt").read_text().splitlines()
-    # The tests run the version the pack runs (.ci/run installs it from this pin).
-    assert f"pulumi-policy=={version('pulumi_policy')}" in requirements and "-e .." in requirements
+    # The tests run the pack with the pulumi-policy it pins: the served plugin says its version.
+    plugin = analyzer.GetPluginInfo(empty_pb2.Empty(), timeout=RPC_TIMEOUT)
+    assert f"pulumi-policy=={plugin.version}" in requirements and "-e .." in requirements
     pins = [line for line in requirements if line and not line.startswith(("#", "-e"))]
     assert all("==" in line for line in pins), [line for line in pins if "==" not in line]
 
@@ -275,13 +303,14 @@ def test_the_cli_runs_the_pack_as_python_with_its_own_virtualenv():
 
 def test_the_dev_plan_has_what_the_policies_look_at(dev_plan):
     types = {r.type for r in dev_plan}
-    for type_ in (pack.BUCKET, pack.TPU_VM, pack.CLUSTER, pack.NODE_POOL, pack.JOB):
-        assert type_ in types
+    for constant in ("BUCKET", "TPU_VM", "CLUSTER", "NODE_POOL", "JOB"):
+        assert PACK[constant] in types, constant
 
 
-@pytest.mark.parametrize("name", sorted(BY_NAME))
-def test_the_dev_plan_passes(dev_plan, name):
-    assert violations(BY_NAME[name], dev_plan) == []
+@pytest.fixture(scope="module")
+def dev_plan_diagnostics(analyzer, dev_plan) -> list[Any]:
+    """What the served pack says about the dev plan, asked once for this module."""
+    return analyze(analyzer, dev_plan)
 
 
 def _set(*path: str | int, value: Any) -> Callable[[dict[str, Any]], None]:
@@ -661,19 +690,31 @@ MUTATIONS += [
 ]
 
 
-def test_every_policy_has_a_mutation_that_breaks_it():
-    assert {m.policy for m in MUTATIONS} == set(BY_NAME)
+POLICY_NAMES = sorted({m.policy for m in MUTATIONS})
+
+
+def test_every_policy_has_a_mutation_that_breaks_it(served):
+    assert set(POLICY_NAMES) == set(served)
+
+
+@pytest.mark.parametrize("name", POLICY_NAMES)
+def test_the_dev_plan_passes(served, dev_plan_diagnostics, name):
+    assert name in served
+    assert of_policy(name, dev_plan_diagnostics) == []
 
 
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=str)
-def test_a_mutation_breaks_exactly_its_policy(dev_plan, mutation):
+def test_a_mutation_breaks_exactly_its_policy(analyzer, served, dev_plan, mutation):
     plan = mutated(dev_plan, mutation.resource, mutation.change)
-    broken = {name: found for name, policy in BY_NAME.items() if (found := violations(policy, plan))}
-    assert set(broken) == {mutation.policy}, broken
+    diagnostics = analyze(analyzer, plan)
+    broken = {d.policyName for d in diagnostics}
+    assert broken == {mutation.policy}, [(d.policyName, d.message) for d in diagnostics]
     (target,) = [r for r in plan if r.name == mutation.resource]
-    for message, urn in broken[mutation.policy]:
-        assert urn == target.urn
+    for diagnostic in diagnostics:
+        assert diagnostic.urn == target.urn
+        assert diagnostic.enforcementLevel == served[mutation.policy].enforcementLevel
         # The resource, the property, the value found, and what is required.
+        message = diagnostic.message
         assert f"{target.type} {target.name!r}: " in message, message
         assert mutation.prop in message and f" is {mutation.found}" in message, message
         assert "; required: " in message, message
@@ -684,52 +725,54 @@ def test_a_mutation_breaks_exactly_its_policy(dev_plan, mutation):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_a_job_may_run_privileged_when_it_opts_in(dev_plan):
+def test_a_job_may_run_privileged_when_it_opts_in(analyzer, dev_plan):
     def privileged_and_opted_in(props: dict[str, Any]) -> None:
         _set(*TRAINER, "securityContext", value={"privileged": True})(props)
-        _set("metadata", "annotations", pack.PRIVILEGED_OPT_IN_ANNOTATION, value="true")(props)
+        _set("metadata", "annotations", PRIVILEGED_OPT_IN_ANNOTATION, value="true")(props)
 
     plan = mutated(dev_plan, JOB, privileged_and_opted_in)
-    assert violations(BY_NAME["training-pod-not-privileged"], plan) == []
+    assert violations(analyzer, "training-pod-not-privileged", plan) == []
 
 
-def test_an_init_container_may_not_run_privileged_either(dev_plan):
+def test_an_init_container_may_not_run_privileged_either(analyzer, dev_plan):
     init = {"name": "setup", "image": "busybox", "securityContext": {"privileged": True}}
     plan = mutated(dev_plan, JOB, _set(*POD, "initContainers", value=[init]))
-    ((message, _),) = violations(BY_NAME["training-pod-not-privileged"], plan)
+    ((message, _),) = violations(analyzer, "training-pod-not-privileged", plan)
     assert "spec.template.spec.initContainers[0].securityContext.privileged is true" in message
 
 
-def test_the_live_job_reports_chips_as_a_quantity_string(dev_plan):
+def test_the_live_job_reports_chips_as_a_quantity_string(analyzer, dev_plan):
     # The Kubernetes API returns quantities as strings: a stack policy reads the Job's outputs.
     plan = mutated(dev_plan, JOB, _both_tpu_requests("4"))
-    assert violations(BY_NAME["training-pod-tpu-request"], plan) == []
+    assert violations(analyzer, "training-pod-tpu-request", plan) == []
 
 
-def test_a_job_that_selects_no_pool_by_name_is_held_to_the_pool_its_labels_match(dev_plan):
+def test_a_job_that_selects_no_pool_by_name_is_held_to_the_pool_its_labels_match(analyzer, dev_plan):
     def unnamed_and_greedy(props: dict[str, Any]) -> None:
         _delete(*POOL_SELECTOR)(props)
         _both_tpu_requests(8)(props)
 
     plan = mutated(dev_plan, JOB, unnamed_and_greedy)
-    ((message, _),) = violations(BY_NAME["training-pod-tpu-request"], plan)
+    ((message, _),) = violations(analyzer, "training-pod-tpu-request", plan)
     assert "is 8; required: 4, the chips of one ct6e-standard-4t VM of node pool 'v6e-4x4'" in message
 
 
-def test_a_job_selecting_its_pool_by_a_label_the_pool_does_not_give_selects_no_declared_pool(dev_plan):
+def test_a_job_selecting_its_pool_by_a_label_the_pool_does_not_give_selects_no_declared_pool(
+    analyzer, dev_plan
+):
     plan = mutated(dev_plan, TPU_POOL, _delete("nodeConfig", "labels"))
-    ((message, urn),) = violations(BY_NAME["training-pod-selects-declared-pool"], plan)
-    assert urn.endswith("::train-v6e-job")
+    ((message, urn),) = violations(analyzer, "training-pod-selects-declared-pool", plan)
+    assert urn is not None and urn.endswith("::train-v6e-job")
     assert f'is {{"{POOL_NODE_LABEL}": "v6e-4x4"}}; required: node pools this stack declares' in message
 
 
-def test_a_single_host_pool_takes_no_topology(dev_plan):
+def test_a_single_host_pool_takes_no_topology(analyzer, dev_plan):
     def single_host(props: dict[str, Any]) -> None:
         props["nodeConfig"]["machineType"] = "ct6e-standard-8t"
         props["placementPolicy"]["tpuTopology"] = "2x4"
 
     ((message, _),) = violations(
-        BY_NAME["tpu-node-pool-slice-placement"], mutated(dev_plan, TPU_POOL, single_host)
+        analyzer, "tpu-node-pool-slice-placement", mutated(dev_plan, TPU_POOL, single_host)
     )
     assert (
         'placementPolicy.tpuTopology is "2x4"; required: not set: a 2x4 slice of ct6e-standard-8t is one VM'
@@ -737,98 +780,60 @@ def test_a_single_host_pool_takes_no_topology(dev_plan):
     )
 
 
-def test_tpu_pools_on_demand_are_advised_against_and_reservations_are_not(dev_plan):
+def test_tpu_pools_on_demand_are_advised_against_and_reservations_are_not(analyzer, dev_plan):
     # (Not among the mutations: the Job selects flex-start nodes, so an on-demand pool breaks its
     # selection too.)
-    capacity = BY_NAME["tpu-interruptible-capacity"]
-    ((message, _),) = violations(capacity, mutated(dev_plan, TPU_POOL, _delete("nodeConfig", "flexStart")))
+    capacity = "tpu-interruptible-capacity"
+    on_demand = mutated(dev_plan, TPU_POOL, _delete("nodeConfig", "flexStart"))
+    ((message, _),) = violations(analyzer, capacity, on_demand)
     assert "nodeConfig.flexStart is not set; required: flex-start, spot or a reservation" in message
 
     def reserved(props: dict[str, Any]) -> None:
         del props["nodeConfig"]["flexStart"]
         props["nodeConfig"]["reservationAffinity"] = {"consumeReservationType": "SPECIFIC_RESERVATION"}
 
-    assert violations(capacity, mutated(dev_plan, TPU_POOL, reserved)) == []
+    assert violations(analyzer, capacity, mutated(dev_plan, TPU_POOL, reserved)) == []
 
 
-def test_policies_leave_what_they_do_not_govern_alone(dev_plan):
+def test_policies_leave_what_they_do_not_govern_alone(analyzer, dev_plan):
     # The CPU system pool is no TPU pool: flex-start, placement and repair rules do not reach it.
     plan = mutated(dev_plan, SYSTEM_POOL, lambda p: p.update(initialNodeCount=3, nodeCount=3))
+    diagnostics = analyze(analyzer, plan)
     for name in (
         "tpu-node-pool-scales-from-zero",
         "tpu-node-pool-slice-placement",
         "tpu-node-pool-auto-repair-off",
     ):
-        assert violations(BY_NAME[name], plan) == []
+        assert of_policy(name, diagnostics) == []
 
 
-def test_an_unknown_value_stops_the_policy_as_the_analyzer_expects(dev_plan):
+def test_an_unknown_value_stops_the_policy_as_the_analyzer_expects(analyzer, dev_plan):
     """During preview a value computed by another resource is unknown: reading it raises, and the
-    analyzer reports that the policy could not run, instead of the policy passing or guessing."""
-    unknown_string = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"  # pulumi_policy.proxy.UNKNOWN_STRING_VALUE
+    analyzer reports that the policy could not run, as an advisory note, instead of the policy
+    passing or guessing."""
+    # How the engine sends an unknown string (pulumi_policy.proxy.UNKNOWN_STRING_VALUE).
+    unknown_string = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
     plan = mutated(dev_plan, VM, _set("serviceAccount", "email", value=unknown_string))
-    with pytest.raises(pulumi_policy.proxy.UnknownValueError):
-        violations(BY_NAME["tpu-vm-no-default-service-account"], plan)
+    name = "tpu-vm-no-default-service-account"
+    (diagnostic,) = [d for d in analyze(analyzer, plan) if d.policyName == name]
+    assert diagnostic.enforcementLevel == proto.ADVISORY
+    assert f"can't run policy '{name}' from policy pack '{PACK['PACK_NAME']}" in diagnostic.message
+    assert "during preview" in diagnostic.message
 
 
 # ---------------------------------------------------------------------------------------------
-# The pack as the CLI runs it: `python -m pulumi.policy ENGINE .` in policy/, over gRPC on loopback
+# The engine's view: what it lists and what it is told
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def analyzer() -> Iterator[Any]:
-    """The pack served as the Pulumi CLI's pulumi-analyzer-policy-python shim starts it, by this
-    interpreter (protobuf 6), or by POLICY_PYTHON (e.g. policy/venv/bin/python, the pack's own
-    environment); the port it prints on its first line."""
-    python = os.environ.get("POLICY_PYTHON") or sys.executable
-    server = subprocess.Popen(
-        # The engine address is only passed along; the pack never dials it.
-        [python, "-u", "-m", "pulumi.policy", "127.0.0.1:0", "."],
-        cwd=POLICY_DIR,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        with selectors.DefaultSelector() as selector:
-            selector.register(server.stdout, selectors.EVENT_READ)
-            ready = selector.select(timeout=60)
-        port = server.stdout.readline().strip() if ready else ""
-        assert port.isdigit(), f"the pack did not start: {port!r}\n{_stderr(server)}"
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield analyzer_pb2_grpc.AnalyzerStub(channel)
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-
-
-def _stderr(server: subprocess.Popen[str]) -> str:
-    server.kill()
-    return server.communicate()[1]
-
-
-def test_the_served_pack_lists_every_policy(analyzer):
-    info = analyzer.GetAnalyzerInfo(empty_pb2.Empty(), timeout=30)
-    assert info.name == pack.PACK_NAME
-    served = {p.name: p for p in info.policies}
-    assert set(served) == set(BY_NAME)
+def test_the_served_pack_lists_every_policy_with_its_enforcement(served):
     for name, policy in served.items():
-        assert policy.description == BY_NAME[name].description
         level = proto.MANDATORY if name in MANDATORY else proto.ADVISORY
         assert policy.enforcementLevel == level, name
 
 
-def test_the_served_pack_passes_the_dev_plan(analyzer, dev_plan):
-    for registration in dev_plan:
-        response = analyzer.Analyze(analyze_request(registration), timeout=30)
-        assert list(response.diagnostics) == [], registration.name
-    assert list(analyzer.AnalyzeStack(analyze_stack_request(dev_plan), timeout=30).diagnostics) == []
+def test_the_served_pack_passes_the_dev_plan(dev_plan_diagnostics):
+    assert [(d.policyName, d.urn, d.message) for d in dev_plan_diagnostics] == []
 
 
 def test_the_served_pack_refuses_a_broken_bucket_and_a_misplaced_one(analyzer, dev_plan):
@@ -836,13 +841,13 @@ def test_the_served_pack_refuses_a_broken_bucket_and_a_misplaced_one(analyzer, d
         dev_plan, BUCKET_EU, lambda p: p.update(versioning={"enabled": False}, location="US-EAST5")
     )
     (bucket,) = [r for r in plan if r.name == BUCKET_EU]
-    (diagnostic,) = analyzer.Analyze(analyze_request(bucket), timeout=30).diagnostics
+    (diagnostic,) = analyzer.Analyze(analyze_request(bucket), timeout=RPC_TIMEOUT).diagnostics
     assert (diagnostic.policyName, diagnostic.enforcementLevel) == (
         "checkpoint-bucket-versioning",
         proto.MANDATORY,
     )
     assert "versioning.enabled is false; required: true" in diagnostic.message
-    (diagnostic,) = analyzer.AnalyzeStack(analyze_stack_request(plan), timeout=30).diagnostics
+    (diagnostic,) = analyzer.AnalyzeStack(analyze_stack_request(plan), timeout=RPC_TIMEOUT).diagnostics
     assert (diagnostic.policyName, diagnostic.urn) == ("checkpoint-bucket-in-tpu-region", bucket.urn)
     assert (
         "location is \"US-EAST5\"; required: EUROPE-WEST4, the region of gcp:tpu/v2Vm:V2Vm 'demo-tpu-vm', "
@@ -850,17 +855,17 @@ def test_the_served_pack_refuses_a_broken_bucket_and_a_misplaced_one(analyzer, d
     )
 
 
-def test_a_stack_job_with_privileged_true_opts_in_through_the_component(config):
+def test_a_stack_job_with_privileged_true_opts_in_through_the_component(analyzer, config):
     """`jobs[].privileged: true` is a declared choice: TpuTrainingJob writes the opt-in
     annotation, so the mandatory policy lets exactly that Job through."""
     config["tpu-training:jobs"][0]["privileged"] = True
     registrations = run_stack(config).registrations
     (job,) = [r for r in registrations if r.name == JOB]
-    assert job.inputs["metadata"]["annotations"][pack.PRIVILEGED_OPT_IN_ANNOTATION] == "true"
-    assert violations(BY_NAME["training-pod-not-privileged"], registrations) == []
+    assert job.inputs["metadata"]["annotations"][PRIVILEGED_OPT_IN_ANNOTATION] == "true"
+    assert violations(analyzer, "training-pod-not-privileged", registrations) == []
 
 
-# --- JobSets (issue 20) -----------------------------------------------------------------------
+# --- JobSets ---------------------------------------------------------------------------------
 
 
 def _multislice_plan(config: dict[str, Any]) -> list[offline.Registration]:
@@ -870,33 +875,33 @@ def _multislice_plan(config: dict[str, Any]) -> list[offline.Registration]:
     return run_stack(config).registrations
 
 
-def test_a_multislice_stack_passes_every_policy(config):
+def test_a_multislice_stack_passes_every_policy(analyzer, served, config):
     plan = _multislice_plan(config)
-    assert any(r.type == pack.JOBSET for r in plan)
-    assert {p.name: violations(p, plan) for p in pack.POLICIES if violations(p, plan)} == {}
+    assert any(r.type == PACK["JOBSET"] for r in plan)
+    found = analyze(analyzer, plan)
+    assert {name: of_policy(name, found) for name in served if of_policy(name, found)} == {}
 
 
-def test_a_jobset_may_not_run_privileged_without_opting_in(config):
+def test_a_jobset_may_not_run_privileged_without_opting_in(analyzer, config):
     plan = _multislice_plan(config)
-    (jobset,) = [r for r in plan if r.type == pack.JOBSET]
+    (jobset,) = [r for r in plan if r.type == PACK["JOBSET"]]
 
     def privileged(inputs: dict[str, Any]) -> None:
         pod = inputs["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
         pod["containers"][0]["securityContext"] = {"privileged": True}
 
-    (policy,) = [p for p in pack.POLICIES if p.name == "training-pod-not-privileged"]
-    found = violations(policy, mutated(plan, jobset.name, privileged))
+    found = violations(analyzer, "training-pod-not-privileged", mutated(plan, jobset.name, privileged))
     assert len(found) == 1 and "replicatedJobs.0" in found[0][0]
 
 
-def test_a_jobset_is_held_to_its_pools_tpus(config):
+def test_a_jobset_is_held_to_its_pools_tpus(analyzer, config):
     plan = _multislice_plan(config)
-    (jobset,) = [r for r in plan if r.type == pack.JOBSET]
+    (jobset,) = [r for r in plan if r.type == PACK["JOBSET"]]
 
     def fewer_chips(inputs: dict[str, Any]) -> None:
         pod = inputs["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
         one_chip = {"google.com/tpu": 1}
         pod["containers"][0]["resources"] = {"limits": one_chip, "requests": dict(one_chip)}
 
-    found = [p.name for p in pack.POLICIES if violations(p, mutated(plan, jobset.name, fewer_chips))]
+    found = analyze(analyzer, mutated(plan, jobset.name, fewer_chips))
     assert found, "a JobSet asking for fewer chips than its pool's VMs have went unnoticed"
