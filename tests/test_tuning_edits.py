@@ -22,6 +22,7 @@ from typing import Any, Callable
 import pytest
 from conftest import dev_config, run_components, run_stack
 from tpu_training_components import GkeTpuCluster
+from tpu_training_components.domain import change_impact
 from tpu_training_components.domain.node_pool_plan import GKE_DEFAULT_NODE_ZONES, system_pool_zones
 from tpu_training_components.domain.stack_identity import DEPLOYED_AS_OUTPUT, rename_problem
 
@@ -32,21 +33,14 @@ CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 VM = "gcp:tpu/v2Vm:V2Vm"
 POOL = "gcp:container/nodePool:NodePool"
 PROVIDER = "pulumi:providers:kubernetes"
-JOB_FORCE_NEW = ("completions", "parallelism", "selector", "template")
-VM_FORCE_NEW = (
-    "zone",
-    "name",
-    "project",
-    "runtimeVersion",
-    "acceleratorType",
-    "acceleratorConfig",
-    "cidrBlock",
-    "networkConfig",
-    "networkConfigs",
-    "serviceAccount",
-    "schedulingConfig",
-    "shieldedInstanceConfig",
+# The replace-on-change fields, from the same table --compare-to announces replacements by (each
+# with its provider source in change_impact): one list, so the two cannot drift apart.
+JOB_FORCE_NEW = tuple(
+    field.removeprefix("spec.")
+    for field in change_impact.KUBERNETES_RULES["batch/v1/Job"].replace
+    if field.startswith("spec.")
 )
+VM_FORCE_NEW = change_impact.TPU_VM.replace
 
 Edit = Callable[[dict[str, Any]], None]
 
