@@ -102,13 +102,6 @@ def log_decisions(decisions: Sequence[Decision]) -> None:
         (pulumi.log.warn if decision.warn else pulumi.log.info)(decision.message)
 
 
-def previous_state() -> pulumi.StackReference:
-    """A reference to this very stack: its outputs as of its last successful update. Make one
-    per program and read every generation output through it."""
-    own = f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
-    return pulumi.StackReference(f"{pulumi.get_stack()}-previous-state", stack_name=own)
-
-
 def last_deployed_generations(
     reference: pulumi.StackReference, output: str = GENERATIONS_OUTPUT
 ) -> pulumi.Output[dict[str, int]]:
