@@ -22,7 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping, Optional, Sequence
 
-from tpu_training_components.domain.job_manifests import TrainingJobSpec, job_manifest, run_parameters_manifest
+from tpu_training_components.domain.job_manifests import (
+    TrainingJobSpec,
+    job_manifest,
+    run_parameters_manifest,
+)
 from tpu_training_components.domain.startup_script import (
     COMPLETION_MARKER,
     render_shutdown_script,
