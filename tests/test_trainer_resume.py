@@ -173,8 +173,10 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, refe
 
     second = sandbox.boot()
     assert second.finish(timeout=DEADLINE) == 0, second.text()
-    skipped = [event for event in second.events if event.event == "skip"]
-    assert [event.int("step") for event in skipped] == [newest]
+    # The damaged step is either tried and skipped, or not offered at all by Orbax (which lists a
+    # step only once it finds it finalized; seen in CI under load): never restored.
+    skipped = [event.int("step") for event in second.events if event.event == "skip"]
+    assert skipped in ([newest], []), second.text()
     [resume] = resumes(second)
     assert resume.int("step") == newest - EVERY
     assert_same_state(load_final_state(sandbox.checkpoint_dir), reference)
