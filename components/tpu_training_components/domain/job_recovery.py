@@ -26,8 +26,28 @@ class JobCondition:
     message: str = ""
 
 
+class _Conditioned:
+    """A live workload's recovery generation and conditions, read the same way for Jobs and
+    JobSets."""
+
+    labels: Mapping[str, str]
+    conditions: tuple[JobCondition, ...]
+
+    @property
+    def generation(self) -> Optional[int]:
+        """The ``recovery-generation`` label; None when absent or not a plain number."""
+        return parse_generation(self.labels)
+
+    def condition(self, *types: str) -> JobCondition | None:
+        """The first condition of one of ``types`` whose status is True."""
+        for condition in self.conditions:
+            if condition.type in types and condition.status == "True":
+                return condition
+        return None
+
+
 @dataclass(frozen=True)
-class LiveJob:
+class LiveJob(_Conditioned):
     """What the Kubernetes API says of one Job."""
 
     name: str
@@ -39,18 +59,6 @@ class LiveJob:
     ready: int = 0
     succeeded: int = 0
     failed: int = 0
-
-    @property
-    def generation(self) -> Optional[int]:
-        """The Job's ``recovery-generation`` label; None when absent or not a plain number."""
-        return parse_generation(self.labels)
-
-    def condition(self, *types: str) -> JobCondition | None:
-        """The first condition of one of ``types`` whose status is True."""
-        for condition in self.conditions:
-            if condition.type in types and condition.status == "True":
-                return condition
-        return None
 
 
 def _explain(condition: JobCondition) -> str:
@@ -105,7 +113,7 @@ def unreachable_cluster(name: str, problem: str) -> Decision:
 
 
 @dataclass(frozen=True)
-class LiveJobSet:
+class LiveJobSet(_Conditioned):
     """What the Kubernetes API says of one JobSet."""
 
     name: str
@@ -121,16 +129,6 @@ class LiveJobSet:
     """Child Jobs the JobSet declares (``replicas`` of its replicated jobs)."""
     ready: int = 0
     """Child Jobs whose Pods are all ready (``replicatedJobsStatus[].ready``)."""
-
-    @property
-    def generation(self) -> Optional[int]:
-        return parse_generation(self.labels)
-
-    def condition(self, *types: str) -> JobCondition | None:
-        for condition in self.conditions:
-            if condition.type in types and condition.status == "True":
-                return condition
-        return None
 
 
 def decide_jobset(name: str, live: LiveJobSet | None) -> Decision:
