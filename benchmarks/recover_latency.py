@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 import yaml  # noqa: E402
-from fake_tpu_api import FakeTpuApi  # noqa: E402
+from support.fake_tpu_api import FakeTpuApi  # noqa: E402
 
 from infra import offline, recover  # noqa: E402
 from infra.automation import PendingChange, UpResult  # noqa: E402

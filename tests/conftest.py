@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-import policy_env
 import pytest
+from support import policy_env
 
 from infra import offline
 

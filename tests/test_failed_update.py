@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from conftest import run_stack
-from fake_tpu_api import FakeTpuApi
+from support.fake_tpu_api import FakeTpuApi
 from tpu_training_components.domain import recovery
 
 VM = "gcp:tpu/v2Vm:V2Vm"

@@ -11,9 +11,9 @@ import kubernetes_validate
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
-import seed_002
 import yaml
 from conftest import run_components
+from support import seed_002
 from tpu_training_components import (
     FlexStartTpuNodePool,
     GkeTpuCluster,

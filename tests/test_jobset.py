@@ -13,8 +13,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 from conftest import changed_registrations, refused, run_components, run_stack
-from fake_kube_api import FakeKubernetesApi, job
-from loopback import not_found
+from support.fake_kube_api import FakeKubernetesApi, job
+from support.loopback import not_found
 from test_jobset_conformance import JOBSET_TYPE, PROJECT, declared_jobset
 from tpu_training_components import FlexStartTpuNodePool, InvalidArgument, TpuTrainingJobSet, reconcile
 from tpu_training_components.domain.job_manifests import TrainingJobSpec, job_manifest

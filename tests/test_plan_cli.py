@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO, run_plan
-from fake_kube_api import FakeKubernetesApi
-from fake_tpu_api import FakeTpuApi
+from support.fake_kube_api import FakeKubernetesApi
+from support.fake_tpu_api import FakeTpuApi
 
 from infra import json_file, plan
 

@@ -9,9 +9,9 @@ import time
 from datetime import datetime, timezone
 
 import pytest
-from fake_kube_api import FakeGkeApi, FakeKubernetesApi, job, kubeconfig_for, self_signed_certificate
-from fake_redirect import RedirectingServer
-from fake_tpu_api import FakeTpuApi
+from support.fake_kube_api import FakeGkeApi, FakeKubernetesApi, job, kubeconfig_for, self_signed_certificate
+from support.fake_redirect import RedirectingServer
+from support.fake_tpu_api import FakeTpuApi
 from tpu_training_components.live.deadline import DeadlineExceeded, call_with_deadline
 from tpu_training_components.live.kube_api import ClusterRef, list_live_jobs, make_container_client
 from tpu_training_components.live.tpu_api import list_live_nodes, make_client

@@ -6,7 +6,7 @@ TypeScript or YAML program declares a component.
   against Pulumi's package metaschema (pkg/codegen/schema/pulumi.json at pulumi v3.259.0, commit
   0ac56e876614aedf12771d73ef7e80959b8a6fd4, in tests/fixtures/pulumi-v3.259.0/).
 - Construct: the provider declares the same children, with the same inputs and options, as the
-  Python class does under mocks (tests/fake_engine.py stands in for the engine's monitor)."""
+  Python class does under mocks (tests/support/fake_engine.py stands in for the engine's monitor)."""
 
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ import grpc
 import pulumi_kubernetes as k8s
 import pytest
 from conftest import REPO, fresh_stamp_since, run_components
-from fake_engine import FakeEngine
-from fake_tpu_api import FakeTpuApi
 from google.protobuf import struct_pb2
 from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 from ruamel.yaml import YAML
+from support.fake_engine import FakeEngine
+from support.fake_tpu_api import FakeTpuApi
 from tpu_training_components import PreemptibleTpuVm, TpuTrainingJob, TrainingRecovery
 from tpu_training_components.provider import COMPONENTS, PACKAGE_NAME
 

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import pytest
-import stub_pulumi
 from conftest import REPO
-from fake_kube_api import FakeKubernetesApi, job
-from fake_tpu_api import FakeTpuApi
+from support import stub_pulumi
+from support.fake_kube_api import FakeKubernetesApi, job
+from support.fake_tpu_api import FakeTpuApi
 from tpu_training_components.domain.recovery import Decision
 from tpu_training_components.domain.recovery_rounds import Backoff, next_round_in, plan_round
 

@@ -16,11 +16,11 @@ import sys
 import time
 
 import pytest
-import stub_pulumi
 import yaml
 from conftest import REPO
-from fake_kube_api import FakeKubernetesApi, job
-from fake_tpu_api import FakeTpuApi
+from support import stub_pulumi
+from support.fake_kube_api import FakeKubernetesApi, job
+from support.fake_tpu_api import FakeTpuApi
 from test_recover import RecordingRunner, recoverer, set_behaviour
 
 from infra import automation, offline, recover, recovery_targets

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from conftest import changed_registrations, fresh_stamp_since, run_plan, run_stack
-from fake_tpu_api import FakeTpuApi
+from support.fake_tpu_api import FakeTpuApi
 from tpu_training_components.domain import recovery
 from tpu_training_components.domain.recovery import LiveNode, decide
 from tpu_training_components.live.tpu_api import list_live_nodes

@@ -10,8 +10,8 @@ from typing import Any
 import pulumi
 import pytest
 from conftest import REPO, run_components, run_stack
-from fake_kube_api import FakeKubernetesApi, job
-from fake_tpu_api import FakeTpuApi
+from support.fake_kube_api import FakeKubernetesApi, job
+from support.fake_tpu_api import FakeTpuApi
 from tpu_training_components import InvalidArgument, TrainingRecovery
 
 from infra import offline

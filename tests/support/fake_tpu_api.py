@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from loopback import LoopbackJsonServer, not_found
+from support.loopback import LoopbackJsonServer, not_found
 
 _LIST = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/nodes$")
 

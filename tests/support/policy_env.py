@@ -16,7 +16,7 @@ pyproject.toml, which the ``-e ..`` line installs, or Python), so the tests alwa
 the repository. (The CLI's extra ``pip install --upgrade pip setuptools wheel``, L536, is left out:
 it installs whatever is newest, and the venv's own pip installs these pins.)
 
-Standard library only, and usable as a script: ``python tests/policy_env.py`` builds or reuses the
+Standard library only, and usable as a script: ``python tests/support/policy_env.py`` builds or reuses the
 venv and prints its interpreter's path (.ci/typecheck type-checks the pack with it).
 """
 
@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 POLICY_DIR = REPO / "policy"
 VENV = POLICY_DIR / "venv"
 PYTHON = VENV / "bin" / "python"

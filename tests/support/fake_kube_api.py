@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import parse_qs
 
-from loopback import LoopbackJsonServer, not_found
 from tpu_training_components.domain.job_manifests import PART_OF, PART_OF_LABEL
+
+from support.loopback import LoopbackJsonServer, not_found
 
 _JOBS = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs$")
 _CLUSTER = re.compile(r"^/v1/(projects/[^/]+/locations/[^/]+/clusters/[^/]+)$")
