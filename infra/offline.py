@@ -669,15 +669,18 @@ def run(
 
 
 def _share_config_module(program_dir: Path) -> None:
-    """The program imports its config module as `stack_config` (the language host puts only its
-    folder on sys.path); this package has loaded the same file as `infra.stack_config` already.
-    One module, not a second copy whose pydantic models are built again (18 ms of the dev plan)."""
+    """The program imports its config package as `stack_config` (the language host puts only its
+    folder on sys.path); this package has loaded the same files as `infra.stack_config` already.
+    One package, not a second copy whose pydantic models are built again (18 ms of the dev plan):
+    the package and each of its loaded modules get their program-side name too."""
     loaded = sys.modules.get("infra.stack_config")
     source = getattr(loaded, "__file__", None)
     if loaded is None or source is None or "stack_config" in sys.modules:
         return
-    if Path(source).resolve() == (program_dir / "stack_config.py").resolve():
-        sys.modules["stack_config"] = loaded
+    if Path(source).resolve() == (program_dir / "stack_config" / "__init__.py").resolve():
+        for name, module in list(sys.modules.items()):
+            if name == "infra.stack_config" or name.startswith("infra.stack_config."):
+                sys.modules[name.removeprefix("infra.")] = module
 
 
 def run_program(

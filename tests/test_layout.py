@@ -58,3 +58,12 @@ def test_old_module_paths_are_the_moved_modules():
     from tpu_training_components.reconcile import GENERATIONS_OUTPUT
 
     assert recovery is moved and GENERATIONS_OUTPUT == "recoveryGenerations"
+
+
+CONFIG_PACKAGE = REPO / "infra" / "stack_config"
+
+
+def test_only_the_loader_of_the_config_package_reads_pulumi_config():
+    # STYLE: only the stack's config module reads pulumi.Config, into a frozen typed object.
+    readers = sorted(p.name for p in CONFIG_PACKAGE.glob("*.py") if "pulumi.Config(" in p.read_text())
+    assert readers == ["loading.py"]

@@ -1,0 +1,53 @@
+"""The stack's configuration: read once from Pulumi config into frozen, validated objects.
+
+A package split by concern; the stack program imports it as ``stack_config`` (the language host
+puts only ``infra/`` on ``sys.path``), the commands as ``infra.stack_config``:
+
+- ``fields``: the model base and the field types and validators every part shares;
+- ``tpu_vms``, ``storage``, ``training``, ``network``, ``gke``: one part of the config each, with
+  the checks that belong to it;
+- ``stack``: ``StackConfig``, the whole, its cross-key checks and the values derived from it;
+- ``loading``: ``load()``, the only reader of ``pulumi.Config``, and how problems are reported.
+"""
+
+from .fields import PROJECT, Provisioning
+from .gke import SYSTEM_POOL, ClusterConfig, JobConfig, MaintenanceWindowConfig, NodePoolConfig
+from .loading import (
+    _PROJECT_KEYS,
+    OFFLINE_SECRET,
+    ConfigError,
+    gcp_provider_keys,
+    is_config_secret,
+    load,
+)
+from .network import NetworkConfig
+from .stack import StackConfig
+from .storage import PROJECT_ROOT, TRAINER_CODE_VARIABLE, BucketConfig, TrainerCodeConfig
+from .tpu_vms import TpuVmConfig
+from .training import CheckpointingConfig, RecoveryConfig, TrainingConfig
+
+__all__ = [
+    "OFFLINE_SECRET",
+    "PROJECT",
+    "PROJECT_ROOT",
+    "SYSTEM_POOL",
+    "TRAINER_CODE_VARIABLE",
+    "_PROJECT_KEYS",
+    "BucketConfig",
+    "CheckpointingConfig",
+    "ClusterConfig",
+    "ConfigError",
+    "JobConfig",
+    "MaintenanceWindowConfig",
+    "NetworkConfig",
+    "NodePoolConfig",
+    "Provisioning",
+    "RecoveryConfig",
+    "StackConfig",
+    "TpuVmConfig",
+    "TrainerCodeConfig",
+    "TrainingConfig",
+    "gcp_provider_keys",
+    "is_config_secret",
+    "load",
+]

@@ -1,0 +1,82 @@
+"""``tpu-training:training``, ``checkpointing`` and ``recovery``: how runs scale, how often they
+checkpoint, and how `pulumi up` recovers TPU VMs."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+from pydantic import (
+    BeforeValidator,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
+from tpu_training_components.domain.goodput import (
+    InterruptionModel,
+)
+from tpu_training_components.domain.scaling import LearningRateScaling, TrainingPlan, plan_training
+
+from .fields import (
+    Model,
+    int_is_a_float,
+)
+
+
+class TrainingConfig(Model):
+    """``tpu-training:training``: seed 003's scaling rules for every workload of the stack."""
+
+    per_core_batch_size: StrictInt = Field(ge=1)
+    total_examples: Optional[StrictInt] = Field(default=None, ge=1)
+    epochs: Optional[StrictInt] = Field(default=None, ge=1)
+    base_learning_rate: Optional[StrictFloat] = Field(default=None, gt=0, allow_inf_nan=False)
+    learning_rate_scaling: LearningRateScaling = "none"
+    reference_cores: StrictInt = Field(default=8, ge=1)
+
+    # YAML reads `1` as an integer; a learning rate of 1 is still a learning rate.
+    _learning_rate_as_float = field_validator("base_learning_rate", mode="before")(int_is_a_float)
+
+    @model_validator(mode="after")
+    def _one_length(self) -> TrainingConfig:
+        if (self.total_examples is None) == (self.epochs is None):
+            raise ValueError("set exactly one of totalExamples and epochs")
+        if self.learning_rate_scaling != "none" and self.base_learning_rate is None:
+            raise ValueError(f"learningRateScaling {self.learning_rate_scaling!r} needs baseLearningRate")
+        return self
+
+    def plan_for(self, cores: int) -> TrainingPlan:
+        return plan_training(
+            per_core_batch_size=self.per_core_batch_size,
+            cores=cores,
+            total_examples=self.total_examples,
+            epochs=self.epochs,
+            base_learning_rate=self.base_learning_rate,
+            learning_rate_scaling=self.learning_rate_scaling,
+            reference_cores=self.reference_cores,
+        )
+
+
+PositiveHours = Annotated[
+    StrictFloat, BeforeValidator(int_is_a_float), Field(gt=0, le=10 * 365 * 24, allow_inf_nan=False)
+]
+
+
+class CheckpointingConfig(Model):
+    """``tpu-training:checkpointing``: what a checkpoint costs and how often capacity goes away,
+    from which each VM and Job gets Young's checkpoint interval."""
+
+    # Up to a day: a checkpoint that takes longer cannot beat any interruption rate we model.
+    cost_seconds: Annotated[
+        StrictFloat, BeforeValidator(int_is_a_float), Field(gt=0, le=24 * 3600, allow_inf_nan=False)
+    ]
+    mean_hours_between_interruptions: dict[InterruptionModel, PositiveHours] = Field(default_factory=dict)
+
+
+class RecoveryConfig(Model):
+    """``tpu-training:recovery``: how `pulumi up` recovers TPU VMs."""
+
+    # At most a week: a maintenance event that has not healed in a week will not heal.
+    maintenance_grace_minutes: StrictInt = Field(default=30, ge=0, le=7 * 24 * 60)
+    read_live_state: StrictBool = True
