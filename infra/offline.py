@@ -35,6 +35,7 @@ from ruamel.yaml import YAML, YAMLError
 from ruamel.yaml import nodes as ruamel_nodes
 from ruamel.yaml.constructor import SafeConstructor
 from ruamel.yaml.reader import Reader
+from tpu_training_components.domain import wire_values
 from yaml import events as libyaml_events
 
 from infra.stack_config import OFFLINE_SECRET
@@ -528,20 +529,18 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
 
 def _plain(value: Any) -> Any:
     """Protobuf-free, JSON-ready copy (secrets are kept as their plain values offline)."""
+    return wire_values.plain(value, _plain_asset_or_secret)
+
+
+def _plain_asset_or_secret(value: Any) -> Any:
     if isinstance(value, pulumi.FileAsset):
         # The file, named from the project folder, so the plan reads the same on every machine.
         path = Path(os.path.abspath(value.path))
         shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
         return {"fileAsset": str(shown)}
-    if isinstance(value, dict):
-        if value.get(rpc._special_sig_key) == rpc._special_secret_sig:
-            return _plain(value.get("value"))
-        return {str(k): _plain(v) for k, v in sorted(value.items())}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, float) and value.is_integer():
-        return int(value)  # the wire carries every number as a double; 4.0 was an int
-    return value
+    if isinstance(value, dict) and value.get(rpc._special_sig_key) == rpc._special_secret_sig:
+        return _plain(value.get("value"))
+    return wire_values.KEEP
 
 
 # ---------------------------------------------------------------------------------------------

@@ -44,18 +44,21 @@ RPC_TIMEOUT = 30
 
 
 def _pack_constants() -> dict[str, str]:
-    """The pack module's top-level string constants (its name, the resource types it governs), read
-    from its source: importing it needs pulumi_policy, which only policy/venv has."""
-    tree = ast.parse((POLICY_DIR / "tpu_training_policies.py").read_text())
-    return {
-        node.targets[0].id: node.value.value
-        for node in tree.body
-        if isinstance(node, ast.Assign)
-        and len(node.targets) == 1
-        and isinstance(node.targets[0], ast.Name)
-        and isinstance(node.value, ast.Constant)
-        and isinstance(node.value.value, str)
-    }
+    """The pack package's top-level string constants (its name, the resource types it governs),
+    read from its modules' source: importing them needs pulumi_policy, which only policy/venv has."""
+    constants: dict[str, str] = {}
+    for module in sorted((POLICY_DIR / "tpu_training_policies").glob("*.py")):
+        for node in ast.parse(module.read_text()).body:
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+            ):
+                assert node.targets[0].id not in constants, f"{node.targets[0].id} defined twice"
+                constants[node.targets[0].id] = node.value.value
+    return constants
 
 
 PACK = _pack_constants()
@@ -278,7 +281,9 @@ def test_the_readme_table_is_the_pack(served):
 
 
 def test_no_module_but_main_constructs_a_pack():
-    for path in POLICY_DIR.glob("*.py"):
+    for path in POLICY_DIR.glob("**/*.py"):
+        if "venv" in path.relative_to(POLICY_DIR).parts:
+            continue
         if path.name != "__main__.py":
             assert "PolicyPack(" not in path.read_text(), path
 
