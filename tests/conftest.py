@@ -113,6 +113,19 @@ def run_plan(
     )
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # Under pytest-xdist the workers' output is not shown: say here, once, why the first policy
+    # test may wait (the worker that needs policy/venv first builds it; the others wait on its lock).
+    if hasattr(session.config, "workerinput") or policy_env.is_current():
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(
+            "policy/venv is missing or stale: the first test that needs it builds it from "
+            "policy/requirements.txt (a minute or two, once)"
+        )
+
+
 @pytest.fixture(scope="session")
 def policy_python(request: pytest.FixtureRequest) -> Path:
     """The policy pack's own interpreter, policy/venv/bin/python, built from policy/requirements.txt
