@@ -131,6 +131,7 @@ def _pool() -> dict[str, Any]:
         "spot": False,
         "reservation": None,
         "max_run_duration": "72h",
+        "queued_provisioning": False,
         "node_pool_name": "v6e",
         "labels": {"team": "ml"},
         "project": "proj-123",
@@ -150,6 +151,8 @@ def _job() -> dict[str, Any]:
             "flex_start": True,
             "spot": False,
             "reservation": None,
+            "max_run_duration": "72h",
+            "queued_provisioning": False,
         },
         "image": "trainer:1",
         "command": ["python3", "train.py"],
@@ -453,6 +456,7 @@ FUNCTIONS: dict[str, dict[str, Any]] = {
         "spot": False,
         "reservation": None,
         "max_run_duration": "72h",
+        "queued_provisioning": False,
     },
 }
 
