@@ -187,6 +187,16 @@ def _jobset() -> dict[str, Any]:
     }
 
 
+def _queue() -> dict[str, Any]:
+    pool = _job()["node_pool"]
+    return {
+        "provider": k8s.Provider("cluster", kubeconfig="{}"),
+        "node_pool": {**pool, "queued_provisioning": True},
+        "namespaces": ["default", "research"],
+        "labels": {"team": "ml"},
+    }
+
+
 def _engines() -> dict[str, Any]:
     return {
         "provider": k8s.Provider("cluster", kubeconfig="{}"),
@@ -208,6 +218,7 @@ COMPONENTS = {
     "TpuTrainingJob": Component(api.TpuTrainingJob, api.TpuTrainingJobArgs, _job),
     "TpuTrainingJobSet": Component(api.TpuTrainingJobSet, api.TpuTrainingJobSetArgs, _jobset),
     "WorkloadEngines": Component(api.WorkloadEngines, api.WorkloadEnginesArgs, _engines),
+    "QueuedProvisioning": Component(api.QueuedProvisioning, api.QueuedProvisioningArgs, _queue),
 }
 
 
