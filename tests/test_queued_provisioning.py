@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 import shlex
 from pathlib import Path
 from typing import Any, Callable, Mapping, Union
@@ -28,7 +29,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 import yaml
-from conftest import changed_registrations, run_components
+from conftest import REPO, changed_registrations, run_components
 from support import gke_queued_tpu
 from test_jobset_conformance import JOBSET_TYPE, schema_errors
 from tpu_training_components import (
@@ -798,3 +799,26 @@ def test_every_immutable_field_changes_only_with_the_name():
         == second["AdmissionCheck"]["spec"]["controllerName"]
     )
     assert first["LocalQueue"]["spec"]["clusterQueue"] != second["LocalQueue"]["spec"]["clusterQueue"]
+
+
+# --- the documentation's example ----------------------------------------------------------------
+
+DOCS_PAGE = "docs/gke.md"
+
+
+def test_the_docs_example_declares_what_the_docs_say():
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / DOCS_PAGE).read_text(), flags=re.S)
+    (example,) = [block for block in blocks if block.startswith("# queued example")]
+    program = compile(example, DOCS_PAGE, "exec")
+    run = run_components(lambda: exec(program, {}))
+    assert run.one(POOL, "v6e-queued-pool").inputs["queuedProvisioning"] == {"enabled": True}
+    assert {r.name for r in run.by_type(RELEASE)} == {"engines-jobset", "engines-kueue"}
+    assert sorted(o["kind"] for o in kueue_objects(run)) == sorted(set(CRD_FILES))
+    (jobset,) = run.by_type(JOBSET_TYPE)
+    assert jobset.inputs["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "v6e-queued"
+    # The JobSet waits for its queue (depends_on a component: on every child of it).
+    queue = run.one("tpu-training:gke:QueuedProvisioning", "v6e-queued-queue")
+    local_queue = next(
+        r for r in run.registrations if r.parent == queue.urn and r.type.endswith(":LocalQueue")
+    )
+    assert local_queue.urn in run.one("tpu-training:gke:TpuTrainingJobSet", "train").options["dependsOn"]
