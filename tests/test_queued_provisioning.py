@@ -25,12 +25,14 @@ import shlex
 from pathlib import Path
 from typing import Any, Callable, Mapping, Union
 
+import kubernetes_validate
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 import yaml
 from conftest import REPO, changed_registrations, run_components
 from support import gke_queued_tpu
+from test_gke_components import KUBERNETES_VERSION
 from test_jobset_conformance import JOBSET_TYPE, schema_errors
 from tpu_training_components import (
     FlexStartTpuNodePool,
@@ -593,6 +595,20 @@ def test_a_queued_workload_names_the_pools_queue_and_tolerates_its_nodes(kind):
     ]
     # Never `suspend`: Kueue's webhook suspends it and Kueue resumes it (see the admission test).
     assert "suspend" not in workload["spec"]
+
+
+def test_queued_workloads_are_valid_against_their_own_schemas():
+    """The queued JobSet against JobSet v0.12.0's CRD (test_jobset_conformance), the queued Job
+    against Kubernetes' OpenAPI schema of the oldest version with TPU flex-start (as
+    test_gke_components checks every Job), unknown fields refused in both."""
+    jobset = declare(workload="jobset").one(JOBSET_TYPE, "train-jobset").inputs
+    assert schema_errors({key: jobset[key] for key in ("apiVersion", "kind", "metadata", "spec")}) == []
+    job = declare(workload="job").one(JOB, "train-job").inputs
+    kubernetes_validate.validate(
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": job["metadata"], "spec": job["spec"]},
+        KUBERNETES_VERSION,
+        strict=True,
+    )
 
 
 def test_the_toleration_is_the_one_of_gkes_tutorial():
