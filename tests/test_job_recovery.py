@@ -10,6 +10,7 @@ import pytest
 from conftest import changed_registrations, run_stack
 from google.oauth2.credentials import Credentials
 from support.fake_kube_api import FakeGkeApi, FakeKubernetesApi, job, self_signed_certificate
+from tpu_training_components.domain.job_manifests import KUEUE_QUEUE_LABEL
 from tpu_training_components.domain.job_recovery import JobCondition, LiveJob, decide_job
 from tpu_training_components.live.kube_api import ClusterRef, list_live_jobs, make_container_client
 from tpu_training_components.resources import reconcile
@@ -18,11 +19,11 @@ CLUSTER = ClusterRef("tpu-training-dev", "europe-west4", "tpu-dev")
 JOB = "kubernetes:batch/v1:Job"
 
 
-def live(*conditions: tuple[str, str], active=0, ready=0, generation="4"):
+def live(*conditions: tuple[str, str], active=0, ready=0, generation="4", labels=None):
     return LiveJob(
         "train",
         "default",
-        {"recovery-generation": generation},
+        {"recovery-generation": generation, **(labels or {})},
         tuple(JobCondition(kind, "True", reason, "details") for kind, reason in conditions),
         active=active,
         ready=ready,
@@ -44,6 +45,8 @@ def live(*conditions: tuple[str, str], active=0, ready=0, generation="4"):
         (live(("Failed", "PodFailurePolicy")), "replace", 5, False),
         (live(("FailureTarget", "BackoffLimitExceeded"), active=2), "replace", 5, False),
         (live(("Suspended", "JobSuspended")), "keep", 4, True),
+        # Kueue's webhook creates a queued Job suspended: waiting for admission, no warning.
+        (live(("Suspended", "JobSuspended"), labels={KUEUE_QUEUE_LABEL: "v6e"}), "keep", 4, False),
     ],
 )
 def test_decision_table(job_state, action, generation, warn):

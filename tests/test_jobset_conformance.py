@@ -28,9 +28,14 @@ PROJECT = "tpu-training-dev"
 
 def _strict(schema: Any) -> Any:
     """The schema as the API server applies it with strict field validation: an unknown field is an
-    error, not silently pruned (which would drop a misspelt field without a word)."""
+    error, not silently pruned (which would drop a misspelt field without a word). Patterns are
+    Go's RE2, which takes a flag group after ``^`` (Kueue's ``^(?i)[a-z]...``); Python's ``re``
+    wants global flags first, and means the same with them there."""
     if isinstance(schema, dict):
         schema = {key: _strict(value) for key, value in schema.items()}
+        pattern = schema.get("pattern")
+        if isinstance(pattern, str) and pattern.startswith("^(?i)"):
+            schema["pattern"] = "(?i)^" + pattern[len("^(?i)") :]
         if (
             "properties" in schema
             and "additionalProperties" not in schema

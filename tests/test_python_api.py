@@ -131,6 +131,7 @@ def _pool() -> dict[str, Any]:
         "spot": False,
         "reservation": None,
         "max_run_duration": "72h",
+        "queued_provisioning": False,
         "node_pool_name": "v6e",
         "labels": {"team": "ml"},
         "project": "proj-123",
@@ -150,6 +151,8 @@ def _job() -> dict[str, Any]:
             "flex_start": True,
             "spot": False,
             "reservation": None,
+            "max_run_duration": "72h",
+            "queued_provisioning": False,
         },
         "image": "trainer:1",
         "command": ["python3", "train.py"],
@@ -184,6 +187,16 @@ def _jobset() -> dict[str, Any]:
     }
 
 
+def _queue() -> dict[str, Any]:
+    pool = _job()["node_pool"]
+    return {
+        "provider": k8s.Provider("cluster", kubeconfig="{}"),
+        "node_pool": {**pool, "queued_provisioning": True},
+        "namespaces": ["default", "research"],
+        "labels": {"team": "ml"},
+    }
+
+
 def _engines() -> dict[str, Any]:
     return {
         "provider": k8s.Provider("cluster", kubeconfig="{}"),
@@ -205,6 +218,7 @@ COMPONENTS = {
     "TpuTrainingJob": Component(api.TpuTrainingJob, api.TpuTrainingJobArgs, _job),
     "TpuTrainingJobSet": Component(api.TpuTrainingJobSet, api.TpuTrainingJobSetArgs, _jobset),
     "WorkloadEngines": Component(api.WorkloadEngines, api.WorkloadEnginesArgs, _engines),
+    "QueuedProvisioning": Component(api.QueuedProvisioning, api.QueuedProvisioningArgs, _queue),
 }
 
 
@@ -453,6 +467,7 @@ FUNCTIONS: dict[str, dict[str, Any]] = {
         "spot": False,
         "reservation": None,
         "max_run_duration": "72h",
+        "queued_provisioning": False,
     },
 }
 

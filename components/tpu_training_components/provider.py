@@ -35,6 +35,7 @@ from .resources.engines import WorkloadEngines  # noqa: E402
 from .resources.gke_cluster import GkeTpuCluster  # noqa: E402
 from .resources.identity import TrainingServiceAccount  # noqa: E402
 from .resources.network import TrainingNetwork  # noqa: E402
+from .resources.queued_provisioning import QueuedProvisioning  # noqa: E402
 from .resources.tpu_node_pool import FlexStartTpuNodePool  # noqa: E402
 from .resources.tpu_vm import PreemptibleTpuVm  # noqa: E402
 from .resources.training_job import TpuTrainingJob  # noqa: E402
@@ -54,6 +55,7 @@ COMPONENTS: tuple[type[pulumi.ComponentResource], ...] = (
     TpuTrainingJob,
     TpuTrainingJobSet,
     WorkloadEngines,
+    QueuedProvisioning,
     TrainingRecovery,
 )
 

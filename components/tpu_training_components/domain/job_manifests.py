@@ -22,6 +22,12 @@ SKIP_AWAIT_ANNOTATION = "pulumi.com/skipAwait"
 PRIVILEGED_OPT_IN_ANNOTATION = "tpu-training/privileged"
 """Set to ``"true"`` on a Job that runs its trainer privileged on purpose (``privileged=True``):
 the policy pack refuses privileged training Pods without it."""
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+"""Kueue admits a Job or JobSet labelled with its LocalQueue's name: its webhook creates such a
+workload suspended and Kueue lifts that when it admits it (kubernetes-sigs/kueue v0.19.2
+pkg/controller/jobframework/defaults.go ``ApplyDefaultForSuspend``). xpk labels every JobSet so;
+GKE's TPU tutorial ray-kueue-dws: "The kueue.x-k8s.io/queue-name label routes your job directly
+to Kueue"."""
 PART_OF_LABEL = "app.kubernetes.io/part-of"
 PART_OF = "tpu-training"
 """Every Job this project declares carries ``app.kubernetes.io/part-of: tpu-training``; recovery
@@ -152,6 +158,12 @@ class TrainingJobSpec:
     """Seed 002 runs multi-host Pods privileged; current GKE exposes the chips through the TPU
     device plugin without it, so it is off unless asked for."""
     labels: Mapping[str, str] = field(default_factory=dict)
+    queue: Optional[str] = None
+    """The Kueue LocalQueue that admits the workload (``KUEUE_QUEUE_LABEL`` on the Job or JobSet
+    itself, never on its Pods), or None for none."""
+    tolerations: Sequence[Mapping[str, str]] = ()
+    """Taints of the pool's nodes the Pods tolerate (``TpuNodePoolPlan.tolerations``: GKE's
+    queued-provisioning taint on a queued pool); none, and no ``tolerations`` key, otherwise."""
 
     @property
     def multi_host(self) -> bool:
@@ -269,6 +281,10 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
     """A ``batch/v1`` Job: one Pod for a single-host slice, an Indexed Job of one Pod per VM for
     a multi-host slice (seed 002)."""
     metadata = _metadata(spec, spec.name, generation=True)
+    if spec.queue is not None:
+        # Not `spec.suspend`: Kueue's webhook suspends the Job and Kueue resumes it. Declared by
+        # us, a later `pulumi up` that updates the Job in place would suspend it again.
+        metadata["labels"][KUEUE_QUEUE_LABEL] = spec.queue
     # `pulumi up` returns once the Job is accepted instead of waiting days for it to finish;
     # recovery reads the Job's state itself on the next run.
     metadata["annotations"] = {
@@ -286,6 +302,8 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
     affinity = _affinity(spec)
     if affinity:
         pod_spec["affinity"] = affinity
+    if spec.tolerations:
+        pod_spec["tolerations"] = [dict(toleration) for toleration in spec.tolerations]
     job_spec: dict[str, Any] = {
         # A Pod that fails because its node was taken away (flex-start's 7-day limit, maintenance,
         # preemption, eviction) carries the DisruptionTarget condition: Kubernetes' own way to say

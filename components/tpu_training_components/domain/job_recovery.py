@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
-from .jobset_manifests import KUEUE_QUEUE_LABEL
+from .job_manifests import KUEUE_QUEUE_LABEL
 from .recovery import Decision, gone, keep, parse_generation, replace, unreachable
 
 
@@ -82,6 +82,9 @@ def decide_job(name: str, live: LiveJob | None) -> Decision:
         return replace(name, generation, why)
     suspended = live.condition("Suspended")
     if suspended is not None:
+        # Kueue's webhook creates a queued Job suspended; Kueue lifts that when it admits it.
+        if KUEUE_QUEUE_LABEL in live.labels:
+            return keep(name, generation, "Job waits for Kueue to admit it (all-or-nothing capacity)")
         return keep(
             name,
             generation,

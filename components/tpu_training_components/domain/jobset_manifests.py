@@ -21,7 +21,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .job_manifests import PRIVILEGED_OPT_IN_ANNOTATION, SKIP_AWAIT_ANNOTATION, TrainingJobSpec, job_manifest
+from .job_manifests import (
+    KUEUE_QUEUE_LABEL,  # defined with the Job's labels; importable from here as before
+    PRIVILEGED_OPT_IN_ANNOTATION,
+    SKIP_AWAIT_ANNOTATION,
+    TrainingJobSpec,
+    job_manifest,
+)
 from .node_pool_plan import NODE_POOL_LABEL
 
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -37,8 +43,6 @@ DEFAULT_MAX_RESTARTS = 3
 Disruptions do not count. A few: a bug that crashes every worker fails fast instead of looping,
 while a transient fault (a bad host, a flaky storage read) gets several tries in seconds."""
 MAX_RESTARTS_LIMIT = 1000
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-"""Kueue admits a JobSet labelled with its LocalQueue's name (xpk sets it on every JobSet)."""
 
 # batch/v1 JobFailed reasons (k8s.io/api/batch/v1/types.go): a child Job that a pod failure
 # policy's FailJob rule failed says PodFailurePolicy; one whose Pod failed with backoffLimit 0
@@ -73,7 +77,7 @@ class TrainingJobSetSpec:
     slices: int = 1
     max_restarts: int = DEFAULT_MAX_RESTARTS
     queue: Optional[str] = None
-    """The Kueue LocalQueue that admits the JobSet, or None for none."""
+    """The Kueue LocalQueue that admits the JobSet, or None for ``job.queue``."""
 
     def __post_init__(self) -> None:
         if not self.job.multi_host:
@@ -126,6 +130,8 @@ def jobset_manifest(spec: TrainingJobSetSpec) -> dict[str, Any]:
         },
     }
     if spec.queue is not None:
+        # The Job's metadata carries `job.queue` already; this one wins. Never `spec.suspend`:
+        # Kueue's webhook suspends the JobSet and Kueue resumes it.
         metadata["labels"] = {**metadata["labels"], KUEUE_QUEUE_LABEL: spec.queue}
     child = {
         # A slice trains only with all its hosts: one failed Pod fails its Job, and the JobSet

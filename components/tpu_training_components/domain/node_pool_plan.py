@@ -22,6 +22,12 @@ FLEX_START_MIN_GKE_VERSION = "1.33.0-gke.1712000"
 FLEX_START_MAX_RUN_SECONDS = 7 * 24 * 3600
 """Flex-start nodes live at most seven days (seed 002)."""
 
+QUEUED_PROVISIONING_MIN_GKE_VERSION = "1.34"
+"""GKE's TPU tutorial for flex-start with queued provisioning and Kueue, "Optimize AI training on
+TPUs with DWS and Kueue" (docs.cloud.google.com/kubernetes-engine/docs/tutorials/ray-kueue-dws,
+last updated 2026-04-10): "GKE_VERSION: The GKE version of your cluster. Use version 1.34 or
+later." The pool cannot see the cluster's version: the stack's config checks it."""
+
 MAX_DURATION_SECONDS = 315_576_000_000
 """The longest duration the API's protobuf Duration holds: "Must be from -315,576,000,000 to
 +315,576,000,000 inclusive" (google/protobuf/duration.proto)."""
@@ -49,6 +55,14 @@ SPOT_NODE_LABEL = "cloud.google.com/gke-spot"
 RESERVATION_NODE_LABEL = "cloud.google.com/reservation-name"
 ACCELERATOR_NODE_LABEL = "cloud.google.com/gke-tpu-accelerator"
 TOPOLOGY_NODE_LABEL = "cloud.google.com/gke-tpu-topology"
+QUEUED_PROVISIONING_TAINT = "cloud.google.com/gke-queued"
+"""GKE taints every node of a queued-provisioning pool with this key (``NoSchedule``) itself, so
+that only the workloads it provisioned the nodes for land there: "DWS flex-start nodes are
+specially marked (tainted) by GKE [...] your job must explicitly tolerate the
+cloud.google.com/gke-queued taint" (GKE tutorial ray-kueue-dws, whose TPU workers tolerate it
+with ``operator: Exists``); Cluster Toolkit's gke-node-pool module "adds the
+cloud.google.com/gke-queued taint" (modules/compute/gke-node-pool/README.md at
+1047080375afbb44da4b596be314634e7486af4a)."""
 NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
 """GKE's label of a node's pool: one value per GKE node pool, so per multi-host slice."""
 POOL_NODE_LABEL = "tpu-training/node-pool"
@@ -80,6 +94,9 @@ class TpuNodePoolPlan:
     spot: bool
     reservation: Optional[str]
     max_run_seconds: Optional[int]
+    queued_provisioning: bool = False
+    """Nodes only through GKE's queued provisioning: a ProvisioningRequest, which Kueue makes for
+    each workload it admits, brings up a whole slice at once or nothing (``QueuedProvisioning``)."""
 
     # Flex-start starts empty and lets the autoscaler bring up exactly what a workload asks for.
     initial_node_count: int = 0
@@ -147,6 +164,30 @@ class TpuNodePoolPlan:
             ACCELERATOR_NODE_LABEL: self.shape.accelerator_label,
             TOPOLOGY_NODE_LABEL: self.shape.topology,
         }
+
+    @property
+    def tolerations(self) -> tuple[dict[str, str], ...]:
+        """The taints of the pool's nodes a Pod must tolerate besides the TPU one, which GKE
+        adds to TPU Pods itself: GKE's queued-provisioning taint, on a queued pool only."""
+        if not self.queued_provisioning:
+            return ()
+        # As GKE's tutorial writes it: any value of the key.
+        return ({"key": QUEUED_PROVISIONING_TAINT, "operator": "Exists", "effect": "NoSchedule"},)
+
+    @property
+    def queue_name(self) -> Optional[str]:
+        """The Kueue LocalQueue (and ClusterQueue) that admits this pool's workloads, named after
+        the pool; None for a pool without queued provisioning."""
+        return self.name if self.queued_provisioning else None
+
+    @property
+    def node_max_run_duration(self) -> Optional[str]:
+        """``node_config.max_run_duration`` of the pool's node pools. A queued pool's nodes live
+        as long as the ProvisioningRequest that brought them asks (its ``maxRunDurationSeconds``
+        parameter, "If you don't specify a value [...] the default is seven days", GKE "About
+        flex-start provisioning mode", concepts/dws), so there the duration goes to the queue's
+        ProvisioningRequestConfig instead (``kueue_manifests``)."""
+        return None if self.queued_provisioning else self.max_run_duration
 
     @property
     def node_labels(self) -> dict[str, str]:
@@ -239,6 +280,7 @@ def plan_tpu_node_pool(
     spot: bool = False,
     reservation: Optional[str] = None,
     max_run_duration: Optional[str] = None,
+    queued_provisioning: bool = False,
 ) -> TpuNodePoolPlan:
     """Validate a TPU node pool and derive its settings, or raise ``NodePoolError``."""
     shape = slice_shape(machine_type, topology)
@@ -289,6 +331,8 @@ def plan_tpu_node_pool(
             f"lowercase letters, digits or '-', starting with a letter (shared reservations of other "
             f"projects are not supported yet)"
         )
+    if queued_provisioning:
+        _check_queued(shape, flex_start)
     seconds = None
     if max_run_duration is not None:
         seconds = parse_duration(max_run_duration)
@@ -306,6 +350,7 @@ def plan_tpu_node_pool(
         spot=spot,
         reservation=reservation,
         max_run_seconds=seconds,
+        queued_provisioning=queued_provisioning,
     )
     if not plan.multi_host and plan.max_nodes_per_pool > MAX_NODES_PER_POOL_ZONE * len(zones):
         raise NodePoolError(
@@ -318,6 +363,28 @@ def plan_tpu_node_pool(
             extra = f" (the pool of slice {plan.pool_names.index(pool_name)})" if pool_name != name else ""
             raise NodePoolError(f"{problem}{extra}")
     return plan
+
+
+def _check_queued(shape: SliceShape, flex_start: bool) -> None:
+    """Queued provisioning as GKE offers it for TPUs: flex-start, multi-host slices."""
+    if not flex_start:
+        # "To use flex-start with queued provisioning, you have to add the --flex-start and
+        # --enable-queued-provisioning flags when you create the node pool" (GKE "Run a
+        # large-scale workload with flex-start with queued provisioning", how-to/provisioningrequest).
+        raise NodePoolError(
+            "queuedProvisioning needs flexStart: true; GKE's queued provisioning is a way of "
+            "flex-start (--flex-start with --enable-queued-provisioning), not of Spot, reservations "
+            "or on-demand capacity"
+        )
+    if not shape.multi_host:
+        # The same page: queued provisioning for workloads "required to run across multiple
+        # nodes simultaneously"; "For smaller workloads that can run on a single node, use
+        # Flex-start VMs".
+        raise NodePoolError(
+            f"queuedProvisioning is for multi-host slices, which must come up all at once; a "
+            f"{shape.topology} slice of {shape.machine_type.name} is one VM, which GKE provisions "
+            f"with plain flex-start (queuedProvisioning: false); or use a multi-host topology"
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -355,17 +422,20 @@ def _version_key(version: str) -> Optional[tuple[int, ...]]:
     return tuple(int(part) for part in match.groups() if part is not None) if match else None
 
 
-def gke_version_problem(version: str) -> Optional[str]:
-    """Why a cluster version cannot run TPU flex-start pools, or None when it can.
-    A prefix such as ``1.34`` is compared on the parts it gives."""
+def gke_version_problem(
+    version: str, minimum: str = FLEX_START_MIN_GKE_VERSION, feature: str = "TPU flex-start"
+) -> Optional[str]:
+    """Why a cluster version cannot run ``feature`` (TPU flex-start pools unless told otherwise;
+    ``QUEUED_PROVISIONING_MIN_GKE_VERSION`` for queued pools), or None when it can. A prefix such
+    as ``1.34`` is compared on the parts it gives."""
     key = _version_key(version)
     if key is None:
         return (
             f"{version!r} is not a GKE version; write MAJOR.MINOR, MAJOR.MINOR.PATCH or "
             f"MAJOR.MINOR.PATCH-gke.N (e.g. 1.34 or {FLEX_START_MIN_GKE_VERSION})"
         )
-    minimum = _version_key(FLEX_START_MIN_GKE_VERSION)
-    assert minimum is not None
-    if key < minimum[: len(key)]:
-        return f"GKE {version} is older than {FLEX_START_MIN_GKE_VERSION}, the first with TPU flex-start"
+    least = _version_key(minimum)
+    assert least is not None
+    if key < least[: len(key)]:
+        return f"GKE {version} is older than {minimum}, the first with {feature}"
     return None

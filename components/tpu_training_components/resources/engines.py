@@ -6,10 +6,15 @@ Both projects publish their charts as OCI artifacts on registry.k8s.io: JobSet's
 ``charts/jobset/README.md`` at v0.12.0 (``helm install [RELEASE_NAME]
 oci://registry.k8s.io/jobset/charts/jobset --version 0.12.0``) and Kueue's ``charts/kueue/README.md``
 at v0.19.2 (``helm install kueue oci://registry.k8s.io/kueue/charts/kueue --version="0.19.2"
---create-namespace --namespace=kueue-system``). Each chart carries its CRDs (``crds/``), which
-Helm installs before the controller. Upgrading is a change of the version (the stack config's
-``engines`` key, or these constants): `pulumi up` upgrades the release in place. Helm never
-upgrades CRDs of a chart already installed, so read the project's release notes for CRD changes.
+--create-namespace --namespace=kueue-system``). Upgrading is a change of the version (the
+component's ``jobset_version`` or ``kueue_version``, or these constants): `pulumi up` upgrades
+the release in place. The two charts carry their CRDs differently:
+
+- JobSet's in ``crds/``, which Helm installs before the controller and never upgrades (nor
+  deletes) once installed: read JobSet's release notes and apply a changed CRD yourself;
+- Kueue's as templates (``charts/kueue/templates/crd/`` at v0.19.2), which Helm upgrades with the
+  release, and deletes with it: removing the Kueue release removes its CRDs, and with them every
+  queue and workload object of the cluster.
 """
 
 from typing import Optional, TypedDict
@@ -34,7 +39,8 @@ class WorkloadEnginesArgs(TypedDict):
     jobset: NotRequired[bool]
     """Install the JobSet controller (default True)."""
     kueue: NotRequired[bool]
-    """Install Kueue (default False): only for queued provisioning."""
+    """Install Kueue (default False): only for queued provisioning (``QueuedProvisioning``),
+    which queues Jobs and JobSets alike."""
     jobset_version: NotRequired[str]
     """Version of JobSet's Helm chart (default the version this package was tested with)."""
     kueue_version: NotRequired[str]
@@ -51,10 +57,11 @@ def _check_version(where: str, key: str, value: str) -> None:
 
 
 class WorkloadEngines(pulumi.ComponentResource):
-    """The JobSet controller (and Kueue) as Helm releases of their upstream charts, pinned.
+    """The JobSet controller and Kueue as Helm releases of their upstream charts, pinned.
 
     Children: ``{name}-jobset`` and ``{name}-kueue`` (``kubernetes:helm.sh/v3:Release``). Declare
-    JobSets with ``depends_on`` this component: their CRD and admission webhook must be up first.
+    JobSets and ``QueuedProvisioning`` with ``depends_on`` this component: their CRDs and
+    admission webhooks must be up first.
     """
 
     jobset_version: pulumi.Output[str]
@@ -73,9 +80,6 @@ class WorkloadEngines(pulumi.ComponentResource):
         _check_version(where, "jobset_version", jobset_version)
         _check_version(where, "kueue_version", kueue_version)
         install_jobset, install_kueue = args.get("jobset", True), args.get("kueue", False)
-        if install_kueue and not install_jobset:
-            # Kueue admits JobSets only: without the controller it would have nothing to admit.
-            raise InvalidArgument(f"{where}: kueue needs jobset; set jobset: True as well")
         super().__init__("tpu-training:gke:WorkloadEngines", name, {}, opts)
         on_cluster = pulumi.ResourceOptions(parent=self, provider=args["provider"])
         self.jobset = (
@@ -100,7 +104,10 @@ class WorkloadEngines(pulumi.ComponentResource):
                 version=kueue_version,
                 namespace=KUEUE_NAMESPACE,
                 create_namespace=True,
-                # Kueue enables its JobSet integration when it finds JobSet's CRD at start.
+                # Kueue's chart turns on its batch/v1 Job and JobSet integrations; one whose CRD
+                # is missing at start waits for it (pkg/controller/jobframework/setup.go
+                # WaitForAPI, v0.19.2), so Kueue runs without JobSet too. With both, JobSet
+                # comes first all the same: its webhook is up before Kueue resumes a JobSet.
                 opts=pulumi.ResourceOptions.merge(
                     on_cluster, pulumi.ResourceOptions(depends_on=[self.jobset] if self.jobset else [])
                 ),

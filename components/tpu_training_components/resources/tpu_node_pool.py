@@ -1,4 +1,6 @@
-"""A flex-start TPU node pool on GKE, set up flag by flag as seed 002's `gcloud` commands."""
+"""A flex-start TPU node pool on GKE, set up flag by flag as seed 002's `gcloud` commands, and
+optionally with GKE's queued provisioning (``queued_provisioning``; its Kueue objects are
+``QueuedProvisioning``'s)."""
 
 from typing import Any, Mapping, Optional, Sequence, TypedDict
 
@@ -37,7 +39,12 @@ class FlexStartTpuNodePoolArgs(TypedDict):
     reservation: NotRequired[Optional[str]]
     """Consume this reservation (only with flex_start False)."""
     max_run_duration: NotRequired[Optional[str]]
-    """Delete nodes after this long, e.g. ``72h``; at most 7 days with flex-start."""
+    """Delete nodes after this long, e.g. ``72h``; at most 7 days with flex-start. On a queued
+    pool it is the ProvisioningRequests' ``maxRunDurationSeconds`` (``QueuedProvisioning``)."""
+    queued_provisioning: NotRequired[bool]
+    """Obtain nodes only through GKE's queued provisioning (default False): a workload waits in
+    its Kueue queue until GKE can bring up its whole slice at once, instead of starting on part
+    of it. Multi-host flex-start pools only; declare the pool's ``QueuedProvisioning`` too."""
     node_pool_name: NotRequired[str]
     """GKE node pool name (of the first slice; further slices add ``-1``, ``-2``, ...); the
     component's name when omitted."""
@@ -71,6 +78,11 @@ class TpuNodePoolSelection(TypedDict):
     """The pool's nodes are Spot VMs (default False)."""
     reservation: NotRequired[Optional[str]]
     """The reservation the pool consumes, if any."""
+    max_run_duration: NotRequired[Optional[str]]
+    """How long the pool's nodes live, e.g. ``72h`` (a queued pool's queue asks GKE for it)."""
+    queued_provisioning: NotRequired[bool]
+    """The pool obtains nodes only through GKE's queued provisioning (default False): its
+    workloads go through its Kueue queue."""
 
 
 def plan_selection(where: str, selection: TpuNodePoolSelection) -> TpuNodePoolPlan:
@@ -104,8 +116,7 @@ def plan_for(name: str, args: FlexStartTpuNodePoolArgs) -> TpuNodePoolPlan:
 
 
 def _plan(name: str, values: Mapping[str, Any]) -> TpuNodePoolPlan:
-    """The plan of a pool from its arguments, or from a Job's selection of it (the same keys,
-    without ``max_run_duration``, which only the pool's own nodes need)."""
+    """The plan of a pool from its arguments, or from a Job's selection of it (the same keys)."""
     return plan_tpu_node_pool(
         name=name,
         machine_type=values["machine_type"],
@@ -117,6 +128,7 @@ def _plan(name: str, values: Mapping[str, Any]) -> TpuNodePoolPlan:
         spot=values.get("spot", False),
         reservation=values.get("reservation"),
         max_run_duration=values.get("max_run_duration"),
+        queued_provisioning=values.get("queued_provisioning", False),
     )
 
 
@@ -127,7 +139,8 @@ class FlexStartTpuNodePool(pulumi.ComponentResource):
     ``--enable-autoscaling --num-nodes 0 --min-nodes 0 --max-nodes N`` -> ``initial_node_count``
     and ``autoscaling``; ``--reservation-affinity=none`` -> ``NO_RESERVATION``;
     ``--tpu-topology`` -> COMPACT ``placement_policy`` (multi-host only);
-    ``--no-enable-autorepair`` -> ``management.auto_repair`` (flex-start and multi-host).
+    ``--no-enable-autorepair`` -> ``management.auto_repair`` (flex-start and multi-host);
+    ``--enable-queued-provisioning`` -> ``queued_provisioning`` (a queued pool only).
 
     Children: ``{name}-pool`` (``gcp.container.NodePool``) for the first slice, and for further
     multi-host slices ``{name}-pool-1``, ``{name}-pool-2``, ...
@@ -164,6 +177,8 @@ class FlexStartTpuNodePool(pulumi.ComponentResource):
             "flex_start": plan.flex_start,
             "spot": plan.spot,
             "reservation": plan.reservation,
+            "max_run_duration": args.get("max_run_duration"),
+            "queued_provisioning": plan.queued_provisioning,
         }
         """What a ``TpuTrainingJob`` on this pool takes as its ``node_pool``."""
 
@@ -246,10 +261,17 @@ def _declare_pool(
         # Auto-upgrade stays on: a release channel does not allow it off. The cluster's maintenance
         # exclusion is what keeps upgrades away from running slices (see GkeTpuCluster).
         management=gcp.container.NodePoolManagementArgs(auto_repair=plan.auto_repair, auto_upgrade=True),
+        # Nodes only through ProvisioningRequests (which Kueue makes): ForceNew, so turning it on
+        # or off replaces the pool (terraform-provider-google resource_container_node_pool.go
+        # schemaNodePool `queued_provisioning`). GKE taints the nodes `cloud.google.com/gke-queued`
+        # itself; no taint is declared here.
+        queued_provisioning=(
+            gcp.container.NodePoolQueuedProvisioningArgs(enabled=True) if plan.queued_provisioning else None
+        ),
         node_config=gcp.container.NodePoolNodeConfigArgs(
             machine_type=plan.shape.machine_type.name,
             flex_start=plan.flex_start or None,
-            max_run_duration=plan.max_run_duration,
+            max_run_duration=plan.node_max_run_duration,
             spot=plan.spot or None,
             reservation_affinity=_reservation_affinity(plan),
             service_account=args["service_account_email"],

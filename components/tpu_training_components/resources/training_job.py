@@ -36,7 +36,8 @@ class TpuTrainingJobArgs(TypedDict):
     """Kubernetes provider of the cluster (``GkeTpuCluster.provider``)."""
     node_pool: TpuNodePoolSelection
     """The pool whose slice the Job runs on (``FlexStartTpuNodePool.selection``): its shape, its
-    capacity type and its GKE node pools decide where the Pods go."""
+    capacity type and its GKE node pools decide where the Pods go. On a queued pool the Job goes
+    through the pool's Kueue queue (``QueuedProvisioning``), which must serve its namespace."""
     image: str
     """Container image of the trainer."""
     command: Sequence[str]
@@ -139,6 +140,10 @@ class TpuTrainingJob(pulumi.ComponentResource):
             run_parameters=run_parameters,
             privileged=args.get("privileged", False),
             labels=dict(args.get("labels", {})),
+            # On a queued pool: Kueue admits the Job through the pool's queue, and its Pods
+            # tolerate the taint GKE puts on the nodes it provisions for them.
+            queue=pool.queue_name,
+            tolerations=pool.tolerations,
         )
         on_cluster = pulumi.ResourceOptions(parent=self, provider=args["provider"])
 

@@ -36,7 +36,8 @@ class TpuTrainingJobSetArgs(TypedDict):
     """Kubernetes provider of the cluster (``GkeTpuCluster.provider``)."""
     node_pool: TpuNodePoolSelection
     """The pool whose slice the JobSet runs on (``FlexStartTpuNodePool.selection``): its shape, its
-    capacity type and its GKE node pools decide where the Pods go."""
+    capacity type and its GKE node pools decide where the Pods go. On a queued pool the JobSet
+    goes through the pool's Kueue queue (``QueuedProvisioning``), which must serve its namespace."""
     image: str
     """Container image of the trainer."""
     command: Sequence[str]
@@ -74,7 +75,8 @@ class TpuTrainingJobSetArgs(TypedDict):
     `pulumi up` replaces it (default 3). Disruptions (preemption, drain, flex-start expiry,
     maintenance) restart it without counting."""
     queue_name: NotRequired[str]
-    """The Kueue LocalQueue that admits the JobSet (queued provisioning); none by default."""
+    """The Kueue LocalQueue that admits the JobSet: on a queued pool, the pool's own (its name,
+    the default); elsewhere a queue of your own Kueue, none by default."""
 
 
 def _check(name: str, args: TpuTrainingJobSetArgs) -> tuple[Any, int]:
@@ -108,6 +110,24 @@ def _check(name: str, args: TpuTrainingJobSetArgs) -> tuple[Any, int]:
         problem = dns_label_problem("queue name", queue, 63)
         if problem:
             raise InvalidArgument(f"{where}: {problem}")
+    if pool.queued_provisioning:
+        if queue is not None and queue != pool.queue_name:
+            raise InvalidArgument(
+                f"{where}: queue_name = {queue!r}; node pool {pool.name!r} has queued provisioning, "
+                f"and only its own queue {pool.queue_name!r} asks GKE for its nodes; leave "
+                f"queue_name out (or give {pool.queue_name!r})"
+            )
+        if slices > 1:
+            # Kueue asks for a whole workload in one ProvisioningRequest, and GKE's queued
+            # provisioning brings up node pools one request at a time; xpk stopped queueing
+            # multislice flex-start (AI-Hypercomputer/xpk 7df05a95, "Don't set
+            # --enable-queued-provisioning for flex multislice", #631), and Cluster Toolkit's
+            # queued TPU examples run one slice per JobSet.
+            raise InvalidArgument(
+                f"{where}: slices = {slices} on node pool {pool.name!r}, which has queued "
+                f"provisioning: a queued JobSet spans 1 slice here (allowed: 1); run one JobSet per "
+                f"slice, or span slices on a pool without queuedProvisioning"
+            )
     return pool, slices
 
 
@@ -159,12 +179,12 @@ class TpuTrainingJobSet(pulumi.ComponentResource):
             run_parameters=run_parameters,
             privileged=args.get("privileged", False),
             labels=dict(args.get("labels", {})),
+            # On a queued pool: the pool's queue, and the taint GKE puts on its nodes tolerated.
+            queue=args.get("queue_name", pool.queue_name),
+            tolerations=pool.tolerations,
         )
         spec = TrainingJobSetSpec(
-            job=job,
-            slices=slices,
-            max_restarts=args.get("max_restarts", DEFAULT_MAX_RESTARTS),
-            queue=args.get("queue_name"),
+            job=job, slices=slices, max_restarts=args.get("max_restarts", DEFAULT_MAX_RESTARTS)
         )
         on_cluster = pulumi.ResourceOptions(parent=self, provider=args["provider"])
 
