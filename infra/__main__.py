@@ -16,6 +16,7 @@ from tpu_training_components import (
     FlexStartTpuNodePool,
     GkeTpuCluster,
     PreemptibleTpuVm,
+    QueuedProvisioning,
     TpuTrainingJob,
     TpuTrainingJobSet,
     TrainingNetwork,
@@ -235,6 +236,7 @@ for pool in settings.node_pools:
             "spot": pool.spot,
             "reservation": pool.reservation,
             "max_run_duration": pool.max_run_duration,
+            **({"queued_provisioning": True} if pool.queued_provisioning else {}),
             "service_account_email": cluster.node_service_account_email,
             "labels": settings.common_labels,
             "project": settings.gcp_project,
@@ -268,14 +270,38 @@ namespaces = {
     if cluster is not None
 }
 
-# --- JobSet workloads (issue 20): the JobSet controller, installed only when a Job needs it ---
+# The engines a stack's workloads need, installed only then: the JobSet controller for JobSets,
+# Kueue for pools with queued provisioning.
 uses_jobsets = any(job.kind == "JobSet" for job in settings.jobs)
+queued_pools = [pool for pool in settings.node_pools if pool.queued_provisioning]
 engines = (
-    WorkloadEngines("engines", {"provider": cluster.provider, "jobset": True})
-    if cluster is not None and uses_jobsets
+    WorkloadEngines(
+        "engines",
+        {"provider": cluster.provider, "jobset": uses_jobsets, **({"kueue": True} if queued_pools else {})},
+    )
+    if cluster is not None and (uses_jobsets or queued_pools)
     else None
 )
-# --- end JobSet workloads ---
+
+# Each queued pool's Kueue objects: its flavor, ProvisioningRequest settings, admission check and
+# queues, one LocalQueue per namespace of the Jobs that run on it.
+queues = {}
+for pool in queued_pools:
+    assert cluster is not None and engines is not None
+    pool_namespaces = sorted({job.namespace for job in settings.jobs if job.node_pool == pool.name}) or [
+        "default"
+    ]
+    queues[pool.name] = QueuedProvisioning(
+        f"{pool.name}-queue",
+        {
+            "provider": cluster.provider,
+            "node_pool": node_pools[pool.name].selection,
+            "namespaces": pool_namespaces,
+        },
+        opts=pulumi.ResourceOptions(
+            depends_on=[engines, *(namespaces[n] for n in pool_namespaces if n in namespaces)]
+        ),
+    )
 
 jobs: dict[str, Any] = {}
 for job in settings.jobs:
@@ -296,13 +322,16 @@ for job in settings.jobs:
         "privileged": job.privileged,
     }
     # Pods wait for their pool's nodes; the bucket access must exist before training starts; a
-    # JobSet needs its controller's CRD and webhook.
+    # JobSet needs its controller's CRD and webhook, and a workload on a queued pool Kueue's webhook
+    # (which suspends it until admitted) and its pool's queue.
+    queue = queues.get(job.node_pool)
     job_opts = pulumi.ResourceOptions(
         depends_on=[
             job_pool,
             pod_identity,
             *([namespaces[job.namespace]] if job.namespace in namespaces else []),
-            *([engines] if engines is not None and job.kind == "JobSet" else []),
+            *([engines] if engines is not None and (job.kind == "JobSet" or queue is not None) else []),
+            *([queue] if queue is not None else []),
         ]
     )
     if job.kind == "JobSet":

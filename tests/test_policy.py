@@ -910,3 +910,18 @@ def test_a_jobset_is_held_to_its_pools_tpus(analyzer, config):
 
     found = analyze(analyzer, mutated(plan, jobset.name, fewer_chips))
     assert found, "a JobSet asking for fewer chips than its pool's VMs have went unnoticed"
+
+
+# --- Queued provisioning -----------------------------------------------------------------------
+
+
+def test_a_queued_pool_stack_passes_every_policy(analyzer, served, config):
+    # A queued pool is a flex-start pool that asks GKE through ProvisioningRequests: every
+    # flex-start rule still holds, with no node lifetime of its own (test_queued_stack.py).
+    config = copy.deepcopy(config)
+    config["tpu-training:nodePools"][0]["queuedProvisioning"] = True
+    plan = run_stack(config).registrations
+    (pool,) = [r for r in plan if r.type == PACK["NODE_POOL"] and "v6e" in r.name]
+    assert pool.inputs["queuedProvisioning"] == {"enabled": True}
+    found = analyze(analyzer, plan)
+    assert {name: of_policy(name, found) for name in served if of_policy(name, found)} == {}

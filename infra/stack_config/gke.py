@@ -27,10 +27,11 @@ from tpu_training_components.domain.maintenance_window import (
 )
 from tpu_training_components.domain.node_pool_plan import (
     MAX_NODES_PER_CLUSTER,
+    QUEUED_PROVISIONING_MIN_GKE_VERSION,
     TpuNodePoolPlan,
     gke_version_problem,
     parse_duration,
-    plan_tpu_node_pool,
+    plan_from,
 )
 from tpu_training_components.errors import suggestion
 
@@ -146,6 +147,8 @@ class NodePoolConfig(Model):
     flex_start: StrictBool = True
     spot: StrictBool = False
     reservation: Optional[StrictStr] = None
+    # Nodes only through Kueue and GKE's ProvisioningRequests: a whole slice at once, or a wait.
+    queued_provisioning: StrictBool = False
 
     @field_validator("machine_type")
     @classmethod
@@ -177,18 +180,8 @@ class NodePoolConfig(Model):
         return value
 
     def plan(self, cluster_region: str) -> TpuNodePoolPlan:
-        return plan_tpu_node_pool(
-            name=self.name,
-            machine_type=self.machine_type,
-            topology=self.topology,
-            node_locations=self.node_locations,
-            cluster_region=cluster_region,
-            slices=self.slices,
-            flex_start=self.flex_start,
-            spot=self.spot,
-            reservation=self.reservation,
-            max_run_duration=self.max_run_duration,
-        )
+        # The fields are named as the planner's arguments (domain.node_pool_plan.PLAN_OPTIONAL).
+        return plan_from(self.name, {**self.model_dump(), "cluster_region": cluster_region})
 
 
 class JobConfig(Model):
@@ -234,6 +227,12 @@ def _jobset_problems(index: int, job: JobConfig, plan: TpuNodePoolPlan) -> list[
         return [
             f"{key}.workload = 'job' with slices = {job.slices}: a plain Job runs on one slice; "
             f"several slices need a JobSet (workload: jobset, or leave workload out)"
+        ]
+    if plan.queued_provisioning and job.slices > 1:
+        return [
+            f"{key}.slices = {job.slices} on node pool {plan.name!r}, which has queuedProvisioning: "
+            f"a queued workload spans one slice (allowed: 1); run one job per slice, or span "
+            f"slices on a pool without queuedProvisioning"
         ]
     if job.kind == "Job":
         if job.max_restarts is not None:
@@ -306,6 +305,7 @@ def gke_problems(config: StackConfig, planned: list[TpuNodePoolPlan | catalogue.
                     f"name of {described}; rename the pool"
                 )
     problems.extend(_cluster_size_problems(config, planned))
+    problems.extend(_queued_version_problems(config, planned))
     for index, job in enumerate(config.jobs):
         if job.node_pool not in pool_names:
             problems.append(
@@ -344,3 +344,23 @@ def _cluster_size_problems(
         f"{config.cluster.system_max_nodes} included; largest {largest}), above GKE's limit of "
         f"{MAX_NODES_PER_CLUSTER} nodes per cluster; use fewer slices or another cluster"
     ]
+
+
+def _queued_version_problems(
+    config: StackConfig, planned: list[TpuNodePoolPlan | catalogue.CatalogueError]
+) -> list[str]:
+    """A queued pool needs a newer cluster than flex-start does; checked when the stack pins one
+    (unpinned, the release channel's version is far past it)."""
+    assert config.cluster is not None
+    version = config.cluster.min_version
+    queued = [
+        f"{PROJECT}:nodePools[{index}] ({pool.name})"
+        for index, (pool, plan) in enumerate(zip(config.node_pools, planned, strict=True))
+        if isinstance(plan, TpuNodePoolPlan) and plan.queued_provisioning
+    ]
+    if not queued or version is None or version == "latest":
+        return []
+    problem = gke_version_problem(version, QUEUED_PROVISIONING_MIN_GKE_VERSION, "TPU queued provisioning")
+    if problem is None:
+        return []
+    return [f"{PROJECT}:cluster.minVersion = {version!r}: {problem}, which {', '.join(queued)} uses"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal, Optional, Sequence
+from typing import Any, Literal, Mapping, Optional, Sequence
 
 from .catalogue import CatalogueError, SliceShape, region_of_zone, slice_shape
 from .gcp_locations import REGION_ZONES, zone_problem
@@ -363,6 +363,23 @@ def plan_tpu_node_pool(
             extra = f" (the pool of slice {plan.pool_names.index(pool_name)})" if pool_name != name else ""
             raise NodePoolError(f"{problem}{extra}")
     return plan
+
+
+PLAN_REQUIRED = ("machine_type", "topology", "node_locations", "cluster_region")
+PLAN_OPTIONAL = ("slices", "flex_start", "spot", "reservation", "max_run_duration", "queued_provisioning")
+"""The arguments of ``plan_tpu_node_pool`` besides the name, by the names a pool's component
+arguments, its selection (``TpuNodePoolSelection``) and the stack's ``nodePools`` entries use too."""
+
+
+def plan_from(name: str, values: Mapping[str, Any]) -> TpuNodePoolPlan:
+    """``plan_tpu_node_pool`` from any mapping that holds its arguments by name: the one place
+    that lists them, for the component, a Job's selection of a pool and the stack's config alike.
+    An optional argument that is absent takes its default; a required one raises ``KeyError``."""
+    return plan_tpu_node_pool(
+        name=name,
+        **{key: values[key] for key in PLAN_REQUIRED},
+        **{key: values[key] for key in PLAN_OPTIONAL if key in values},
+    )
 
 
 def _check_queued(shape: SliceShape, flex_start: bool) -> None:

@@ -2,14 +2,14 @@
 optionally with GKE's queued provisioning (``queued_provisioning``; its Kueue objects are
 ``QueuedProvisioning``'s)."""
 
-from typing import Any, Mapping, Optional, Sequence, TypedDict
+from typing import Mapping, Optional, Sequence, TypedDict
 
 import pulumi
 import pulumi_gcp as gcp
 from typing_extensions import NotRequired
 
 from ..domain.catalogue import CatalogueError
-from ..domain.node_pool_plan import TpuNodePoolPlan, plan_tpu_node_pool
+from ..domain.node_pool_plan import TpuNodePoolPlan, plan_from
 from ..errors import InvalidArgument, check_known, check_labels, check_resource_name
 
 RESERVATION_NAME_KEY = "compute.googleapis.com/reservation-name"
@@ -94,7 +94,7 @@ def plan_selection(where: str, selection: TpuNodePoolSelection) -> TpuNodePoolPl
         )
     check_known(f"{where}: node_pool", selection, TpuNodePoolSelection.__annotations__)
     try:
-        return _plan(selection["node_pool_name"], selection)
+        return plan_from(selection["node_pool_name"], selection)
     except CatalogueError as exc:
         raise InvalidArgument(f"{where}: node_pool: {exc}") from None
     except KeyError as exc:
@@ -110,26 +110,9 @@ def plan_for(name: str, args: FlexStartTpuNodePoolArgs) -> TpuNodePoolPlan:
     check_known(where, args, FlexStartTpuNodePoolArgs.__annotations__)
     check_labels(where, args.get("labels", {}))
     try:
-        return _plan(args.get("node_pool_name", name), args)
+        return plan_from(args.get("node_pool_name", name), args)
     except CatalogueError as exc:
         raise InvalidArgument(f"{where}: {exc}") from None
-
-
-def _plan(name: str, values: Mapping[str, Any]) -> TpuNodePoolPlan:
-    """The plan of a pool from its arguments, or from a Job's selection of it (the same keys)."""
-    return plan_tpu_node_pool(
-        name=name,
-        machine_type=values["machine_type"],
-        topology=values["topology"],
-        node_locations=values["node_locations"],
-        cluster_region=values["cluster_region"],
-        slices=values.get("slices", 1),
-        flex_start=values.get("flex_start", True),
-        spot=values.get("spot", False),
-        reservation=values.get("reservation"),
-        max_run_duration=values.get("max_run_duration"),
-        queued_provisioning=values.get("queued_provisioning", False),
-    )
 
 
 class FlexStartTpuNodePool(pulumi.ComponentResource):
