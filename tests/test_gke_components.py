@@ -463,3 +463,16 @@ def _readme_examples() -> list[str]:
 def test_readme_example_runs(example):
     run = run_components(lambda: exec(compile(example, "docs", "exec"), {}))
     assert run.registrations
+
+
+def test_the_planner_arguments_are_listed_once_and_completely():
+    # The component, a Job's selection of a pool and the stack's nodePools entries all plan
+    # through plan_from; a new planner argument missing from its lists would be dropped silently.
+    import inspect
+
+    from tpu_training_components.domain import node_pool_plan
+
+    parameters = set(inspect.signature(node_pool_plan.plan_tpu_node_pool).parameters) - {"name"}
+    assert set(node_pool_plan.PLAN_REQUIRED) | set(node_pool_plan.PLAN_OPTIONAL) == parameters
+    with pytest.raises(KeyError, match="topology"):
+        node_pool_plan.plan_from("p", {"machine_type": "ct6e-standard-4t"})
