@@ -236,7 +236,7 @@ for pool in settings.node_pools:
             "spot": pool.spot,
             "reservation": pool.reservation,
             "max_run_duration": pool.max_run_duration,
-            **({"queued_provisioning": True} if pool.queued_provisioning else {}),
+            "queued_provisioning": pool.queued_provisioning,
             "service_account_email": cluster.node_service_account_email,
             "labels": settings.common_labels,
             "project": settings.gcp_project,
@@ -276,8 +276,7 @@ uses_jobsets = any(job.kind == "JobSet" for job in settings.jobs)
 queued_pools = [pool for pool in settings.node_pools if pool.queued_provisioning]
 engines = (
     WorkloadEngines(
-        "engines",
-        {"provider": cluster.provider, "jobset": uses_jobsets, **({"kueue": True} if queued_pools else {})},
+        "engines", {"provider": cluster.provider, "jobset": uses_jobsets, "kueue": bool(queued_pools)}
     )
     if cluster is not None and (uses_jobsets or queued_pools)
     else None

@@ -91,7 +91,8 @@ class StackConfig(Model):
             problems.append(
                 f"{PROJECT}:bucket.location = {self.bucket.location!r} differs from the TPUs' region "
                 f"{', '.join(regions)}: checkpoints must live in the region of the TPUs that use "
-                f"them (seed 003); remove bucket.location or set it to {regions[0]!r}"
+                f"them (Google's Training on TPU Pods page); remove bucket.location or set it to "
+                f"{regions[0]!r}"
             )
         if not self.bucket.name:
             problems += self._derived_name_problems()

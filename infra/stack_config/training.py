@@ -26,7 +26,8 @@ from .fields import (
 
 
 class TrainingConfig(Model):
-    """``tpu-training:training``: seed 003's scaling rules for every workload of the stack."""
+    """``tpu-training:training``: the Training on TPU Pods page's scaling rules for every workload of the "
+    "stack."""
 
     per_core_batch_size: StrictInt = Field(ge=1)
     total_examples: Optional[StrictInt] = Field(default=None, ge=1)

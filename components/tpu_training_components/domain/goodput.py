@@ -5,7 +5,7 @@ Every interruption loses the work since the last checkpoint, and every checkpoin
 writing time. With cost C, mean time between interruptions M and interval T, the expected
 fraction of time lost is about C/T (writing checkpoints) + T/(2M) (re-doing half an interval per
 interruption), smallest at T = sqrt(2CM) (Young, 1974; Daly, 2006, refines it for large C/M),
-where it is sqrt(2C/M). Seed 001's "about every hour" is that optimum only when
+where it is sqrt(2C/M). The maintenance-events page's "about every hour" is that optimum only when
 M = 3600^2 / (2C): 30 hours for a 60-second checkpoint.
 """
 
@@ -30,7 +30,8 @@ DEFAULT_MEAN_HOURS_BETWEEN_INTERRUPTIONS: Mapping[InterruptionModel, float] = {
     "spot": 24,
     # Flex-start nodes run until their max run duration, at most 7 days (GKE docs, dws).
     "flexStart": 7 * 24,
-    # On-demand and reserved capacity stops only for maintenance events (seed 001): assume a month.
+    # On-demand and reserved capacity stops only for maintenance events (Google's maintenance-events page):
+    # assume a month.
     "onDemand": 30 * 24,
     "reserved": 30 * 24,
 }
@@ -99,7 +100,8 @@ def mean_seconds_between_interruptions(
 
     ``hosts`` > 1 divides it for capacity whose VMs are interrupted one by one (Spot, on-demand,
     reserved GKE nodes): one VM's interruption stops the whole slice, so a slice of n VMs is
-    interrupted n times as often (seed 001: the more TPUs, the likelier an event). A flex-start
+    interrupted n times as often (Google's maintenance-events page: the more TPUs, the likelier an event). A
+    flex-start
     slice, or one TPU VM resource, is provisioned and ends as one.
     ``run_limit_seconds`` (a pool's max run duration) then caps it: every node goes at that time,
     all together, so the limit is not divided. Flex-start is capped at its 7 days in any case."""

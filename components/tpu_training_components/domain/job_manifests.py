@@ -1,8 +1,9 @@
-"""Kubernetes manifests for a TPU training Job on GKE, as plain dictionaries (seed 002).
+"""Kubernetes manifests for a TPU training Job on GKE, as plain dictionaries (GKE's flex-start training page).
 
 Pure Python with no Pulumi import: the ``TpuTrainingJob`` component hands these to
 pulumi-kubernetes, the tests validate them against the Kubernetes OpenAPI schemas and compare them
-with seed 002's examples field by field. Leaf values are passed through untouched, so a caller may
+with GKE's flex-start training page's examples field by field. Leaf values are passed through untouched, so
+a caller may
 put a ``pulumi.Output`` where a label value goes.
 """
 
@@ -155,7 +156,8 @@ class TrainingJobSpec:
     updates the ConfigMap in place and reaches the Pods at their next start, never replacing a
     running Job."""
     privileged: bool = False
-    """Seed 002 runs multi-host Pods privileged; current GKE exposes the chips through the TPU
+    """GKE's flex-start training page runs multi-host Pods privileged; current GKE exposes the chips "
+    "through the TPU
     device plugin without it, so it is off unless asked for."""
     labels: Mapping[str, str] = field(default_factory=dict)
     queue: Optional[str] = None
@@ -204,7 +206,8 @@ def service_account_manifest(spec: TrainingJobSpec, google_service_account: Any)
 
 
 def headless_service_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
-    """Seed 002's headless Service: stable DNS names for the hosts of a multi-host slice."""
+    """GKE's flex-start training page's headless Service: stable DNS names for the hosts of a multi-host "
+    "slice."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -279,7 +282,7 @@ def _affinity(spec: TrainingJobSpec) -> dict[str, Any]:
 
 def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
     """A ``batch/v1`` Job: one Pod for a single-host slice, an Indexed Job of one Pod per VM for
-    a multi-host slice (seed 002)."""
+    a multi-host slice (GKE's flex-start training page)."""
     metadata = _metadata(spec, spec.name, generation=True)
     if spec.queue is not None:
         # Not `spec.suspend`: Kueue's webhook suspends the Job and Kueue resumes it. Declared by
@@ -293,7 +296,8 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
     }
     pod_spec: dict[str, Any] = {
         "serviceAccountName": spec.service_account,
-        # Never, not seed 002's OnFailure for single-host: a pod failure policy requires it, and
+        # Never, not GKE's flex-start training page's OnFailure for single-host: a pod failure policy
+        # requires it, and
         # a fresh Pod resumes from the checkpoint as well as a restarted container does.
         "restartPolicy": "Never",
         "nodeSelector": _node_selector(spec),
@@ -321,7 +325,7 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
         job_spec.update(
             {
                 # A slice trains only with all its hosts: one real failure fails the whole Job,
-                # and the next `pulumi up` replaces it (seed 002's backoffLimit: 0).
+                # and the next `pulumi up` replaces it (GKE's flex-start training page's backoffLimit: 0).
                 "backoffLimit": 0,
                 "completions": spec.vms,
                 "parallelism": spec.vms,

@@ -1,4 +1,5 @@
-"""How a GKE TPU node pool must be set up: seed 002's flex-start rules as data and arithmetic.
+"""How a GKE TPU node pool must be set up: GKE's flex-start training page's flex-start rules as data and "
+"arithmetic.
 
 Pure Python with no Pulumi import. ``plan_tpu_node_pool`` turns a machine type, a topology and the
 pool's zones into every setting the node pool needs (autoscaling bounds, placement, repair,
@@ -20,7 +21,7 @@ FLEX_START_MIN_GKE_VERSION = "1.33.0-gke.1712000"
 """The first GKE version with flex-start for TPU node pools."""
 
 FLEX_START_MAX_RUN_SECONDS = 7 * 24 * 3600
-"""Flex-start nodes live at most seven days (seed 002)."""
+"""Flex-start nodes live at most seven days (GKE's flex-start training page)."""
 
 QUEUED_PROVISIONING_MIN_GKE_VERSION = "1.34"
 """GKE's TPU tutorial for flex-start with queued provisioning and Kueue, "Optimize AI training on
@@ -107,7 +108,7 @@ class TpuNodePoolPlan:
 
     @property
     def max_nodes(self) -> int:
-        """Nodes of all slices together: VMs per slice times slices (seed 002:
+        """Nodes of all slices together: VMs per slice times slices (GKE's flex-start training page:
         ``ct6e-standard-4t`` + ``4x4`` -> 4)."""
         return self.shape.vms * self.slices
 
@@ -225,7 +226,8 @@ class TpuNodePoolPlan:
         flex-start pool, src/xpk/core/capacity.py:141; Cluster Toolkit refuses flex-start with
         auto-repair on, modules/compute/gke-node-pool/main.tf: "enable_flex_start needs node
         auto_repair set to false"): a repair re-creates nodes, and flex-start capacity may not
-        come back. Off for every multi-host pool too (seed 002): repairing one node re-creates
+        come back. Off for every multi-host pool too (GKE's flex-start training page): repairing one node
+        re-creates
         the whole slice under a running job."""
         return not (self.multi_host or self.flex_start)
 
@@ -233,7 +235,8 @@ class TpuNodePoolPlan:
     def reservation_affinity(self) -> str:
         if self.reservation:
             return "SPECIFIC_RESERVATION"
-        # Flex-start neither uses nor needs reservations (seed 002's --reservation-affinity=none).
+        # Flex-start neither uses nor needs reservations (GKE's flex-start training page's
+        # --reservation-affinity=none).
         return "NO_RESERVATION"
 
     @property

@@ -27,7 +27,7 @@ _HEALTHY = frozenset({"", "HEALTHY", "HEALTH_UNSPECIFIED"})
 # the description holds a time nobody can place, which may be that of the current event.
 _TIME_LIKE = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
 # RFC 3339 section 5.6: "T" and "Z" may be written in lower case; the seconds may have any number
-# of digits after the point (the TPU API writes nanoseconds, seed 001).
+# of digits after the point (the TPU API writes nanoseconds, Google's maintenance-events page).
 _EVENT_TIME = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt](\d{2}:\d{2}:\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
 # A generation label is plain ASCII decimal: `str.isdigit()` also takes "²", which int() refuses.
 # At most 15 digits: a generation also crosses gRPC as a double, exact to 2**53 (16 digits), and
@@ -124,7 +124,8 @@ def gone(name: str, reason: str) -> Decision:
 
 def maintenance_event_time(health_description: str) -> Optional[datetime]:
     """The time of the current event in a description such as "The TPU had a maintenance event at
-    2022-01-26T03:44:36.265703305Z" (seed 001), or None when it carries no time that can be read.
+    2022-01-26T03:44:36.265703305Z" (Google's maintenance-events page), or None when it carries no time that
+    can be read.
 
     A description may name several events (a maintenance, then another). The unhealthy state is
     timed from the latest of them, by the clock and not by the order of the text (offsets differ):

@@ -1,4 +1,5 @@
-"""A flex-start TPU node pool on GKE, set up flag by flag as seed 002's `gcloud` commands, and
+"""A flex-start TPU node pool on GKE, set up flag by flag as GKE's flex-start training page's `gcloud` "
+"commands, and
 optionally with GKE's queued provisioning (``queued_provisioning``; its Kueue objects are
 ``QueuedProvisioning``'s)."""
 
@@ -118,7 +119,8 @@ def plan_for(name: str, args: FlexStartTpuNodePoolArgs) -> TpuNodePoolPlan:
 class FlexStartTpuNodePool(pulumi.ComponentResource):
     """TPU slice node pools that start empty and scale from zero to the slices they may hold.
 
-    Seed 002's flags map to the node pool as: ``--flex-start`` -> ``node_config.flex_start``;
+    GKE's flex-start training page's flags map to the node pool as: ``--flex-start`` ->
+    ``node_config.flex_start``;
     ``--enable-autoscaling --num-nodes 0 --min-nodes 0 --max-nodes N`` -> ``initial_node_count``
     and ``autoscaling``; ``--reservation-affinity=none`` -> ``NO_RESERVATION``;
     ``--tpu-topology`` -> COMPACT ``placement_policy`` (multi-host only);

@@ -46,7 +46,7 @@ class PreemptibleTpuVmArgs(TypedDict):
     """Identity of the VM. Required: the default compute service account is never used."""
     # A plain str, not a Literal: the provider's schema analyzer (other languages) reads no Literal.
     provisioning: NotRequired[str]
-    """``preemptible`` (seed 000's ``--preemptible``), ``spot`` (default), ``on-demand`` or
+    """``preemptible`` (the Preemptible TPUs page's ``--preemptible``), ``spot`` (default), ``on-demand`` or
     ``reserved``."""
     node_name: NotRequired[str]
     """TPU node name; the component's name when omitted."""

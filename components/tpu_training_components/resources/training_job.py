@@ -62,7 +62,8 @@ class TpuTrainingJobArgs(TypedDict):
     recovery_generation: NotRequired[pulumi.Input[int]]
     """Bumped to re-create the Job (see ``job_recovery``); default 0."""
     privileged: NotRequired[bool]
-    """Run the trainer privileged, as seed 002's multi-host example does (default False: the
+    """Run the trainer privileged, as GKE's flex-start training page's multi-host example does (default "
+    "False: the
     TPU device plugin exposes the chips without it on current GKE)."""
     labels: NotRequired[Mapping[str, str]]
     """Labels on every object, besides the project's own."""
@@ -92,7 +93,8 @@ def _validate(name: str, args: TpuTrainingJobArgs) -> TpuNodePoolPlan:
 
 class TpuTrainingJob(pulumi.ComponentResource):
     """A training Job on a TPU slice: a single-host ``batch/v1`` Job, or for a multi-host slice a
-    headless Service and an Indexed Job of one Pod per VM (seed 002), with a Kubernetes service
+    headless Service and an Indexed Job of one Pod per VM (GKE's flex-start training page), with a
+    Kubernetes service
     account bound to a Google one by Workload Identity.
 
     Children: ``{name}-workload-identity`` (IAM binding), ``{name}-ksa`` (ServiceAccount),

@@ -62,7 +62,8 @@ class TpuTrainingJobSetArgs(TypedDict):
     recovery_generation: NotRequired[pulumi.Input[int]]
     """Bumped to re-create the Job (see ``job_recovery``); default 0."""
     privileged: NotRequired[bool]
-    """Run the trainer privileged, as seed 002's multi-host example does (default False: the
+    """Run the trainer privileged, as GKE's flex-start training page's multi-host example does (default "
+    "False: the
     TPU device plugin exposes the chips without it on current GKE)."""
     labels: NotRequired[Mapping[str, str]]
     """Labels on every object, besides the project's own."""
