@@ -135,7 +135,11 @@ def named_paths(text: str) -> list[str]:
     return [path for path in _NAMED_PATH.findall(text) if not path.startswith("provider/pkg/")]
 
 
-@pytest.mark.parametrize("page", [*PAGES, REPO / "policy" / "README.md"], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "page",
+    [*PAGES, REPO / "policy" / "README.md", *sorted((REPO / "tests" / "fixtures").glob("*/README.md"))],
+    ids=lambda p: str(p.relative_to(REPO)),
+)
 def test_every_file_the_docs_name_exists(page):
     # Moves (the layout, the test fakes) must take the prose along.
     missing = [path for path in named_paths(page.read_text(encoding="utf-8")) if not (REPO / path).exists()]
