@@ -256,7 +256,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             math.sqrt(2 * args.cost_seconds * args.mean_hours * HOUR),
         )
         print(f"\nload average after: {os.getloadavg()[0]:.2f}")
-        print("Goals (issue #21)")
+        print("Goals (docs/trainer.md, 'The goodput model measured')")
         print(
             f"  measured within 10% of predicted at Young's interval: {'yes' if within <= 0.10 else 'no'} "
             f"(direct {y.direct_lost * 100:.2f}% vs {y.predicted_young * 100:.2f}%, "

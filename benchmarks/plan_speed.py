@@ -18,7 +18,7 @@ memory is each run's own maximum resident set (`os.wait4`), not the children's t
 - P3: the largest stack planned with --live against loopback fakes of the Cloud TPU and
   Kubernetes APIs: the calls it makes (one per zone and one per namespace) for every size.
 
-Prints numbers and whether the goals of issue #12 are met; asserts nothing about time.
+Prints numbers and whether the goals in docs/plan-speed.md are met; asserts nothing about time.
 `--smoke` runs the smallest case once, without xpk: a check that the benchmark works.
 """
 
@@ -318,7 +318,7 @@ def run(case: Case, *, record: bool, capture: bool = True) -> tuple[str, str]:
     return stdout, stderr
 
 
-_RESOURCES = re.compile(r"^Stack \S+: (\d+) resources$", re.MULTILINE)
+_RESOURCES = re.compile(r"^Stack \S+: (\d+) resources\b", re.MULTILINE)
 
 
 def resources_in(case: Case, output: str, *, warnings_allowed: bool) -> int:
@@ -605,7 +605,7 @@ def report(measured: Measured, largest: StackSize) -> list[dict[str, Any]]:
             f"= zones + namespaces ({zones} + {namespaces}): {same}"
         )
 
-    print("\nGoals (issue #12)")
+    print("\nGoals (docs/plan-speed.md)")
     largest_case = measured.generated[-1]
     goals = []
     for goal, figure, limit in (

@@ -98,7 +98,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m infra.plan",
         description="Show every resource `pulumi up` would register for a stack, offline.",
         epilog="Exit status: 0 success; 2 invalid configuration or project file; 64 invalid command "
-        "line (nothing was run); 73 an output could not be written.",
+        "line (nothing was run); 73 an output could not be written; 75 --live read no live state "
+        "(try again later); 130 interrupted.",
     )
     parser.add_argument("--stack", default="dev", help="stack name: reads Pulumi.<stack>.yaml (default: dev)")
     parser.add_argument(
@@ -283,7 +284,11 @@ def render_tree(result: offline.ProgramRun) -> str:
         parent = r.parent if r.parent in known else ""
         children.setdefault(parent, []).append(r)
 
-    lines = [f"Stack {result.project}/{result.stack}: {len(result.registrations)} resources"]
+    cloud = sum(1 for r in result.registrations if r.custom)
+    lines = [
+        f"Stack {result.project}/{result.stack}: {len(result.registrations)} resources "
+        f"({cloud} in the cloud or cluster, {len(result.registrations) - cloud} components and the stack)"
+    ]
 
     def walk(parent: str, depth: int) -> None:
         for r in children.get(parent, []):
@@ -331,6 +336,12 @@ def decisions(result: offline.ProgramRun) -> list[tuple[str, str, str, bool]]:
             for r in result.by_type("kubernetes:batch/v1:Job")
         }
     )
+    kinds.update(
+        {
+            str((r.inputs.get("metadata") or {}).get("name")): "JobSet"
+            for r in result.by_type("kubernetes:jobset.x-k8s.io/v1alpha2:JobSet")
+        }
+    )
     found = []
     for message in [*result.infos, *result.warnings]:
         match = _DECISION.match(message)
@@ -353,21 +364,31 @@ def _packed(entries: Sequence[str], width: int = 100) -> list[str]:
     return lines
 
 
-def render_summary(result: offline.ProgramRun, *, live: bool) -> str:
+def render_summary(result: offline.ProgramRun, *, live: bool, compared: bool = False) -> str:
     """A few lines a person reads first: how many resources of each kind, each TPU VM's and
     Job's decision, and where the warnings went."""
     custom = [r for r in result.registrations if r.custom]
     kinds: dict[str, int] = {}
     for registration in custom:
         kinds[registration.type] = kinds.get(registration.type, 0) + 1
+    what_up_does = (
+        "the changes above are what an `up` of the deployed stack does"
+        if compared
+        else "a first `pulumi up` creates them all; `--compare-to` says what an `up` of a deployed "
+        "stack changes"
+    )
     lines = [
-        f"Summary: {len(custom)} resources declared (a first `pulumi up` creates them all; "
-        f"`--compare-to` says what an `up` of a deployed stack changes):",
+        f"Summary: {len(custom)} resources in the cloud or cluster ({what_up_does}):",
         *_packed([f"{count} {kind}" for kind, count in sorted(kinds.items())]),
     ]
     made = decisions(result)
     if made:
-        how = "from live state" if live else "offline: live state not read, every one kept"
+        if not live:
+            how = "offline: live state not read, every one kept"
+        elif all(unknown for *_, unknown in made):
+            how = "live state unavailable: every one kept as last deployed"
+        else:
+            how = "from live state"
         lines.append(
             f"  recovery ({how}): " + ", ".join(f"{kind} {name} {verb}" for kind, name, verb, _ in made)
         )
@@ -486,20 +507,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(render_tree(result))
         if changes is not None:
             print(plan_diff.render(args.compare_to, changes, document))
-        print(render_summary(result, live=args.live))
+        print(render_summary(result, live=args.live, compared=changes is not None))
         for message in result.warnings:
             print(f"warning: {message}", file=sys.stderr)
         if args.json:
             writing = args.json
             Path(args.json).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
-            print(f"plan written to {args.json}")
+            print(f"plan written to {args.json}", file=sys.stderr)
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):
             raise
         print(f"error: cannot write {exc.filename or writing}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_CANNOT_WRITE
     if args.manifests:
-        print(f"{len(written)} Kubernetes manifests written to {args.manifests}")
+        print(f"{len(written)} Kubernetes manifests written to {args.manifests}", file=sys.stderr)
     made = decisions(result)
     if args.live and made and all(unknown for *_, unknown in made):
         print(

@@ -18,9 +18,9 @@ alone, and its `pulumi up --refresh` targets the stack and the recovered VMs and
 (``infra.recovery_targets`` says why that is safe). ``--apply-pending`` applies everything.
 
 Exit status (see EXIT_*): 0 nothing to recover or `pulumi up` succeeded (and after a --watch ends
-by SIGINT/SIGTERM); 1 `pulumi up` failed; 2 invalid configuration; 64 invalid command line;
-69 the Pulumi CLI cannot be run or the stack does not exist; 75 nothing was done because live state
-or the stack itself was unavailable (try again later).
+by SIGINT/SIGTERM); 1 `pulumi up` failed, or the round is blocked; 2 invalid configuration; 64
+invalid command line; 69 the Pulumi CLI cannot be run or the stack does not exist; 75 nothing was
+done because live state or the stack itself was unavailable (try again later).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m infra.recover",
         description="Read live TPU VMs and Jobs; run `pulumi up --refresh --yes` only when something "
         "must be created or replaced.",
-        epilog="Exit status: 0 nothing to recover or recovered; 1 `pulumi up` failed; 2 invalid "
+        epilog="Exit status: 0 nothing to recover or recovered; 1 `pulumi up` failed, or blocked; 2 invalid "
         "configuration; 64 invalid command line; 69 Pulumi CLI or stack unavailable; 75 live state or "
         "stack unavailable, nothing done (try later).",
     )

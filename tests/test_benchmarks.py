@@ -21,7 +21,7 @@ def test_the_plan_speed_benchmark_runs_every_section(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    for section in ("P1 ", "P2 ", "P3 ", "Goals (issue #12)"):
+    for section in ("P1 ", "P2 ", "P3 ", "Goals (docs/plan-speed.md)"):
         assert f"\n{section}" in out, section
     assert "xpk dry-run: skipped" in out  # --smoke never runs xpk
     assert "import floor (" in out and "not importable by name: 0" in out and "of which the SDK's (" in out

@@ -152,3 +152,24 @@ def test_the_path_check_sees_a_moved_file():
         "infra/stack_config/loading.py",
     ]
     assert not (REPO / "tests" / "fake_tpu_api.py").exists()
+
+
+# --- the README's plan excerpt is the plan -------------------------------------------------------
+
+
+def test_the_readme_plan_excerpt_is_what_the_plan_prints():
+    from conftest import run_plan
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    start = readme.index("  + tpu-training:compute:PreemptibleTpuVm  demo-tpu")
+    excerpt = [
+        line.rstrip() for line in readme[start : readme.index("```", start)].splitlines() if line.strip()
+    ]
+    result = run_plan()
+    assert result.returncode == 0, result.stderr
+    printed = [line.rstrip() for line in result.stdout.splitlines()]
+    # The excerpt shortens a long value as `[...]`; every other character is the plan's.
+    patterns = [re.compile(re.escape(line).replace(re.escape("[...]"), ".*")) for line in excerpt]
+    assert [p.pattern for p in patterns if not any(p.fullmatch(line) for line in printed)] == []
+    count = readme[readme.index("`Stack tpu-training/dev: ") + 1 :].split("`")[0].replace("\n", " ")
+    assert " ".join(count.split()) == result.stdout.splitlines()[0]

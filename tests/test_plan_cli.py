@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -417,7 +418,13 @@ def test_the_plan_ends_with_a_summary_of_kinds_and_decisions():
     result = run_plan()
     assert result.returncode == 0, result.stderr
     summary = result.stdout[result.stdout.index("Summary: ") :]
-    assert "resources declared (a first `pulumi up` creates them all" in summary
+    assert "resources in the cloud or cluster (a first `pulumi up` creates them all" in summary
+    header = result.stdout.splitlines()[0]
+    counted = re.fullmatch(
+        r"Stack tpu-training/dev: \d+ resources \((\d+) in the cloud or cluster, .*\)", header
+    )
+    assert counted, header
+    assert f"Summary: {counted[1]} resources in the cloud or cluster" in summary
     assert "1 gcp:tpu/v2Vm:V2Vm" in summary and "2 gcp:storage/bucket:Bucket" in summary
     assert (
         "recovery (offline: live state not read, every one kept): TPU VM demo-tpu kept, Job train-v6e kept"
@@ -446,6 +453,7 @@ def test_live_that_reads_nothing_exits_75_and_says_so():
     assert result.returncode == plan.EXIT_LIVE_UNAVAILABLE == 75, result.stderr
     assert "--live read no live state" in result.stderr
     assert "Summary: " in result.stdout  # the plan itself is still shown
+    assert "recovery (live state unavailable: every one kept as last deployed)" in result.stdout
 
 
 def test_live_that_reads_something_succeeds():
@@ -457,3 +465,13 @@ def test_live_that_reads_something_succeeds():
             result = run_plan("--live", env=env)
     assert result.returncode == 0, result.stderr
     assert "recovery (from live state): TPU VM demo-tpu kept, Job train-v6e kept" in result.stdout
+
+
+def test_with_compare_to_the_summary_points_at_the_changes(tmp_path):
+    base = tmp_path / "base.json"
+    assert run_plan("--json", str(base)).returncode == 0
+    result = run_plan("--compare-to", str(base))
+    assert result.returncode == 0, result.stderr
+    summary = result.stdout[result.stdout.index("Summary: ") :]
+    assert "the changes above are what an `up` of the deployed stack does" in summary
+    assert "a first `pulumi up` creates them all" not in summary

@@ -76,7 +76,8 @@ def test_plan_writes_every_kubernetes_object_as_valid_yaml(tmp_path):
     (target / "job-default-gone.yaml").write_text(plan.MANIFEST_HEADER + "kind: Job\n")  # ours, stale
     result = run_plan("--manifests", str(target))
     assert result.returncode == 0, result.stderr
-    assert "4 Kubernetes manifests written to" in result.stdout
+    # A notice, not the plan: standard output holds the plan alone.
+    assert "4 Kubernetes manifests written to" in result.stderr
     written = sorted(p.name for p in target.glob("*.yaml"))
     assert written == [
         "configmap-default-train-v6e-run-parameters.yaml",

@@ -27,7 +27,7 @@ def test_the_goodput_benchmark_runs_both_cases(tmp_path):
         "\nhourly: checkpoint every ",
         "measured lost (writes + redone) / training time:",
         "predicted, Young's first order C/T + T/(2M):",
-        "\nGoals (issue #21)\n",
+        "\nGoals (docs/trainer.md, 'The goodput model measured')\n",
         "measured within 10% of predicted at Young's interval: ",
         "Young's at least as good as hourly (the table says hourly / Young's = 2.07x): ",
     ):
