@@ -244,3 +244,15 @@ def test_the_older_config_folder_spelling_and_both_at_once(scratch_project):
     project_file.write_text(project_file.read_text() + "stackConfigDir: other\n")
     with pytest.raises(offline.ProjectFileError, match="Should not use both config and stackConfigDir"):
         offline.load_project(scratch_project)
+
+
+def test_a_list_given_as_one_value_says_list_not_tuple(config):
+    from conftest import refused
+
+    config["tpu-training:nodePools"][0]["nodeLocations"] = "us-east5-a"
+    message = refused(config)
+    assert (
+        'tpu-training:nodePools[0].nodeLocations = "us-east5-a": should be a list '
+        "(in YAML, for example [us-east5-a])" in message
+    )
+    assert "tuple" not in message

@@ -87,6 +87,10 @@ def _format_error(error: Any, allowed_by_path: dict[str, list[str]]) -> str:
     if loc[-1] == "[key]":
         return f"{path}: {message}"
     value = error["input"]
+    if error["type"] in ("tuple_type", "list_type"):
+        # pydantic says "tuple"; the stack file holds a YAML list.
+        example = f"[{value}]" if isinstance(value, (str, int, float)) else "[a, b]"
+        message = f"should be a list (in YAML, for example {example})"
     if error["type"] == "string_type" and isinstance(value, (bool, int, float)):
         # YAML reads `5` and `true` as a number and a boolean: the value wants quotes.
         message += f'; write it in quotes ("{json.dumps(value)}") so YAML reads it as text'
