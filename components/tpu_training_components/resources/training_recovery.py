@@ -37,6 +37,11 @@ class RecoveredJob(TypedDict):
     kind: NotRequired[str]
     """``Job`` (default: ``TpuTrainingJob``) or ``JobSet`` (``TpuTrainingJobSet``): which kind of
     object the name is, and so which decision table decides."""
+    queued: NotRequired[bool]
+    """True when it runs on a node pool with queued provisioning (through Kueue; default False).
+    While it is suspended on its queue, its Kueue Workload is read too (one more list call in its
+    namespace): one Kueue deactivated (GKE took the capacity back) is queued anew at the next
+    generation, one that waits for admission is kept."""
 
 
 class RecoveryCluster(TypedDict):
@@ -135,6 +140,7 @@ class TrainingRecovery(pulumi.ComponentResource):
                 ClusterRef(cluster["project"], cluster["location"], cluster["name"]),
                 [(job["name"], job.get("namespace", "default"), job.get("kind", "Job")) for job in jobs],
                 read_live_state=read_live_state,
+                queued={job["name"] for job in jobs if job.get("queued", False)},
             )
             if cluster and jobs
             else []
