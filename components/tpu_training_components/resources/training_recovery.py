@@ -1,6 +1,6 @@
 """Recovery that comes with the components: declare a ``TrainingRecovery`` listing the TPU VMs
 and training Jobs, and hand each its generation. It reads the live nodes and Jobs (one call per
-zone, one per namespace), decides with the decision tables, says why, and remembers what this
+zone, one per namespace and kind), decides with the decision tables, says why, and remembers what this
 stack last deployed, so that a later `pulumi up` re-creates exactly what was lost."""
 
 from datetime import datetime, timedelta
@@ -98,7 +98,7 @@ def _check(name: str, args: TrainingRecoveryArgs) -> None:
 
 class TrainingRecovery(pulumi.ComponentResource):
     """Recovery by `pulumi up` for a stack's TPU VMs and Jobs: reads what is live (one call per
-    zone, one per namespace), decides what to keep, create or replace, logs why, and gives each
+    zone, one per namespace and kind), decides what to keep, create or replace, logs why, and gives each
     its recovery generation to declare (``recovery_generation`` of ``PreemptibleTpuVm`` and
     ``TpuTrainingJob``).
 
