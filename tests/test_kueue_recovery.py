@@ -111,7 +111,7 @@ EXPECTED = {
         "replace",
         False,
         "(Evicted: DeactivatedDueToAdmissionCheck: The workload is deactivated due to AdmissionCheck in "
-        'Rejected state: "v6e-4x4" (Capacity was revoked',
+        'Rejected state: "v6e-4x4")',
     ),
     "requeuing-limit-exceeded": ("replace", False, "Evicted: DeactivatedDueToRequeuingLimitExceeded"),
     "failed-to-start": ("replace", False, "(Finished: FailedToStart: invalid podSetUpdates"),

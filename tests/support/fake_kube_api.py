@@ -173,11 +173,12 @@ class FakeKubernetesApi(LoopbackJsonServer):
 # (pkg/controller/jobframework/reconciler.go step 6; the expected Workload of
 # pkg/controller/jobs/job/job_controller_test.go "when workload is active after deactivation").
 
+# Messages are Kueue's own, with its feature gates at their v0.19.2 defaults (pkg/features/
+# kube_features.go: UnadmittedWorkloadsObservability off, hence the Admitted reasons below,
+# pkg/workload/admissionchecks.go). A check's message copies the ProvisioningRequest's condition
+# message, GKE's: left empty here, as in Kueue's own test.
 _EVICTED_BY_KUEUE = "The workload is deactivated due to "
-_REVOKED = (
-    'AdmissionCheck in Rejected state: "v6e-4x4" (Capacity was revoked: the nodes of the '
-    "ProvisioningRequest were deleted)"
-)
+_REVOKED = 'AdmissionCheck in Rejected state: "v6e-4x4"'
 
 
 def _deactivated(cause: str, why: str) -> dict[str, Any]:
@@ -188,7 +189,12 @@ def _deactivated(cause: str, why: str) -> dict[str, Any]:
         "conditions": [
             ("Evicted", "True", reason, message),
             ("QuotaReserved", "False", "Pending", message),
-            ("Admitted", "False", "NoReservation", "The workload has no reservation"),
+            (
+                "Admitted",
+                "False",
+                "NoReservationUnsatisfiedChecks",
+                "The workload has no reservation and not all checks ready",
+            ),
             ("Requeued", "False", reason, message),
         ],
         "checks": [("Pending", "Reset to Pending after eviction. Previously: Rejected" if cause else "")],
@@ -215,9 +221,9 @@ WORKLOAD_STATES: dict[str, dict[str, Any]] = {
         "admission": True,
         "conditions": [
             ("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue v6e-4x4"),
-            ("Admitted", "False", "UnsatisfiedAdmissionChecks", "The workload has not all admission checks"),
+            ("Admitted", "False", "UnsatisfiedChecks", "The workload has not all checks ready"),
         ],
-        "checks": [("Pending", "Provisioning Request is waiting for capacity")],
+        "checks": [("Pending", "")],
     },
     "admitted": {
         "admission": True,
@@ -225,7 +231,7 @@ WORKLOAD_STATES: dict[str, dict[str, Any]] = {
             ("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue v6e-4x4"),
             ("Admitted", "True", "Admitted", "The workload is admitted"),
         ],
-        "checks": [("Ready", "Provisioning Request was successfully provisioned.")],
+        "checks": [("Ready", "")],
     },
     "capacity-revoked": _deactivated("AdmissionCheck", _REVOKED),
     "requeuing-limit-exceeded": _deactivated(
@@ -254,7 +260,8 @@ WORKLOAD_STATES: dict[str, dict[str, Any]] = {
         ],
         "checks": [("Pending", "Reset to Pending after eviction. Previously: Ready")],
     },
-    # Kueue could not start it for good (reconciler.go step 7, FailedToStartFinishedReason).
+    # Kueue could not start it for good (reconciler.go step 7, FailedToStartFinishedReason); the
+    # message, the start error, is a stand-in.
     "failed-to-start": {
         "admission": True,
         "conditions": [
@@ -262,7 +269,7 @@ WORKLOAD_STATES: dict[str, dict[str, Any]] = {
             ("Admitted", "True", "Admitted", "The workload is admitted"),
             ("Finished", "True", "FailedToStart", "invalid podSetUpdates: conflicting node selector"),
         ],
-        "checks": [("Ready", "Provisioning Request was successfully provisioned.")],
+        "checks": [("Ready", "")],
     },
 }
 
