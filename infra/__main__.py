@@ -125,14 +125,24 @@ trainer = (
     else None
 )
 
-# Recovery is a reconcile: read the live nodes (one call per zone) and Jobs (one per namespace),
-# decide, say why; each VM and Job is declared at the generation decided here.
+# Recovery is a reconcile: read the live nodes (one call per zone) and Jobs (one per namespace and
+# kind, Kueue's Workloads too for queued ones), decide, say why; each VM and Job is declared at the
+# generation decided here.
 recovery = TrainingRecovery(
     "recovery",
     {
         "project": settings.gcp_project,
         "tpu_vms": [{"name": vm.name, "zone": vm.zone} for vm in settings.tpu_vms],
-        "jobs": [{"name": job.name, "namespace": job.namespace, "kind": job.kind} for job in settings.jobs],
+        "jobs": [
+            {
+                "name": job.name,
+                "namespace": job.namespace,
+                "kind": job.kind,
+                # Kueue's Workload tells a queued job that waits from one Kueue gave up on.
+                "queued": settings.job_pool(job).queued_provisioning,
+            }
+            for job in settings.jobs
+        ],
         "cluster": (
             {
                 "project": settings.gcp_project,

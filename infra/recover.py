@@ -7,7 +7,8 @@ replaced.
 
 Each round reads the stack's config the way `pulumi up` does (Pulumi.yaml and
 Pulumi.<stack>.yaml), lists the live nodes (one Cloud TPU API call per zone, or TPU_API_ENDPOINT)
-and Jobs (one Kubernetes call per namespace; KUBECONFIG, or the GKE API), decides with the same
+and Jobs (one Kubernetes call per namespace and kind: Jobs, JobSets, and the Kueue Workloads of
+queued ones that are suspended; KUBECONFIG, or the GKE API), decides with the same
 decision tables as the stack program, prints one line per decision, and runs `pulumi up` through
 the Pulumi Automation API when something must be recovered. A round where everything works costs
 those list calls and nothing more: no `pulumi up`, no stack lock.
@@ -219,6 +220,7 @@ class Probe:
                 ClusterRef(settings.gcp_project, settings.cluster.location, settings.cluster.name),
                 [(job.name, job.namespace, job.kind) for job in settings.jobs],
                 read=self.read_jobs,
+                queued={job.name for job in settings.jobs if settings.job_pool(job).queued_provisioning},
             )
             if settings.cluster
             else []

@@ -361,7 +361,7 @@ def jobset(name: str, *, generation: int = 0, conditions=(), ready: int = 0, res
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
-        "metadata": {"name": name, "labels": labels if ours else {"team": "x"}},
+        "metadata": {"name": name, "labels": labels if ours else {"team": "x"}, "uid": f"uid-{name}"},
         "spec": {"replicatedJobs": [{"name": "slice-job", "replicas": 2, "template": {}}]},
         "status": {
             "conditions": [

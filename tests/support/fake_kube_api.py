@@ -1,24 +1,33 @@
 """Local stand-ins, on loopback, for the two APIs the Job probe uses through real clients:
 
 - ``FakeKubernetesApi``: ``GET /apis/batch/v1/namespaces/NS/jobs`` answering a ``batch/v1``
-  JobList, filtered by ``labelSelector`` as the real API server does; plain HTTP or TLS.
+  JobList, and ``GET /apis/kueue.x-k8s.io/v1beta2/namespaces/NS/workloads`` a Kueue
+  WorkloadList (or the API server's own 404 when Kueue's CRD is not installed), each filtered by
+  ``labelSelector`` as the real API server does (equality and ``in`` terms); plain HTTP or TLS.
 - ``FakeGkeApi``: ``GET /v1/projects/P/locations/L/clusters/C`` answering a GKE ``Cluster``.
+
+``workload(owner, state)`` makes the Workload Kueue v0.19.2 keeps for a Job or JobSet in one of
+the states of ``WORKLOAD_STATES``, as Kueue's own source writes them (the citations there).
 """
 
 from __future__ import annotations
 
 import base64
+import copy
+import hashlib
 import re
 import subprocess
 from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import parse_qs
 
-from tpu_training_components.domain.job_manifests import PART_OF, PART_OF_LABEL
+from tpu_training_components.domain.job_manifests import KUEUE_QUEUE_LABEL, PART_OF, PART_OF_LABEL
+from tpu_training_components.domain.kueue_recovery import KUEUE_JOB_UID_LABEL, KUEUE_WORKLOAD_API_VERSION
 
 from support.loopback import LoopbackJsonServer, not_found
 
 _JOBS = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs$")
+_WORKLOADS = re.compile(rf"^/apis/{KUEUE_WORKLOAD_API_VERSION}/namespaces/([^/]+)/workloads$")
 _CLUSTER = re.compile(r"^/v1/(projects/[^/]+/locations/[^/]+/clusters/[^/]+)$")
 
 
@@ -55,29 +64,91 @@ def job(
     }
 
 
+def queued_job(
+    name: str, *, generation: int = 0, queue: str = "v6e-4x4", suspended: bool = True
+) -> dict[str, Any]:
+    """A Job on a Kueue queue, as Kueue's webhook leaves it before admission: suspended."""
+    item = job(
+        name,
+        generation=generation,
+        conditions=(("Suspended", "True", "JobSuspended"),) if suspended else (),
+        **({} if suspended else {"active": 4, "ready": 4}),
+    )
+    item["metadata"]["labels"][KUEUE_QUEUE_LABEL] = queue
+    item["spec"].update(suspend=suspended, parallelism=4, completions=4)
+    return item
+
+
+# A label selector term: `key=value`, `key==value`, `key!=value` or `key in (a,b)`, as the API
+# server takes them (apimachinery's labels.Parse); enough for what the probe sends.
+_TERM = re.compile(r"\s*([^,=!\s]+)\s*(?:(==?|!=)\s*([^,\s]*)|\s+in\s+\(([^)]*)\))\s*(?:,|$)")
+
+
 def _selected(item: dict[str, Any], selector: str) -> bool:
     labels = item["metadata"].get("labels", {})
-    for term in filter(None, selector.split(",")):
-        key, _, value = term.partition("=")
-        if labels.get(key) != value:
+    position = 0
+    while position < len(selector):
+        term = _TERM.match(selector, position)
+        assert term is not None, f"the fake API cannot parse the label selector {selector!r}"
+        key, operator, value, values = term.groups()
+        if values is not None:
+            if labels.get(key) not in {v.strip() for v in values.split(",")}:
+                return False
+        elif (labels.get(key) == value) != (operator != "!="):
             return False
+        position = term.end()
     return True
+
+
+def _kubernetes_not_found() -> tuple[int, Any]:
+    """The API server's answer for a resource it does not serve (a CRD not installed)."""
+    return 404, {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "the server could not find the requested resource",
+        "reason": "NotFound",
+        "details": {},
+        "code": 404,
+    }
 
 
 class FakeKubernetesApi(LoopbackJsonServer):
     def __init__(self, tls: Optional[tuple[Path, Path]] = None) -> None:
         super().__init__(tls)
         self.jobs: dict[str, list[dict[str, Any]]] = {}
+        self.workloads: dict[str, list[dict[str, Any]]] = {}
+        self.kueue_installed = True
+        """False: the Workload CRD is not installed, and its path answers 404."""
+        self.selectors: list[str] = []
+        """The label selector of every list call."""
 
     def add(self, namespace: str, item: dict[str, Any]) -> None:
         item["metadata"]["namespace"] = namespace
         self.jobs.setdefault(namespace, []).append(item)
 
+    def add_workload(self, item: dict[str, Any]) -> None:
+        """A Workload, in the namespace its metadata names (its Job's, see ``workload``)."""
+        self.workloads.setdefault(item["metadata"]["namespace"], []).append(item)
+
     def route(self, method: str, path: str, query: str, headers: dict[str, str]) -> tuple[int, Any]:
+        selector = parse_qs(query).get("labelSelector", [""])[0]
+        workloads = _WORKLOADS.match(path)
+        if workloads is not None:
+            if not self.kueue_installed:
+                return _kubernetes_not_found()
+            self.selectors.append(selector)
+            return 200, {
+                "apiVersion": KUEUE_WORKLOAD_API_VERSION,
+                "kind": "WorkloadList",
+                "metadata": {"continue": "", "resourceVersion": "9"},
+                "items": [i for i in self.workloads.get(workloads.group(1), []) if _selected(i, selector)],
+            }
         match = _JOBS.match(path)
         if match is None:
             return not_found()
-        selector = parse_qs(query).get("labelSelector", [""])[0]
+        self.selectors.append(selector)
         items = [i for i in self.jobs.get(match.group(1), []) if _selected(i, selector)]
         return 200, {
             "apiVersion": "batch/v1",
@@ -90,6 +161,216 @@ class FakeKubernetesApi(LoopbackJsonServer):
         """A kubeconfig file pointing at this server (plain HTTP); ``user`` is its user's entry
         (flow-style YAML), no credentials unless given."""
         return kubeconfig_for(self.endpoint, folder, user)
+
+
+# --- Kueue Workloads ----------------------------------------------------------------------------
+# What Kueue v0.19.2 (kubernetes-sigs/kueue 8eab68778fc1b52affe165fdf5af29d1e9b4f3cb) writes on
+# the Workload of a queued Job, by state. "capacity-revoked" is the end of the flow its
+# integration test plays (test/integration/singlecluster/controller/admissionchecks/provisioning/
+# provisioning_test.go, "...the ProvisioningRequest's condition is set to CapacityRevoked"): the
+# check rejected, then deactivation (pkg/controller/core/workload_controller.go), eviction
+# (pkg/workload/evict/evict.go), the Job stopped and its quota released with Requeued False
+# (pkg/controller/jobframework/reconciler.go step 6; the expected Workload of
+# pkg/controller/jobs/job/job_controller_test.go "when workload is active after deactivation").
+
+# Messages are Kueue's own, with its feature gates at their v0.19.2 defaults (pkg/features/
+# kube_features.go: UnadmittedWorkloadsObservability off, hence the Admitted reasons below,
+# pkg/workload/admissionchecks.go). A check's message copies the ProvisioningRequest's condition
+# message, GKE's: left empty here, as in Kueue's own test.
+_EVICTED_BY_KUEUE = "The workload is deactivated due to "
+_REVOKED = 'AdmissionCheck in Rejected state: "v6e-4x4"'
+
+
+def _deactivated(cause: str, why: str) -> dict[str, Any]:
+    reason = f"DeactivatedDueTo{cause}" if cause else "Deactivated"
+    message = _EVICTED_BY_KUEUE + why if cause else "The workload is deactivated"
+    return {
+        "active": False,
+        "conditions": [
+            ("Evicted", "True", reason, message),
+            ("QuotaReserved", "False", "Pending", message),
+            (
+                "Admitted",
+                "False",
+                "NoReservationUnsatisfiedChecks",
+                "The workload has no reservation and not all checks ready",
+            ),
+            ("Requeued", "False", reason, message),
+        ],
+        "checks": [("Pending", "Reset to Pending after eviction. Previously: Rejected" if cause else "")],
+        "evictions": [{"reason": "Deactivated", "underlyingCause": cause, "count": 1}],
+    }
+
+
+WORKLOAD_STATES: dict[str, dict[str, Any]] = {
+    # Queued, no quota yet (the scheduler's "Pending", pkg/scheduler/scheduler.go).
+    "pending": {
+        "conditions": [
+            (
+                "QuotaReserved",
+                "False",
+                "Pending",
+                "couldn't assign flavors to pod set main: insufficient unused quota for google.com/tpu "
+                "in flavor v6e-4x4, 16 more needed",
+            )
+        ],
+        "checks": [("Pending", "")],
+    },
+    # Quota reserved, its ProvisioningRequest not provisioned yet (provisioning/controller.go).
+    "provisioning": {
+        "admission": True,
+        "conditions": [
+            ("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue v6e-4x4"),
+            ("Admitted", "False", "UnsatisfiedChecks", "The workload has not all checks ready"),
+        ],
+        "checks": [("Pending", "")],
+    },
+    "admitted": {
+        "admission": True,
+        "conditions": [
+            ("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue v6e-4x4"),
+            ("Admitted", "True", "Admitted", "The workload is admitted"),
+        ],
+        "checks": [("Ready", "")],
+    },
+    "capacity-revoked": _deactivated("AdmissionCheck", _REVOKED),
+    "requeuing-limit-exceeded": _deactivated(
+        "RequeuingLimitExceeded", "exceeding the maximum number of re-queuing retries"
+    ),
+    "maximum-execution-time-exceeded": _deactivated(
+        "MaximumExecutionTimeExceeded", "exceeding the maximum execution time"
+    ),
+    # `spec.active: false` set by someone: evicted with the bare reason (workload_controller.go).
+    "deactivated-by-hand": _deactivated("", ""),
+    # A PodsReady time-out: evicted, re-queued by Kueue after its back-off.
+    "backing-off": {
+        "conditions": [
+            ("Evicted", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout default/train"),
+            ("QuotaReserved", "False", "Pending", "Exceeded the PodsReady timeout default/train"),
+            ("Requeued", "False", "PodsReadyTimeout", "Exceeded the PodsReady timeout default/train"),
+        ],
+        "checks": [("Pending", "Reset to Pending after eviction. Previously: Ready")],
+        "requeue": {"count": 1, "requeueAt": "2026-11-21T10:05:00Z"},
+    },
+    "queue-stopped": {
+        "conditions": [
+            ("Evicted", "True", "ClusterQueueStopped", "The ClusterQueue is stopped"),
+            ("QuotaReserved", "False", "Pending", "The ClusterQueue is stopped"),
+            ("Requeued", "False", "ClusterQueueStopped", "The ClusterQueue is stopped"),
+        ],
+        "checks": [("Pending", "Reset to Pending after eviction. Previously: Ready")],
+    },
+    # Kueue could not start it for good (reconciler.go step 7, FailedToStartFinishedReason); the
+    # message, the start error, is a stand-in.
+    "failed-to-start": {
+        "admission": True,
+        "conditions": [
+            ("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue v6e-4x4"),
+            ("Admitted", "True", "Admitted", "The workload is admitted"),
+            ("Finished", "True", "FailedToStart", "invalid podSetUpdates: conflicting node selector"),
+        ],
+        "checks": [("Ready", "")],
+    },
+}
+
+
+def workload_name(kind: str, group: str, name: str, uid: str) -> str:
+    """Kueue's name for the Workload of a Job or JobSet (pkg/controller/jobframework/
+    workload_names.go ``GetWorkloadNameForOwnerWithGVK``, without ShortWorkloadNames)."""
+    digest = hashlib.sha1(f"{kind}\n{group}\n{name}\n{uid}".encode()).hexdigest()
+    return f"{f'{kind.lower()}-{name}'[:247]}-{digest[:5]}"
+
+
+def _pod_sets(owner: dict[str, Any]) -> list[dict[str, Any]]:
+    default_template = {"spec": {"containers": [{"name": "trainer", "image": "trainer:1"}]}}
+    if owner["kind"] == "Job":
+        spec = owner["spec"]
+        return [{"name": "main", "count": spec.get("parallelism", 1), "template": spec["template"]}]
+    return [  # a JobSet: one pod set per replicated job (pkg/controller/jobs/jobset)
+        {
+            "name": replicated["name"],
+            "count": replicated.get("replicas", 1)
+            * replicated["template"].get("spec", {}).get("parallelism", 1),
+            "template": replicated["template"].get("spec", {}).get("template") or default_template,
+        }
+        for replicated in owner["spec"]["replicatedJobs"]
+    ]
+
+
+def workload(owner: dict[str, Any], state: str, *, queue: str = "v6e-4x4") -> dict[str, Any]:
+    """The Workload Kueue keeps for ``owner`` (a Job or JobSet as the fake serves it, with its
+    namespace) in ``state``, one of ``WORKLOAD_STATES``."""
+    shape = WORKLOAD_STATES[state]
+    kind, api_version = owner["kind"], owner["apiVersion"]
+    group = api_version.rpartition("/")[0]
+    meta = owner["metadata"]
+    uid = meta["uid"]
+    now = "2026-11-21T10:00:00Z"
+    pod_sets = _pod_sets(owner)
+    status: dict[str, Any] = {
+        "conditions": [
+            {
+                "type": type_,
+                "status": status_,
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": now,
+                "observedGeneration": 1,
+            }
+            for type_, status_, reason, message in shape["conditions"]
+        ],
+        "admissionChecks": [
+            {"name": queue, "state": check_state, "message": message, "lastTransitionTime": now}
+            for check_state, message in shape["checks"]
+        ],
+    }
+    if shape.get("admission"):
+        status["admission"] = {
+            "clusterQueue": queue,
+            "podSetAssignments": [
+                {
+                    "name": pod_set["name"],
+                    "count": pod_set["count"],
+                    "flavors": {"google.com/tpu": queue},
+                    "resourceUsage": {"google.com/tpu": str(4 * pod_set["count"])},
+                }
+                for pod_set in pod_sets
+            ],
+        }
+    if "requeue" in shape:
+        status["requeueState"] = shape["requeue"]
+    if "evictions" in shape:
+        status["schedulingStats"] = {"evictions": shape["evictions"]}
+    return {
+        "apiVersion": KUEUE_WORKLOAD_API_VERSION,
+        "kind": "Workload",
+        "metadata": {
+            "name": workload_name(kind, group, meta["name"], uid),
+            "namespace": meta["namespace"],
+            "uid": f"workload-{uid}",
+            "resourceVersion": "8",
+            "generation": 1,
+            "creationTimestamp": now,
+            "labels": {KUEUE_JOB_UID_LABEL: uid},
+            "ownerReferences": [
+                {
+                    "apiVersion": api_version,
+                    "kind": kind,
+                    "name": meta["name"],
+                    "uid": uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+            "finalizers": ["kueue.x-k8s.io/resource-in-use"],
+        },
+        "spec": {
+            "active": shape.get("active", True),
+            "queueName": queue,
+            "podSets": copy.deepcopy(pod_sets),
+        },
+        "status": status,
+    }
 
 
 def kubeconfig_for(endpoint: str, folder: Path, user: str = "{}") -> Path:

@@ -4,15 +4,18 @@
 Pure Python. A failed Job stays failed: Kubernetes never restarts it and pulumi-kubernetes sees no
 diff, so the program reads the live Jobs itself and bumps the *recovery generation* of each failed
 one. The generation is the Job's ``replacement_trigger`` and its ``recovery-generation`` label, so
-the new Job resumes from the same ``CHECKPOINT_DIR``. The decision table is in the README.
+the new Job resumes from the same ``CHECKPOINT_DIR``. The decision tables are in docs/gke.md and
+docs/multislice.md; a suspended Job on a Kueue queue is decided by its Workload (kueue_recovery).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from .job_manifests import KUEUE_QUEUE_LABEL
+from .kueue_recovery import NOT_READ, KueueState, queued_verdict
 from .recovery import Decision, gone, keep, parse_generation, replace, unreachable
 
 
@@ -32,6 +35,13 @@ class _Conditioned:
 
     labels: Mapping[str, str]
     conditions: tuple[JobCondition, ...]
+    uid: str
+
+    @property
+    def waits_on_kueue(self) -> bool:
+        """Suspended, with a Kueue queue label: Kueue's webhook created it suspended, and only Kueue
+        resumes it (or never does, once it has given up on its Workload)."""
+        return KUEUE_QUEUE_LABEL in self.labels and self.condition("Suspended") is not None
 
     @property
     def generation(self) -> Optional[int]:
@@ -59,6 +69,8 @@ class LiveJob(_Conditioned):
     ready: int = 0
     succeeded: int = 0
     failed: int = 0
+    uid: str = ""
+    """``metadata.uid``: what its Kueue Workload names as its controller."""
 
 
 def _explain(condition: JobCondition) -> str:
@@ -66,8 +78,17 @@ def _explain(condition: JobCondition) -> str:
     return f" ({detail})" if detail else ""
 
 
-def decide_job(name: str, live: LiveJob | None) -> Decision:
-    """The decision table for one Job whose namespace the API answered for (see README)."""
+def _decide_queued(name: str, kind: str, generation: Optional[int], kueue: KueueState) -> Decision:
+    verdict = queued_verdict(kind, kueue)
+    if verdict.replace:
+        return replace(name, generation, verdict.reason)
+    kept = keep(name, generation, verdict.reason, warn=verdict.warn)
+    return dataclasses.replace(kept, unavailable=verdict.unknown)
+
+
+def decide_job(name: str, live: LiveJob | None, kueue: KueueState = NOT_READ) -> Decision:
+    """The decision table for one Job whose namespace the API answered for (docs/gke.md);
+    ``kueue``: what is known of its Kueue Workload, when it runs on a queued pool."""
     if live is None:
         return gone(name, "no such Job in its namespace")
     generation = live.generation
@@ -83,8 +104,8 @@ def decide_job(name: str, live: LiveJob | None) -> Decision:
     suspended = live.condition("Suspended")
     if suspended is not None:
         # Kueue's webhook creates a queued Job suspended; Kueue lifts that when it admits it.
-        if KUEUE_QUEUE_LABEL in live.labels:
-            return keep(name, generation, "Job waits for Kueue to admit it (all-or-nothing capacity)")
+        if live.waits_on_kueue:
+            return _decide_queued(name, "Job", generation, kueue)
         return keep(
             name,
             generation,
@@ -132,10 +153,13 @@ class LiveJobSet(_Conditioned):
     """Child Jobs the JobSet declares (``replicas`` of its replicated jobs)."""
     ready: int = 0
     """Child Jobs whose Pods are all ready (``replicatedJobsStatus[].ready``)."""
+    uid: str = ""
+    """``metadata.uid``: what its Kueue Workload names as its controller."""
 
 
-def decide_jobset(name: str, live: LiveJobSet | None) -> Decision:
-    """The decision table for one JobSet whose namespace the API answered for (see README)."""
+def decide_jobset(name: str, live: LiveJobSet | None, kueue: KueueState = NOT_READ) -> Decision:
+    """The decision table for one JobSet whose namespace the API answered for (docs/multislice.md);
+    ``kueue``: what is known of its Kueue Workload, when it runs on a queued pool."""
     if live is None:
         return gone(name, "no such JobSet in its namespace")
     generation = live.generation
@@ -157,8 +181,8 @@ def decide_jobset(name: str, live: LiveJobSet | None) -> Decision:
     suspended = live.condition("Suspended")
     if suspended is not None:
         # Kueue creates a JobSet suspended and lifts that when it admits it.
-        if KUEUE_QUEUE_LABEL in live.labels:
-            return keep(name, generation, "JobSet waits for Kueue to admit it (all-or-nothing capacity)")
+        if live.waits_on_kueue:
+            return _decide_queued(name, "JobSet", generation, kueue)
         return keep(
             name,
             generation,

@@ -1,10 +1,11 @@
 """Read live training Jobs through the Kubernetes API (the official ``kubernetes`` client).
 
-One ``list`` call per namespace, never one per Job. Credentials come from ``KUBECONFIG`` when it
-is set; otherwise from the GKE API (``google-cloud-container``: the cluster's endpoint and CA
-certificate) and Application Default Credentials (a bearer token). Any failure (no credentials,
-HTTP error, time-out, refused connection) is reported per namespace, and the caller keeps every
-Job there as it is. A cluster that does not exist yet has no Jobs: that is known, not unknown.
+One ``list`` call per namespace and kind (Jobs, JobSets, Kueue Workloads), never one per Job.
+Credentials come from ``KUBECONFIG`` when it is set; otherwise from the GKE API
+(``google-cloud-container``: the cluster's endpoint and CA certificate) and Application Default
+Credentials (a bearer token). Any failure (no credentials, HTTP error, time-out, refused
+connection) is reported per namespace, and the caller keeps every Job there as it is. A cluster
+that does not exist yet has no Jobs: that is known, not unknown.
 """
 
 from __future__ import annotations
@@ -14,15 +15,26 @@ import functools
 import json
 import logging
 import os
+import re
 import tempfile
 import threading
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Protocol, Sequence
 
 from ..domain.job_manifests import PART_OF, PART_OF_LABEL
 from ..domain.job_recovery import JobCondition, LiveJob, LiveJobSet
 from ..domain.jobset_manifests import JOBSET_API_VERSION
+from ..domain.kueue_recovery import (
+    KUEUE_JOB_UID_LABEL,
+    KUEUE_WORKLOAD_API_VERSION,
+    NOT_READ,
+    KueueState,
+    LiveWorkload,
+    WorkloadCondition,
+    kueue_found,
+    kueue_unreadable,
+)
 from ..domain.recovery import failure_summary
 from .deadline import MAX_ANSWER_BYTES, PROBE_DEADLINE_SECONDS, call_with_deadline
 from .endpoints import container_client
@@ -62,6 +74,19 @@ class LiveJobs:
     """(namespace, JobSet name) -> JobSet, for every namespace whose JobSets were listed."""
     jobset_failures: dict[str, str] = field(default_factory=dict)
     """namespace -> why its JobSets could not be read."""
+    workloads: dict[tuple[str, str], tuple[LiveWorkload, ...]] = field(default_factory=dict)
+    """(namespace, uid of a Job or JobSet) -> the Kueue Workloads it controls, for every one asked
+    about in a namespace that answered (none yet: an empty tuple)."""
+    workload_failures: dict[str, str] = field(default_factory=dict)
+    """namespace -> why its Kueue Workloads could not be read."""
+
+    def kueue_state(self, namespace: str, uid: str) -> KueueState:
+        """What was read of the Kueue Workload of the Job or JobSet ``uid``."""
+        if (namespace, uid) in self.workloads:
+            return kueue_found(self.workloads[(namespace, uid)])
+        if namespace in self.workload_failures:
+            return kueue_unreadable(self.workload_failures[namespace])
+        return NOT_READ
 
 
 class ClusterAbsent(Exception):
@@ -167,17 +192,24 @@ class MalformedAnswer(Exception):
     """An answer the Kubernetes client accepts but that cannot be matched to our Jobs."""
 
 
-def _check_answer(namespace: str, jobs: Sequence[LiveJob | LiveJobSet]) -> None:
+class _Named(Protocol):
+    @property
+    def name(self) -> Any: ...
+    @property
+    def namespace(self) -> Any: ...
+
+
+def _check_answer(namespace: str, jobs: Sequence[_Named], noun: str = "Job") -> None:
     """Refuse a list that cannot be matched to our Jobs one to one: read as it is, one of ours
     would look deleted or failed."""
     seen: set[str] = set()
     for index, live in enumerate(jobs):
         if not isinstance(live.name, str) or not live.name:
-            raise MalformedAnswer(f"Jobs in {namespace}: item {index} of the answer has no name")
+            raise MalformedAnswer(f"{noun}s in {namespace}: item {index} of the answer has no name")
         if live.namespace not in (None, namespace):
-            raise MalformedAnswer(f"Jobs in {namespace}: {live.name!r} is in namespace {live.namespace!r}")
+            raise MalformedAnswer(f"{noun}s in {namespace}: {live.name!r} is in namespace {live.namespace!r}")
         if live.name in seen:
-            raise MalformedAnswer(f"Jobs in {namespace}: the answer names Job {live.name!r} twice")
+            raise MalformedAnswer(f"{noun}s in {namespace}: the answer names {noun} {live.name!r} twice")
         seen.add(live.name)
 
 
@@ -224,6 +256,7 @@ def _live_job(item: Any, namespace: str, index: int) -> LiveJob:
         ready=_count(status, "ready", where),
         succeeded=_count(status, "succeeded", where),
         failed=_count(status, "failed", where),
+        uid=_text(metadata.get("uid")),
     )
 
 
@@ -296,6 +329,7 @@ def _live_jobset(item: Any) -> LiveJobSet:
         restarts_counted=_int(status.get("restartsCountTowardsMax")),
         slices=sum(_int(r.get("replicas")) for r in replicated),
         ready=sum(_int(r.get("ready")) for r in statuses),
+        uid=_text(metadata.get("uid")),
     )
 
 
@@ -317,6 +351,83 @@ def _list_jobsets(custom: Any, namespace: str, timeout: float, max_bytes: int) -
     ]
 
 
+# A uid goes into a label selector: only a valid label value (a uid always is) can be asked about.
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
+
+
+def _live_workload(item: Any, namespace: str, index: int) -> LiveWorkload:
+    """One item of a WorkloadList, read strictly: Kueue's deactivation must never be read from a
+    field of the wrong type, nor its absence from a field that was not understood."""
+    where = f"Kueue Workloads in {namespace}: item {index} of the answer"
+    if not isinstance(item, dict):
+        raise MalformedAnswer(f"{where} is not an object")
+    metadata, spec, status = item.get("metadata") or {}, item.get("spec") or {}, item.get("status") or {}
+    if not all(isinstance(part, dict) for part in (metadata, spec, status)):
+        raise MalformedAnswer(f"{where}: metadata, spec and status must be objects")
+    name, in_namespace = metadata.get("name"), metadata.get("namespace", namespace)
+    if not isinstance(name, str) or not name or not isinstance(in_namespace, str):
+        raise MalformedAnswer(f"{where} has no name or namespace")
+    owners = metadata.get("ownerReferences") or []
+    conditions = status.get("conditions") or []
+    requeue = status.get("requeueState") or {}
+    if not isinstance(owners, list) or not all(isinstance(o, dict) for o in owners):
+        raise MalformedAnswer(f"{where}: ownerReferences must be a list of objects")
+    if not isinstance(conditions, list) or not all(isinstance(c, dict) for c in conditions):
+        raise MalformedAnswer(f"{where}: status.conditions must be a list of objects")
+    if not isinstance(requeue, dict):
+        raise MalformedAnswer(f"{where}: status.requeueState must be an object")
+    active = spec.get("active", True)
+    if not isinstance(active, bool):
+        raise MalformedAnswer(f"{where}: spec.active is {json.dumps(active)}, not true or false")
+    controllers = [_text(o.get("uid")) for o in owners if o.get("controller") is True]
+    return LiveWorkload(
+        name=name,
+        namespace=in_namespace,  # another namespace than asked: refused by _check_answer
+        owner_uid=controllers[0] if len(controllers) == 1 else "",
+        active=active,
+        conditions=tuple(
+            WorkloadCondition(
+                _text(c.get("type")), _text(c.get("status")), _text(c.get("reason")), _text(c.get("message"))
+            )
+            for c in conditions
+        ),
+        requeue_at=_text(requeue.get("requeueAt")),
+    )
+
+
+def _list_workloads(
+    custom: Any, namespace: str, uids: Sequence[str], timeout: float, max_bytes: int
+) -> list[LiveWorkload]:
+    """The Kueue Workloads of these Jobs and JobSets in one namespace: one call, selected by the
+    label Kueue puts on each (the namespace may hold many other workloads)."""
+    group, version = KUEUE_WORKLOAD_API_VERSION.split("/")
+    raw = custom.list_namespaced_custom_object(
+        group,
+        version,
+        namespace,
+        "workloads",
+        label_selector=f"{KUEUE_JOB_UID_LABEL} in ({','.join(uids)})",
+        _request_timeout=timeout,
+        _preload_content=False,
+    )
+    items = _list_items(raw, f"listing Kueue Workloads in {namespace}", "WorkloadList", max_bytes)
+    return [_live_workload(item, namespace, index) for index, item in enumerate(items)]
+
+
+def _is_404(exc: Exception) -> bool:
+    # The client's ApiException (NotFoundException) carries the HTTP status.
+    return getattr(exc, "status", None) == 404
+
+
+def _waiting_on_kueue(result: LiveJobs, namespace: str) -> list[str]:
+    """The uids of the Jobs and JobSets of ``namespace`` that are suspended on a Kueue queue."""
+    listed = [
+        *(job for (ns, _), job in result.jobs.items() if ns == namespace),
+        *(jobset for (ns, _), jobset in result.jobsets.items() if ns == namespace),
+    ]
+    return sorted({live.uid for live in listed if live.waits_on_kueue and _LABEL_VALUE.match(live.uid)})
+
+
 def _refuse_redirects(api_client: Any) -> None:
     """urllib3's PoolManager follows a redirect unless each request says otherwise (``urlopen``'s
     ``redirect=True``), and the kubernetes client never says: the answer of wherever a redirect
@@ -330,6 +441,7 @@ def list_live_jobs(
     namespaces: Iterable[str],
     *,
     jobset_namespaces: Iterable[str] = (),
+    workload_namespaces: Iterable[str] = (),
     kubeconfig: Optional[str] = None,
     container_client: Any = None,
     credentials: Any = None,
@@ -338,7 +450,9 @@ def list_live_jobs(
     max_bytes: int = MAX_ANSWER_BYTES,
 ) -> LiveJobs:
     """List this project's Jobs in every namespace, one call per namespace, and its JobSets in
-    every one of ``jobset_namespaces``, one more call each.
+    every one of ``jobset_namespaces``, one more call each. In each of ``workload_namespaces``
+    where a Job or JobSet listed is suspended on a Kueue queue, one more call lists the Kueue
+    Workloads of those (the stack's queued workloads), after the Jobs and JobSets.
 
     ``kubeconfig`` defaults to ``$KUBECONFIG``; without one (or with ``""``), the cluster is
     found through the GKE API. ``container_client`` and ``credentials`` are seams for tests.
@@ -348,6 +462,7 @@ def list_live_jobs(
 
     namespaces = sorted(set(namespaces))
     jobset_namespaces = sorted(set(jobset_namespaces))
+    workload_namespaces = sorted(set(workload_namespaces))
     result = LiveJobs()
     if not namespaces and not jobset_namespaces:
         return result
@@ -378,6 +493,8 @@ def list_live_jobs(
                 result.failures[namespace] = failure_summary(exc)
             for namespace in jobset_namespaces:
                 result.jobset_failures[namespace] = failure_summary(exc)
+            for namespace in workload_namespaces:
+                result.workload_failures[namespace] = failure_summary(exc)
             return result
         # No automatic retries: a preview must not hang; the next `up` asks again.
         configuration.retries = False
@@ -404,4 +521,22 @@ def list_live_jobs(
             except Exception as exc:  # noqa: BLE001 - any failure means "unknown", per namespace
                 # Also when the JobSet CRD is not installed (404): the JobSets are unknown, not gone.
                 result.jobset_failures[namespace] = failure_summary(exc)
+        for namespace in workload_namespaces:
+            uids = _waiting_on_kueue(result, namespace)
+            if not uids:
+                continue  # nothing there waits on Kueue: no call
+            result.calls += 1
+            try:
+                list_workloads = functools.partial(
+                    _list_workloads, custom, namespace, uids, timeout, max_bytes
+                )
+                listing = f"listing Kueue Workloads in {namespace}"
+                workloads = call_with_deadline(list_workloads, deadline, listing)
+                _check_answer(namespace, workloads, "Kueue Workload")
+                for uid in uids:
+                    result.workloads[(namespace, uid)] = tuple(w for w in workloads if w.owner_uid == uid)
+            except Exception as exc:  # noqa: BLE001 - any failure means "unknown", per namespace
+                # Also when the Workload CRD is not installed (404): unknown, never "gone".
+                hint = "; the cluster serves no Kueue Workloads: is Kueue installed?" if _is_404(exc) else ""
+                result.workload_failures[namespace] = failure_summary(exc) + hint
     return result

@@ -5,11 +5,12 @@ resources."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Collection, Optional, Sequence
 
 import pulumi
 
 from ..domain.job_recovery import decide_job, decide_jobset, unreachable_cluster
+from ..domain.kueue_recovery import NOT_READ
 from ..domain.naming import generation_problem
 from ..domain.recovery import Decision, decide, fresh_generation, unreachable, utc_now
 from ..errors import InvalidArgument
@@ -62,10 +63,14 @@ def reconcile_jobs(
     *,
     read_live_state: bool = True,
     read: Callable[..., LiveJobs] = list_live_jobs,
+    queued: Collection[str] = (),
 ) -> list[Decision]:
     """Decide for every ``(name, namespace)`` Job, or ``(name, namespace, "JobSet")`` JobSet: one
-    list call per namespace and kind, then the decision table. With ``read_live_state=False`` (an
-    offline plan) every one keeps its last generation."""
+    list call per namespace and kind, then the decision table. ``queued`` names those that run on
+    a pool with queued provisioning: where one of them is suspended on its Kueue queue, its
+    namespace's Kueue Workloads are listed too (one more call), which tells one waiting for
+    admission from one Kueue gave up on. With ``read_live_state=False`` (an offline plan) every
+    one keeps its last generation."""
     if not read_live_state:
         return _not_read([entry[0] for entry in jobs])
     if not jobs:
@@ -73,12 +78,14 @@ def reconcile_jobs(
     kinds = [(entry[0], entry[1], entry[2] if len(entry) > 2 else "Job") for entry in jobs]
     job_namespaces = {namespace for _, namespace, kind in kinds if kind != JOBSET}
     jobset_namespaces = {namespace for _, namespace, kind in kinds if kind == JOBSET}
-    # The JobSet namespaces only when there are JobSets: a reader of Jobs alone keeps working.
-    live = (
-        read(cluster, job_namespaces, jobset_namespaces=jobset_namespaces)
-        if jobset_namespaces
-        else read(cluster, job_namespaces)
-    )
+    workload_namespaces = {namespace for name, namespace, _ in kinds if name in queued}
+    # Each only when there is one: a reader of Jobs alone (tests, recover's seam) keeps working.
+    options: dict[str, Any] = {}
+    if jobset_namespaces:
+        options["jobset_namespaces"] = jobset_namespaces
+    if workload_namespaces:
+        options["workload_namespaces"] = workload_namespaces
+    live = read(cluster, job_namespaces, **options)
     if live.cluster_absent:
         return [
             Decision(name, "create", None, f"cluster {cluster.name} does not exist yet")
@@ -88,10 +95,14 @@ def reconcile_jobs(
     for name, namespace, kind in kinds:
         if kind == JOBSET:
             failure = live.jobset_failures.get(namespace)
-            decision = decide_jobset(name, live.jobsets.get((namespace, name)))
+            jobset = live.jobsets.get((namespace, name))
+            kueue = live.kueue_state(namespace, jobset.uid) if jobset and name in queued else NOT_READ
+            decision = decide_jobset(name, jobset, kueue)
         else:
             failure = live.failures.get(namespace)
-            decision = decide_job(name, live.jobs.get((namespace, name)))
+            job = live.jobs.get((namespace, name))
+            kueue = live.kueue_state(namespace, job.uid) if job and name in queued else NOT_READ
+            decision = decide_job(name, job, kueue)
         decisions.append(unreachable_cluster(name, failure) if failure is not None else decision)
     return decisions
 

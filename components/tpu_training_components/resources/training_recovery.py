@@ -1,6 +1,6 @@
 """Recovery that comes with the components: declare a ``TrainingRecovery`` listing the TPU VMs
 and training Jobs, and hand each its generation. It reads the live nodes and Jobs (one call per
-zone, one per namespace), decides with the decision tables, says why, and remembers what this
+zone, one per namespace and kind), decides with the decision tables, says why, and remembers what this
 stack last deployed, so that a later `pulumi up` re-creates exactly what was lost."""
 
 from datetime import datetime, timedelta
@@ -37,6 +37,11 @@ class RecoveredJob(TypedDict):
     kind: NotRequired[str]
     """``Job`` (default: ``TpuTrainingJob``) or ``JobSet`` (``TpuTrainingJobSet``): which kind of
     object the name is, and so which decision table decides."""
+    queued: NotRequired[bool]
+    """True when it runs on a node pool with queued provisioning (through Kueue; default False).
+    While it is suspended on its queue, its Kueue Workload is read too (one more list call in its
+    namespace): one Kueue deactivated (GKE took the capacity back) is queued anew at the next
+    generation, one that waits for admission is kept."""
 
 
 class RecoveryCluster(TypedDict):
@@ -93,7 +98,7 @@ def _check(name: str, args: TrainingRecoveryArgs) -> None:
 
 class TrainingRecovery(pulumi.ComponentResource):
     """Recovery by `pulumi up` for a stack's TPU VMs and Jobs: reads what is live (one call per
-    zone, one per namespace), decides what to keep, create or replace, logs why, and gives each
+    zone, one per namespace and kind), decides what to keep, create or replace, logs why, and gives each
     its recovery generation to declare (``recovery_generation`` of ``PreemptibleTpuVm`` and
     ``TpuTrainingJob``).
 
@@ -135,6 +140,7 @@ class TrainingRecovery(pulumi.ComponentResource):
                 ClusterRef(cluster["project"], cluster["location"], cluster["name"]),
                 [(job["name"], job.get("namespace", "default"), job.get("kind", "Job")) for job in jobs],
                 read_live_state=read_live_state,
+                queued={job["name"] for job in jobs if job.get("queued", False)},
             )
             if cluster and jobs
             else []
