@@ -9,7 +9,10 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
+
+pytestmark = pytest.mark.usefixtures("jax_compilation_cache")
 
 
 def test_the_goodput_benchmark_runs_both_cases(tmp_path):

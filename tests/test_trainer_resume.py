@@ -38,6 +38,8 @@ from trainer.sandbox import (
     load_final_state,
 )
 
+pytestmark = pytest.mark.usefixtures("jax_compilation_cache")
+
 STEPS = 120
 EVERY = 10
 """Checkpoint every 10 steps (TRAINER_CHECKPOINT_EVERY_STEPS): a kill may lose at most 10."""

@@ -326,6 +326,16 @@ class Output:
         return code
 
 
+HARNESS_VARIABLES = (
+    "JAX_COMPILATION_CACHE_DIR",
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES",
+)
+"""Settings of this process that every trainer it starts gets, a Pod's too (whose environment is
+otherwise built from scratch): a JAX compilation cache the tests share, so a start loads the
+compiled programs instead of compiling them again. The programs are the same either way."""
+
+
 @dataclass
 class Sandbox:
     """A TPU VM on this machine: the rendered scripts, their state folder and a checkpoint store."""
@@ -437,6 +447,7 @@ class Pod:
             "HOME": str(scratch),
             "TMPDIR": str(scratch),
             "PYTHONUNBUFFERED": "1",
+            **{name: os.environ[name] for name in HARNESS_VARIABLES if name in os.environ},
             **self.storage_env,
             **self.env,
         }
