@@ -40,9 +40,10 @@ from trainer.sandbox import (
 
 pytestmark = pytest.mark.usefixtures("jax_compilation_cache")
 
-STEPS = 120
+STEPS = 60
 EVERY = 10
-"""Checkpoint every 10 steps (TRAINER_CHECKPOINT_EVERY_STEPS): a kill may lose at most 10."""
+"""Checkpoint every 10 steps (TRAINER_CHECKPOINT_EVERY_STEPS): a kill may lose at most 10. Six
+checkpoints a run, more than the three the trainer keeps, so old ones are deleted too."""
 RUN = {
     "TRAIN_STEPS": str(STEPS),
     "GLOBAL_BATCH_SIZE": "32",
@@ -233,12 +234,12 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, stor
     sandbox = vm(tmp_path, store)
     boot = sandbox.boot()
     for event in events(boot):
-        if event.event == "step" and event.int("step") == 65:
+        if event.event == "step" and event.int("step") == 35:
             sandbox.power_off(boot)
             break
     steps = steps_saved(store)
     newest = steps[-1]
-    assert newest >= 60 and len(steps) >= 2
+    assert newest >= 30 and len(steps) >= 2
     damage(store, newest)
 
     second = sandbox.boot()
@@ -284,17 +285,17 @@ def test_a_kill_while_a_save_is_in_flight_leaves_a_temporary_folder_the_restart_
 def test_a_kill_before_the_commit_file_on_gs_leaves_a_step_the_restart_ignores(tmp_path, gcs, reference):
     """On ``gs://`` Orbax writes a checkpoint in place and its commit file last. The VM dies as
     the trainer starts that last upload (the server sees it and kills the trainer, so the kill
-    lands there every time): every other object of step 110 is in the bucket. The restart must not
-    take it for a checkpoint, and step 110 must be saved again, whole: a later start restores it."""
+    lands there every time): every other object of step 50 is in the bucket. The restart must not
+    take it for a checkpoint, and step 50 must be saved again, whole: a later start restores it."""
     store = GcsStore(gcs.endpoint, BUCKET, f"{tmp_path.name}/checkpoints")
     sandbox = vm(tmp_path, store)
-    commit = f"{store.prefix}/110/{COMMIT_FILE}"
+    commit = f"{store.prefix}/50/{COMMIT_FILE}"
     killed: list[list[str]] = []
 
     def die_before_the_commit_file(method: str, path: str, query: dict[str, str]) -> bool:
         if killed or query.get("name") != commit:
             return True
-        killed.append([name[len(store.prefix) + 1 :] for name in gcs.objects(BUCKET, f"{store.prefix}/110/")])
+        killed.append([name[len(store.prefix) + 1 :] for name in gcs.objects(BUCKET, f"{store.prefix}/50/")])
         sandbox.kill_trainer(signal.SIGKILL)
         return False
 
@@ -305,21 +306,21 @@ def test_a_kill_before_the_commit_file_on_gs_leaves_a_step_the_restart_ignores(t
     finally:
         gcs.intercept = None
     [written] = killed
-    assert "110/state/_METADATA" in written and "110/_CHECKPOINT_METADATA" in written, written
-    assert f"110/{COMMIT_FILE}" not in written
+    assert "50/state/_METADATA" in written and "50/_CHECKPOINT_METADATA" in written, written
+    assert f"50/{COMMIT_FILE}" not in written
     first, restart = resumes(boot)
-    assert restart.int("step") == 100 and restart.int("redone_steps") == EVERY
+    assert restart.int("step") == 40 and restart.int("redone_steps") == EVERY
     assert all(store.exists(f"{step}/{COMMIT_FILE}") for step in steps_saved(store))
     assert_same_state(load_final_state(store), reference)
 
-    # Step 110, saved again over what the killed save left: the newest checkpoint once step 120 is
+    # Step 50, saved again over what the killed save left: the newest checkpoint once step 60 is
     # gone, and it restores (its checksum holds) to the same end.
-    for name in store.files("120") + ["TRAINING_COMPLETE", "final_state.npz"]:
+    for name in store.files("60") + ["TRAINING_COMPLETE", "final_state.npz"]:
         store.delete(name)
     again = sandbox.boot()
     assert again.finish(timeout=DEADLINE) == 0, again.text()
     [resume] = resumes(again)
-    assert resume.int("step") == 110 and not [e for e in again.events if e.event == "skip"]
+    assert resume.int("step") == 50 and not [e for e in again.events if e.event == "skip"]
     assert_same_state(load_final_state(store), reference)
 
 
@@ -345,7 +346,7 @@ def test_gke_pod_restarts_resume_bit_for_bit(tmp_path, gcs, reference):
             assert event.int("step") == 20
             # A new Pod has no record of how far the last one got.
             assert event.fields["redone_steps"] == "unknown"
-        if event.event == "step" and event.int("step") == 71:
+        if event.event == "step" and event.int("step") == 41:
             second.process.send_signal(signal.SIGTERM)
             break
     assert second.finish(timeout=DEADLINE) == 143, second.text()
@@ -354,7 +355,7 @@ def test_gke_pod_restarts_resume_bit_for_bit(tmp_path, gcs, reference):
     third = pod.start(tmp_path / "pod-3")
     assert third.finish(timeout=DEADLINE) == 0, third.text()
     [resume] = resumes(third)
-    assert resume.int("step") == stopped[0] >= 71
+    assert resume.int("step") == stopped[0] >= 41
     assert [event.event for event in third.events][-1] == "complete"
     # No startup script on GKE: the trainer writes the marker itself, into the bucket.
     assert store.read("TRAINING_COMPLETE") == f"completed step {STEPS}\n".encode()
