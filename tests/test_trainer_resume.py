@@ -211,9 +211,14 @@ def test_sigterm_through_the_shutdown_script_saves_and_stops_the_loop(tmp_path, 
 
 
 def _corrupt_array_data(store: CheckpointStore, step: int) -> None:
-    # The arrays' bytes only (tensorstore's OCDBT data files), the metadata left intact: what a
-    # bad disk or a torn write does. Orbax may not notice; the trainer's checksum does.
-    data = {name: store.read(name) for name in store.files(f"{step}/state") if "/d/" in name}
+    # The arrays' bytes only (the OCDBT data files each process writes, ocdbt.process_N/d/), the
+    # metadata and the combined index (state/d/, whose damage OCDBT detects itself) left intact:
+    # what a bad disk or a torn write does. Orbax does not notice; the trainer's checksum does.
+    data = {
+        name: store.read(name)
+        for name in store.files(f"{step}/state")
+        if re.search(r"/ocdbt\.process_\d+/d/", name)
+    }
     large = sorted(name for name, content in data.items() if len(content) > 1024)
     assert large, f"no array data under {step}/state: {sorted(data)}"
     for name in large:
