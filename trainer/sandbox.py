@@ -155,6 +155,7 @@ class GcsStore:
 
     def client_env(self) -> dict[str, str]:
         # Each client's own, documented way to take another endpoint; nothing in the trainer knows.
+        host = urllib.parse.urlsplit(self.endpoint).netloc
         return {
             # tensorstore's gcs driver (Orbax writes the arrays with it): the base URL of its
             # requests (tensorstore/kvstore/gcs/gcs_key_value_store.cc, GetGcsBaseUrl), and a fixed
@@ -177,13 +178,14 @@ class GcsStore:
             # selects (gcsfs/__init__.py, GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT; extended_gcsfs.py
             # hands every operation on such a bucket to the GCSFileSystem it extends).
             "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
-            # No metadata server: a credentials lookup that gets past the settings above fails at
-            # once on a closed loopback port instead of trying 169.254.169.254 (google-auth reads
+            # Where the metadata server would be, this endpoint, which is none (it answers without
+            # "Metadata-Flavor: Google"): a credentials lookup that gets past the settings above
+            # ends at once, on this machine, instead of trying 169.254.169.254 (google-auth reads
             # GCE_METADATA_HOST and GCE_METADATA_IP, tensorstore GCE_METADATA_ROOT).
             "NO_GCE_CHECK": "True",
-            "GCE_METADATA_HOST": "127.0.0.1:9",
-            "GCE_METADATA_IP": "127.0.0.1:9",
-            "GCE_METADATA_ROOT": "127.0.0.1:9",
+            "GCE_METADATA_HOST": host,
+            "GCE_METADATA_IP": host,
+            "GCE_METADATA_ROOT": host,
             # The gcloud stand-in (FAKE_GCLOUD), as gcloud's own endpoint override.
             "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": f"{self.endpoint}/storage/v1/",
         }

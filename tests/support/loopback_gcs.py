@@ -18,9 +18,10 @@ they depend on, the handler below answers as Cloud Storage does instead:
   tensorstore takes the generation its next conditional write names
   (tensorstore/kvstore/gcs/object_metadata.cc, ``SetObjectMetadataFromHeaders``).
 - Any other query parameter that changes what a request means and that the emulator does not
-  implement (``startOffset``, ``ifMetagenerationMatch``, ...) is refused with 501 and recorded in
-  ``refused``: a client that starts to rely on one fails a test instead of passing against the
-  wrong semantics.
+  implement (``startOffset``, ``ifMetagenerationMatch``, ...), and any path outside the JSON API
+  (the emulator's own extras; a credentials lookup probing for a metadata server, which the
+  clients' settings would send here), is refused with 501 and recorded in ``refused``: a client
+  that starts to rely on one fails a test instead of passing against the wrong semantics.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ _UNDERSTOOD = frozenset(
         "ifGenerationNotMatch",  # below
     }
 )
+# The JSON API's paths; anything else (the emulator's own extras, a metadata-server probe sent
+# here by the clients' settings) is refused.
+_API_PATHS = ("/storage/v1/", "/upload/storage/v1/", "/download/storage/v1/", "/batch/storage/v1")
 _OBJECT = re.compile(r"^(?:/download)?/storage/v1/b/(?P<bucket>[^/]+)/o/(?P<name>.+)$")
 _UPLOAD = re.compile(r"^/upload/storage/v1/b/(?P<bucket>[^/]+)/o$")
 
@@ -152,6 +156,10 @@ class _Handler(RequestHandler):
         query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
         if self.gcs.intercept is not None and not self.gcs.intercept(method, parts.path, query):
             self.close_connection = True
+            return
+        if not parts.path.startswith(_API_PATHS):
+            self.gcs.refused.append(f"{method} {self.path}")
+            self._reply(501, "not a Cloud Storage JSON API path")
             return
         unknown = sorted(set(query) - _UNDERSTOOD)
         if unknown:
