@@ -1,16 +1,16 @@
 """The resume contract, verified by killing the real trainer (trainer/train.py, JAX on CPU) under
-the real startup script (rendered by components/startup_script.py, run by bash), and as a GKE
-Job's Pod. Every interrupted run must finish with exactly the final state of a run that never
-stopped, and redo at most one checkpoint interval of steps per kill.
+the real startup script (components/tpu_training_components/domain/startup_script.py, run by
+bash), and as a GKE Job's Pod. Every interrupted run must finish with exactly the final state of a
+run that never stopped, and redo at most one checkpoint interval of steps per kill.
 
-Each test that kills runs twice: with ``CHECKPOINT_DIR`` a local folder, and as on a TPU VM or GKE,
-``gs://``, on Cloud Storage served on loopback (tests/support/loopback_gcs.py) to the trainer's
-own clients (tensorstore's gcs driver, gcsfs). Orbax saves differently there (a commit file written
-last instead of a renamed folder), which is what the ``gs`` cases are for. The GKE Pods, which
-always checkpoint to a bucket, run on ``gs://`` only.
+Most tests run twice: with ``CHECKPOINT_DIR`` a local folder, and, as on a TPU VM or GKE, on
+``gs://``: Cloud Storage served on loopback (tests/support/loopback_gcs.py) to the trainer's own
+clients (tensorstore's gcs driver, gcsfs). A kill during a save is checked against each one's way
+of saving: Orbax renames a temporary folder on a disk, and writes a commit file last on ``gs://``.
+The GKE Pods, which always checkpoint to a bucket, run on ``gs://`` only.
 
 No test sleeps or times anything: each waits for the trainer's own log lines (with a deadline
-only against a hang), and kill points are steps, not moments.
+only against a hang), and kill points are steps or requests, not moments.
 """
 
 from __future__ import annotations
@@ -61,9 +61,19 @@ CommitFileTemporaryPath); on a local disk it renames a temporary folder instead.
 
 
 @pytest.fixture(scope="module")
-def gcs() -> Iterator[LoopbackGcs]:
+def gcs_server() -> Iterator[LoopbackGcs]:
     with LoopbackGcs(BUCKET) as server:
         yield server
+
+
+@pytest.fixture
+def gcs(gcs_server: LoopbackGcs) -> Iterator[LoopbackGcs]:
+    """The loopback Cloud Storage, checked after the test: it answered every request the
+    trainer's clients sent as Cloud Storage would (nothing was refused)."""
+    first = len(gcs_server.refused)
+    yield gcs_server
+    refused = gcs_server.refused[first:]
+    assert not refused, f"requests the loopback Cloud Storage cannot answer faithfully: {refused}"
 
 
 @pytest.fixture(params=["local", "gs"])
@@ -74,9 +84,6 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Checkpoint
         return
     server: LoopbackGcs = request.getfixturevalue("gcs")
     yield GcsStore(server.endpoint, BUCKET, f"{tmp_path.name}/checkpoints")
-    assert not server.refused, (
-        f"requests the loopback Cloud Storage cannot answer faithfully: {server.refused}"
-    )
 
 
 _STARTED: list[Sandbox | Pod] = []
@@ -312,7 +319,7 @@ def test_a_kill_before_the_commit_file_on_gs_leaves_a_step_the_restart_ignores(t
     [written] = killed
     assert "50/state/_METADATA" in written and "50/_CHECKPOINT_METADATA" in written, written
     assert f"50/{COMMIT_FILE}" not in written
-    first, restart = resumes(boot)
+    _, restart = resumes(boot)
     assert restart.int("step") == 40 and restart.int("redone_steps") == EVERY
     assert all(store.exists(f"{step}/{COMMIT_FILE}") for step in steps_saved(store))
     assert_same_state(load_final_state(store), reference)
@@ -369,4 +376,3 @@ def test_gke_pod_restarts_resume_bit_for_bit(tmp_path, gcs, reference):
     fourth = pod.start(tmp_path / "pod-4")
     assert fourth.finish(timeout=DEADLINE) == 0, fourth.text()
     assert [event.event for event in fourth.events] == ["resume", "complete"]
-    assert not gcs.refused, gcs.refused

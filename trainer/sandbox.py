@@ -161,7 +161,7 @@ class GcsStore:
             # requests (tensorstore/kvstore/gcs/gcs_key_value_store.cc, GetGcsBaseUrl), and a fixed
             # bearer token, the first source in its credentials chain
             # (tensorstore/internal/oauth2/google_auth_provider.h). tensorstore's own tests against
-            # Google's storage testbench set these two (gcs_testbench_test.cc).
+            # Google's storage testbench set these two (kvstore/gcs_http/gcs_testbench_test.cc).
             "TENSORSTORE_GCS_HTTP_URL": self.endpoint,
             "GOOGLE_AUTH_TOKEN_FOR_TESTING": "loopback",
             # gcsfs (etils.epath: Orbax's small files, the trainer's markers) and
@@ -331,7 +331,6 @@ class Output:
 HARNESS_VARIABLES = (
     "JAX_COMPILATION_CACHE_DIR",
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
-    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES",
 )
 """Settings of this process that every trainer it starts gets, a Pod's too (whose environment is
 otherwise built from scratch): a JAX compilation cache the tests share, so a start loads the
@@ -375,7 +374,8 @@ class Sandbox:
             # The loop's back-off starts at 0 s and so stays there: restarts are immediate.
             TPU_TRAINING_RETRY_DELAY="0",
             PYTHONUNBUFFERED="1",
-            # The VM's own settings, not the run's: they reach the trainer and gcloud, not env.
+            # How this machine reaches the store (a TPU VM needs nothing here): in the VM's own
+            # environment, which the trainer and gcloud inherit, not in the run's.
             **self.checkpoints.client_env(),
         )
 
