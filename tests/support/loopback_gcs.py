@@ -12,8 +12,8 @@ they depend on, the handler below answers as Cloud Storage does instead:
 - Request preconditions (https://cloud.google.com/storage/docs/request-preconditions). The
   emulator ignores ``ifGenerationMatch`` and ``ifGenerationNotMatch``; tensorstore's OCDBT driver
   commits each manifest with them (``=0`` to create one, ``=<generation>`` to replace the one it
-  read), so a stale manifest that a killed save left behind makes Cloud Storage refuse the next
-  commit with 412. Answering 200 would let a test pass that fails on a real bucket.
+  read), and Cloud Storage refuses with 412 a commit over a manifest it did not expect (one a
+  killed save left behind, say). Answering 200 would let a test pass that fails on a real bucket.
 - The ``x-goog-generation`` and ``x-goog-metageneration`` headers of a media download, from which
   tensorstore takes the generation its next conditional write names
   (tensorstore/kvstore/gcs/object_metadata.cc, ``SetObjectMetadataFromHeaders``).
