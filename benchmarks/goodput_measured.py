@@ -23,7 +23,8 @@ fraction of training time, next to Young's first-order C/T + T/(2M) (components/
 the exact expectation for Poisson interruptions with restarts left out; also the restart time
 (process start, imports, compile, restore) that the first-order model leaves out, and the direct
 figure 1 - useful work / training time. No figure is asserted by the tests (``--smoke`` is run by
-tests/test_trainer_goodput.py for its shape only).
+tests/test_trainer_goodput.py for its shape only: a quarter of M's work per case and one kill
+half-way through it, so its figures mean nothing).
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ from trainer.sandbox import Sandbox  # noqa: E402
 
 HOUR = 3600.0
 DEADLINE_SECONDS = 1800.0
+SMOKE_WORK = 0.25
+"""``--smoke``: each case's work, as a fraction of the mean time between interruptions M (a full
+run does ``--interruptions`` x M), with its one interruption half-way through: seconds, not
+minutes, and still a kill, a restart and every figure."""
 
 
 @dataclass
@@ -82,6 +87,13 @@ def stratified_gaps(mean: float, block: int, rng: random.Random) -> Any:
         rng.shuffle(quantiles)
         for quantile in quantiles:
             yield -mean * math.log(1.0 - quantile)
+
+
+def smoke_gaps(first: float) -> Any:
+    """``--smoke``: one interruption, ``first`` into the first attempt's training; none after."""
+    yield first
+    while True:
+        yield math.inf
 
 
 def exact_lost_fraction(cost: float, mean: float, interval: float) -> float:
@@ -134,9 +146,9 @@ def run_case(case: Case, root: Path, step_seconds: float, step_time: float, mean
     drawn: list[float] = []
     finished = False
     while not finished:
-        ok, event = boot.next_event(kill_at if kill_at is not None else deadline)
+        ok, event = boot.next_event(deadline if kill_at is None else min(kill_at, deadline))
         if not ok:
-            if kill_at is None or time.monotonic() > deadline:
+            if kill_at is None or time.monotonic() < kill_at:
                 raise SystemExit(f"{case.name}: no progress before the deadline:\n{boot.text()[-4000:]}")
             sandbox.kill_trainer(signal.SIGKILL)
             case.interruptions += 1
@@ -149,7 +161,8 @@ def run_case(case: Case, root: Path, step_seconds: float, step_time: float, mean
         if event.event == "resume":
             resumed_at = event.at
             gap = next(gaps)
-            drawn.append(gap)
+            if math.isfinite(gap):
+                drawn.append(gap)
             kill_at = resumed_at + gap
             if event.fields["redone_steps"] != "unknown":
                 case.redone_steps += int(event.fields["redone_steps"])
@@ -180,7 +193,7 @@ def run_case(case: Case, root: Path, step_seconds: float, step_time: float, mean
     cost = case.mean_checkpoint_seconds
     case.predicted_young = expected_lost_fraction(cost, mean, case.interval_seconds)
     case.predicted_exact = exact_lost_fraction(cost, mean, case.interval_seconds)
-    case.mean_gap_seconds = statistics.fmean(drawn)
+    case.mean_gap_seconds = statistics.fmean(drawn) if drawn else 0.0
     return case
 
 
@@ -194,7 +207,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--step-seconds", type=float, default=0.01, help="one training step's time (scaled)")
     parser.add_argument("--seed", type=int, default=21)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--smoke", action="store_true", help="1 interruption per case, for the tests")
+    parser.add_argument(
+        "--smoke", action="store_true", help="1 interruption per case, a quarter of M's work: for the tests"
+    )
     args = parser.parse_args(argv)
     if args.smoke:
         args.interruptions = 1
@@ -219,8 +234,13 @@ def main(argv: Optional[list[str]] = None) -> int:
             predicted = expected_lost_fraction(cost, mean, interval)
             # Enough work for about the asked number of interruptions: training time = N x M.
             useful = args.interruptions * mean * max(0.05, 1.0 - predicted)
+            if args.smoke:
+                useful *= SMOKE_WORK
             steps = max(20, round(useful / step_time))
-            gaps = stratified_gaps(mean, max(2, args.interruptions), rng)
+            if args.smoke:
+                gaps = smoke_gaps(useful / 2)
+            else:
+                gaps = stratified_gaps(mean, max(2, args.interruptions), rng)
             case = run_case(
                 Case(name, interval, steps), root / name, args.step_seconds, step_time, mean, gaps
             )

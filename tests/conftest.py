@@ -11,7 +11,7 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 from support import policy_env
@@ -145,6 +145,20 @@ def policy_python(request: pytest.FixtureRequest) -> Path:
         return policy_env.ensure(announce)
     except policy_env.BuildError as err:
         pytest.fail(str(err), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def jax_compilation_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One JAX compilation cache for every trainer the session starts (trainer.sandbox passes it
+    on, to Pods too): the first start compiles, the others load what it compiled, about a second
+    less each. Every compilation is kept (JAX's default keeps only those over 1 s). The programs
+    are the same either way, and the tests compare final states bit for bit across starts that
+    compiled and starts that loaded."""
+    directory = tmp_path_factory.mktemp("jax-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JAX_COMPILATION_CACHE_DIR", str(directory))
+        patch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+        yield directory
 
 
 DECIDED_AT = datetime(2026, 11, 23, 12, 0, 0, tzinfo=timezone.utc)

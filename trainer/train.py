@@ -212,7 +212,7 @@ class Model:
                 f"{len(devices)} devices it is split over"
             )
         # Data parallel: the batch is split over every device of every host, the state is
-        # replicated. The stack keeps the per-core batch constant (seed 003).
+        # replicated. The stack keeps the per-core batch constant (Google's Training on TPU Pods page).
         mesh = Mesh(devices, ("data",))
         self.replicated = NamedSharding(mesh, PartitionSpec())
         self.by_batch = NamedSharding(mesh, PartitionSpec("data"))
