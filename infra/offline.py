@@ -256,6 +256,10 @@ def _read_yaml(path: Path) -> Any:
     except YAMLError as exc:
         # ruamel adds a paragraph on how to switch its check off; the error itself is enough.
         reason = str(exc).split("\n\nTo suppress this check", 1)[0].strip()
+        # ruamel shows a duplicate key's values as its parser's stand-ins ("{}" for any mapping),
+        # and the text it read as "<unicode string>": name the file, and leave the values out.
+        reason = re.sub(r' with value "[^"]*" \(original value: "[^"]*"\)', "", reason)
+        reason = reason.replace('"<unicode string>"', f'"{path.name}"')
         raise ProjectFileError(f"{path} is not valid YAML 1.2 (as Pulumi reads it): {reason}") from None
     except (ValueError, TypeError, KeyError, RecursionError) as exc:
         # What ruamel's constructors raise on values they cannot build: `!!int abc`, an integer

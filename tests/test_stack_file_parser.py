@@ -175,3 +175,17 @@ def test_made_up_documents_read_the_same_or_go_to_ruamel(text):
         return
     if fast is not offline._UNSURE:
         assert repr(fast) == repr(expected)
+
+
+def test_a_duplicate_key_names_the_file_and_the_key_not_stand_in_values(tmp_path):
+    stack_file = tmp_path / "Pulumi.mine.yaml"
+    stack_file.write_text(
+        "config:\n  tpu-training:labels:\n    team: a\n  tpu-training:labels:\n    team: b\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(offline.ProjectFileError) as err:
+        offline._read_yaml(stack_file)
+    message = str(err.value)
+    assert 'found duplicate key "tpu-training:labels"' in message
+    assert 'in "Pulumi.mine.yaml", line 4' in message
+    assert "<unicode string>" not in message and "original value" not in message
