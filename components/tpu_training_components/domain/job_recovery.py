@@ -16,17 +16,10 @@ from typing import Mapping, Optional
 
 from .job_manifests import KUEUE_QUEUE_LABEL
 from .kueue_recovery import NOT_READ, KueueState, queued_verdict
-from .recovery import Decision, gone, keep, parse_generation, replace, unreachable
+from .recovery import Condition, Decision, gone, keep, parse_generation, replace, true_condition, unreachable
 
-
-@dataclass(frozen=True)
-class JobCondition:
-    """One entry of a Job's ``status.conditions`` (batch/v1)."""
-
-    type: str
-    status: str
-    reason: str = ""
-    message: str = ""
+JobCondition = Condition
+"""One entry of a Job's or JobSet's ``status.conditions``."""
 
 
 class _Conditioned:
@@ -50,10 +43,7 @@ class _Conditioned:
 
     def condition(self, *types: str) -> JobCondition | None:
         """The first condition of one of ``types`` whose status is True."""
-        for condition in self.conditions:
-            if condition.type in types and condition.status == "True":
-                return condition
-        return None
+        return true_condition(self.conditions, *types)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from .recovery import UNKNOWN_KEPT
+from .recovery import UNKNOWN_KEPT, Condition, true_condition
 
 KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 """The label Kueue puts on a Workload: the uid of the Job or JobSet it stands for."""
@@ -50,14 +50,8 @@ _STOPPED_QUEUE = frozenset({"ClusterQueueStopped", "LocalQueueStopped"})
 _LONGEST_DETAIL = 300
 
 
-@dataclass(frozen=True)
-class WorkloadCondition:
-    """One entry of a Workload's ``status.conditions`` (a metav1.Condition)."""
-
-    type: str
-    status: str
-    reason: str = ""
-    message: str = ""
+WorkloadCondition = Condition
+"""One entry of a Workload's ``status.conditions``."""
 
 
 @dataclass(frozen=True)
@@ -76,10 +70,7 @@ class LiveWorkload:
 
     def condition(self, type_: str) -> Optional[WorkloadCondition]:
         """The condition of that type, when its status is True."""
-        for condition in self.conditions:
-            if condition.type == type_ and condition.status == "True":
-                return condition
-        return None
+        return true_condition(self.conditions, type_)
 
     def deactivation_cause(self) -> Optional[str]:
         """Why Kueue deactivated it ("AdmissionCheck", ...), "" when someone did by hand, None

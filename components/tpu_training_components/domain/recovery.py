@@ -45,6 +45,25 @@ def parse_generation(labels: Mapping[str, str]) -> Optional[int]:
 
 
 @dataclass(frozen=True)
+class Condition:
+    """One entry of a Kubernetes object's ``status.conditions`` (a metav1.Condition): a Job's, a
+    JobSet's or a Kueue Workload's."""
+
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+
+
+def true_condition(conditions: tuple[Condition, ...], *types: str) -> Optional[Condition]:
+    """The first condition of one of ``types`` whose status is True."""
+    for condition in conditions:
+        if condition.type in types and condition.status == "True":
+            return condition
+    return None
+
+
+@dataclass(frozen=True)
 class LiveNode:
     """What the Cloud TPU API says of one node."""
 

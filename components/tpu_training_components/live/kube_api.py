@@ -31,11 +31,10 @@ from ..domain.kueue_recovery import (
     NOT_READ,
     KueueState,
     LiveWorkload,
-    WorkloadCondition,
     kueue_found,
     kueue_unreadable,
 )
-from ..domain.recovery import failure_summary
+from ..domain.recovery import Condition, failure_summary
 from .deadline import MAX_ANSWER_BYTES, PROBE_DEADLINE_SECONDS, call_with_deadline
 from .endpoints import container_client
 from .http_answers import UnexpectedAnswer, answer_problem, checking_answers, read_bounded
@@ -224,6 +223,17 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _conditions(conditions: list[dict[str, Any]]) -> tuple[Condition, ...]:
+    """A ``status.conditions`` list already checked to hold objects; a field that is not text
+    reads as empty (then no rule of the decision tables matches it)."""
+    return tuple(
+        Condition(
+            _text(c.get("type")), _text(c.get("status")), _text(c.get("reason")), _text(c.get("message"))
+        )
+        for c in conditions
+    )
+
+
 def _live_job(item: Any, namespace: str, index: int) -> LiveJob:
     """One item of a JobList, read strictly: a field of the wrong type is not read as empty."""
     where = f"Jobs in {namespace}: item {index} of the answer"
@@ -246,12 +256,7 @@ def _live_job(item: Any, namespace: str, index: int) -> LiveJob:
         name=name,
         namespace=in_namespace,  # another namespace than asked: refused by _check_answer
         labels={str(k): v for k, v in labels.items() if isinstance(v, str)},
-        conditions=tuple(
-            JobCondition(
-                _text(c.get("type")), _text(c.get("status")), _text(c.get("reason")), _text(c.get("message"))
-            )
-            for c in conditions
-        ),
+        conditions=_conditions(conditions),
         active=_count(status, "active", where),
         ready=_count(status, "ready", where),
         succeeded=_count(status, "succeeded", where),
@@ -385,12 +390,7 @@ def _live_workload(item: Any, namespace: str, index: int) -> LiveWorkload:
         namespace=in_namespace,  # another namespace than asked: refused by _check_answer
         owner_uid=controllers[0] if len(controllers) == 1 else "",
         active=active,
-        conditions=tuple(
-            WorkloadCondition(
-                _text(c.get("type")), _text(c.get("status")), _text(c.get("reason")), _text(c.get("message"))
-            )
-            for c in conditions
-        ),
+        conditions=_conditions(conditions),
         requeue_at=_text(requeue.get("requeueAt")),
     )
 
