@@ -3,12 +3,13 @@ path and query: what a proxy, a moved endpoint or an attacker on the path could 
 
 from __future__ import annotations
 
-import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from support.loopback import BackgroundServer
 
-class RedirectingServer:
+
+class RedirectingServer(BackgroundServer):
     def __init__(self, target: str, status: int = 302) -> None:
         self.status = status
         self.calls: list[str] = []
@@ -25,15 +26,7 @@ class RedirectingServer:
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
-
-    def __enter__(self) -> RedirectingServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        http_server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)  # `server` is this object
+        http_server.daemon_threads = True
+        self.endpoint = f"http://127.0.0.1:{http_server.server_address[1]}"
+        self._serve_in_background(http_server)

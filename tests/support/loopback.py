@@ -4,6 +4,7 @@ real client libraries talk to in tests. It records every request and can fail or
 from __future__ import annotations
 
 import json
+import socketserver
 import ssl
 import sys
 import threading
@@ -13,7 +14,28 @@ from pathlib import Path
 from typing import Any, Optional
 
 
-class LoopbackJsonServer:
+class BackgroundServer:
+    """A server on loopback, served from a daemon thread while a ``with`` block runs: the base of
+    every test server here. A subclass makes its ``socketserver`` server, then calls
+    ``_serve_in_background`` with it."""
+
+    server: socketserver.BaseServer
+
+    def _serve_in_background(self, server: socketserver.BaseServer) -> None:
+        self.server = server
+        # A short poll: shutdown() waits for the loop to notice, up to this long (default 0.5 s).
+        self._thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+
+    def __enter__(self) -> Any:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class LoopbackJsonServer(BackgroundServer):
     """Subclasses answer ``route(method, path, query, headers)`` with ``(status, body)``."""
 
     def __init__(self, tls: Optional[tuple[Path, Path]] = None) -> None:
@@ -63,27 +85,19 @@ class LoopbackJsonServer:
                 if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
                     super().handle_error(request, client_address)
 
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        # (Not `server`: the handler above reads this object under that name.)
+        http_server = Server(("127.0.0.1", 0), Handler)
+        http_server.daemon_threads = True
         if tls is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(str(tls[0]), str(tls[1]))
-            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+            http_server.socket = context.wrap_socket(http_server.socket, server_side=True)
+        self.address = f"127.0.0.1:{http_server.server_address[1]}"
         self.endpoint = f"{'https' if tls else 'http'}://{self.address}"
-        # A short poll: shutdown() waits for the loop to notice, up to this long (default 0.5 s).
-        self._thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
+        self._serve_in_background(http_server)
 
     def route(self, method: str, path: str, query: str, headers: dict[str, str]) -> tuple[int, Any]:
         raise NotImplementedError
-
-    def __enter__(self) -> Any:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def not_found() -> tuple[int, Any]:

@@ -30,7 +30,6 @@ import json
 import logging
 import re
 import sys
-import threading
 from functools import partial
 from http.server import HTTPServer
 from typing import Any, Callable, Optional
@@ -40,6 +39,8 @@ from gcp_storage_emulator.exceptions import NotFound
 from gcp_storage_emulator.handlers.buckets import create_bucket
 from gcp_storage_emulator.server import RequestHandler
 from gcp_storage_emulator.storage import Storage
+
+from support.loopback import BackgroundServer
 
 # Query parameters that do not change what a request means, or that the emulator implements.
 _UNDERSTOOD = frozenset(
@@ -69,7 +70,7 @@ _OBJECT = re.compile(r"^(?:/download)?/storage/v1/b/(?P<bucket>[^/]+)/o/(?P<name
 _UPLOAD = re.compile(r"^/upload/storage/v1/b/(?P<bucket>[^/]+)/o$")
 
 
-class LoopbackGcs:
+class LoopbackGcs(BackgroundServer):
     """gcp-storage-emulator on ``127.0.0.1``, with the buckets given, as a context manager."""
 
     def __init__(self, *buckets: str) -> None:
@@ -87,17 +88,9 @@ class LoopbackGcs:
         """Called with each request's method, path and query before it is served; when it returns
         False the request is dropped unanswered, as if its client had died before sending it."""
         handler = partial(_Handler, self)
-        self.server = _Server(("127.0.0.1", 0), handler)
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
-
-    def __enter__(self) -> LoopbackGcs:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        server = _Server(("127.0.0.1", 0), handler)
+        self.endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        self._serve_in_background(server)
 
     def objects(self, bucket: str, prefix: str) -> list[str]:
         """The names of the live objects under ``prefix``, read from the server's own state (an
