@@ -45,10 +45,12 @@ from typing import Any, Optional
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+# The trainer's test harness (the real startup script around it, a checkpoint store).
+sys.path.insert(0, str(REPO / "tests"))
 
 from tpu_training_components.domain.goodput import expected_lost_fraction  # noqa: E402
 
-from trainer.sandbox import Sandbox  # noqa: E402
+from support.sandbox import Sandbox  # noqa: E402
 
 HOUR = 3600.0
 DEADLINE_SECONDS = 1800.0

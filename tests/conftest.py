@@ -149,7 +149,7 @@ def policy_python(request: pytest.FixtureRequest) -> Path:
 
 @pytest.fixture(scope="session")
 def jax_compilation_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One JAX compilation cache for every trainer the session starts (trainer.sandbox passes it
+    """One JAX compilation cache for every trainer the session starts (support.sandbox passes it
     on, to Pods too): the first start compiles, the others load what it compiled, about a second
     less each. Every compilation is kept (JAX's default keeps only those over 1 s). The programs
     are the same either way, and the tests compare final states bit for bit across starts that

@@ -2,28 +2,33 @@
 """The reference trainer: what a trainer run by this project's stacks must do, in one file.
 
 A small multi-layer perceptron learns a fixed random "teacher" function on synthetic data. Every
-batch is a pure function of the step number (``jax.random.fold_in(key, step)``), and the model,
-the data and the optimizer are float32 with no nondeterministic operation, so on one machine a
-run that is killed and resumed any number of times ends with exactly the parameters of a run that
-never stopped (``tests/test_trainer_resume.py`` checks it bit for bit).
+example is a pure function of its index (``jax.random.fold_in(key, index)``), and the model, the
+data and the optimizer are float32 with no nondeterministic operation, so a run that is killed and
+resumed any number of times ends with exactly the parameters of a run that never stopped
+(``tests/test_trainer_resume.py`` and ``tests/test_trainer_hosts.py`` check it bit for bit, on one
+process and on a cluster of several).
 
 The contract it keeps (docs/trainer.md):
 
-- It reads the stack's environment: ``CHECKPOINT_DIR`` (a local path or ``gs://``),
-  ``TRAIN_STEPS`` (or ``EPOCHS``), ``GLOBAL_BATCH_SIZE``, ``LEARNING_RATE``,
-  ``CHECKPOINT_INTERVAL_SECONDS``.
-- At every start it restores the newest *valid* checkpoint: one that restores and whose stored
-  checksum matches what was restored; an incomplete or corrupt one is skipped for the one before.
-- It saves every ``CHECKPOINT_INTERVAL_SECONDS`` of training and at the last step.
-- On SIGTERM (the shutdown script, or Kubernetes evicting the Pod) it saves once and exits 143:
-  not 0, which would tell the retry loop and the Job that training is complete.
-- On completion it writes ``$CHECKPOINT_DIR/TRAINING_COMPLETE`` (the startup script writes it
-  too after exit 0; a Job has no other writer) and ``final_state.npz``, then exits 0. A start that
-  finds the last step already saved does only that.
-- On a TPU slice of several hosts it initialises multi-host JAX before touching a device.
+- It reads the stack's environment: ``CHECKPOINT_DIR`` (an absolute local path or ``gs://``),
+  ``TRAIN_STEPS`` (or ``EPOCHS``, or ``TOTAL_EXAMPLES``), ``GLOBAL_BATCH_SIZE``,
+  ``LEARNING_RATE``, ``CHECKPOINT_INTERVAL_SECONDS``; it checks the paths before it trains.
+- Every host of a slice decides together: which checkpoint to restore (the newest that every one
+  of them can read and verify), when to save (one step for all) and when to stop (SIGTERM to any of
+  them, or JAX's preemption notice, stops all of them at one step, after one save).
+- Nothing good is deleted: a checkpoint that cannot be read for now is retried, then the trainer
+  exits "try again" (75); one that belongs to another run is refused (3) and left alone; a damaged
+  one is moved aside into ``damaged/``; old ones are removed only once a newer one is committed and
+  verified.
+- The run has an identity (model shape, seed, data order, optimizer) saved in every checkpoint, and
+  counts examples: a resized slice continues where the examples stand and stops when all are seen.
+- A non-finite loss stops the run before anything of it is saved (4).
+- Saves are asynchronous: training waits only for the copy off the devices.
 
-Run it as ``python3 train.py``; it takes no arguments. Exit codes: 0 complete, 143 stopped by
-SIGTERM after saving, 2 bad configuration, anything else a failure the retry loop retries.
+Run it as ``python3 train.py``; it takes no arguments. Exit codes: 0 complete, 2 bad
+configuration, 3 a checkpoint of another run, 4 training diverged, 75 storage or cluster
+unreachable for now (try again), 143 stopped by SIGTERM after saving; anything else is a failure
+the retry loop retries.
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ import sys
 import time
 
 # First, before the seconds the imports below take: a SIGTERM that arrives then must not kill the
-# process half-way through a save later; it is remembered and honoured at the next step.
+# process half-way through a save later; it is remembered and honoured at the next step. (Once
+# JAX's preemption service starts, it takes SIGTERM over; the trainer then asks it instead.)
 _STOP_SIGNAL: list[int] = []
 
 
@@ -43,6 +49,7 @@ def _remember_stop(signum: int, _frame: object) -> None:
 
 signal.signal(signal.SIGTERM, _remember_stop)
 
+import errno  # noqa: E402
 import glob  # noqa: E402
 import hashlib  # noqa: E402
 import io  # noqa: E402
@@ -50,26 +57,60 @@ import json  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
 import tempfile  # noqa: E402
+import threading  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
-from typing import Any, Callable, Mapping, Optional  # noqa: E402
+from enum import IntEnum  # noqa: E402
+from typing import Any, Callable, Mapping, Optional, Sequence  # noqa: E402
 
 COMPLETION_MARKER = "TRAINING_COMPLETE"
 """The startup script's marker (components/startup_script.py COMPLETION_MARKER): a VM that finds
 it in ``CHECKPOINT_DIR`` does not train again."""
 FINAL_STATE = "final_state.npz"
+DAMAGED_FOLDER = "damaged"
+"""Where damaged checkpoints are moved, under ``CHECKPOINT_DIR``: out of the way of the steps that
+will be saved again, and kept for inspection."""
+LOG_PREFIX = "tpu-trainer:"
+
 EXIT_COMPLETE = 0
 EXIT_BAD_CONFIG = 2
+EXIT_INCOMPATIBLE = 3
+EXIT_DIVERGED = 4
+EXIT_TRY_AGAIN = 75
+"""``EX_TEMPFAIL``: storage or the cluster could not be reached for now; nothing was changed."""
 EXIT_STOPPED = 128 + signal.SIGTERM
-LOG_PREFIX = "tpu-trainer:"
 
 # The model: small on purpose, so the tests that kill it dozens of times run in seconds.
 INPUT_DIM = 16
-HIDDEN_DIM = 32
 OUTPUT_DIM = 4
+DATA_ORDER = "teacher-v1: example i is normal(fold_in(data key, i mod examples per epoch))"
+"""Names how examples are made and ordered; part of the run's identity, changed with the code."""
 
 
 class ConfigError(ValueError):
-    """A variable of the run's environment that the trainer cannot use."""
+    """A variable of the run's environment, or a path, that the trainer cannot use."""
+
+
+class TryAgain(RuntimeError):
+    """Storage or the cluster could not be reached for now; a later attempt may succeed."""
+
+
+class IncompatibleCheckpoint(RuntimeError):
+    """The checkpoint belongs to another run; nothing was touched."""
+
+
+class Diverged(RuntimeError):
+    """The loss or the state stopped being finite; nothing of it was saved."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """An explicit cluster (``TRAINER_COORDINATOR_ADDRESS``, ``TRAINER_NUM_PROCESSES``,
+    ``TRAINER_PROCESS_ID``), for machines JAX cannot detect a cluster on: CPUs, and the tests.
+    On a TPU slice JAX finds the hosts itself."""
+
+    coordinator_address: str
+    num_processes: int
+    process_id: int
 
 
 @dataclass(frozen=True)
@@ -77,7 +118,9 @@ class Settings:
     """The run, as the environment describes it."""
 
     checkpoint_dir: str
-    train_steps: int
+    target_examples: int
+    """Examples to train on in all: ``TOTAL_EXAMPLES``, or ``TRAIN_STEPS`` (``EPOCHS``) batches of
+    ``GLOBAL_BATCH_SIZE``. A run resized to another batch stops when this many are seen."""
     global_batch_size: int
     learning_rate: float
     interval_seconds: float
@@ -89,10 +132,31 @@ class Settings:
     """``TRAINER_STEP_SECONDS``: time each step spends as if computing (sleeps), so a scaled-down
     benchmark has steps of a known length. 0 in real use."""
     seed: int
+    hidden_dim: int
+    examples_per_epoch: int
     keep: int
     log_every: int
-    progress_file: str
+    state_dir: str
     distributed: str
+    cluster: Optional[Cluster]
+    join_timeout_seconds: int
+    heartbeat_seconds: int
+    restore_attempts: int
+    retry_seconds: float
+    storage_timeout_seconds: float
+    accept_changed_run: bool
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """What makes a checkpoint this run's: restoring one with another fingerprint would
+        continue a different run. The batch size and learning rate are not in it: the stack
+        rescales both when a slice is resized."""
+        return {
+            "model": f"mlp {INPUT_DIM}-{self.hidden_dim}-{OUTPUT_DIM} float32",
+            "seed": self.seed,
+            "data": f"{DATA_ORDER}; {self.examples_per_epoch} examples per epoch",
+            "optimizer": "adam, constant learning rate",
+        }
 
 
 def _text(env: Mapping[str, str], name: str, default: Optional[str]) -> str:
@@ -102,14 +166,15 @@ def _text(env: Mapping[str, str], name: str, default: Optional[str]) -> str:
     return value.strip()
 
 
-def _integer(env: Mapping[str, str], name: str, default: Optional[str], *, minimum: int) -> int:
+def _integer(
+    env: Mapping[str, str], name: str, default: Optional[str], *, minimum: int, maximum: int = 2**62
+) -> int:
     text = _text(env, name, default)
-    try:
-        value = int(text)
-    except ValueError:
-        raise ConfigError(f"{name}={text!r} is not a whole number; it must be at least {minimum}") from None
-    if value < minimum:
-        raise ConfigError(f"{name}={text!r} must be at least {minimum}")
+    if not (text.isascii() and text.lstrip("-").isdigit()) or len(text) > 19:
+        raise ConfigError(f"{name}={text!r} is not a whole number; it must be at least {minimum}")
+    value = int(text)
+    if not minimum <= value <= maximum:
+        raise ConfigError(f"{name}={text!r} must be at least {minimum} and at most {maximum}")
     return value
 
 
@@ -125,6 +190,30 @@ def _number(env: Mapping[str, str], name: str, default: Optional[str], *, positi
     return value
 
 
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    text = env.get(name, "").strip().lower()
+    if text not in ("", "0", "1", "true", "false"):
+        raise ConfigError(f"{name}={text!r} must be 1 or 0 (true or false)")
+    return text in ("1", "true")
+
+
+def _cluster(env: Mapping[str, str]) -> Optional[Cluster]:
+    names = ("TRAINER_COORDINATOR_ADDRESS", "TRAINER_NUM_PROCESSES", "TRAINER_PROCESS_ID")
+    given = [name for name in names if env.get(name, "").strip()]
+    if not given:
+        return None
+    if len(given) != len(names):
+        missing = ", ".join(name for name in names if name not in given)
+        raise ConfigError(f"{', '.join(given)} set without {missing}: an explicit cluster needs all three")
+    address = _text(env, names[0], None)
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"TRAINER_COORDINATOR_ADDRESS={address!r} must be HOST:PORT")
+    count = _integer(env, names[1], None, minimum=1, maximum=100_000)
+    index = _integer(env, names[2], None, minimum=0, maximum=count - 1)
+    return Cluster(address, count, index)
+
+
 def read_settings(env: Mapping[str, str]) -> Settings:
     """The run's settings from its environment; ``ConfigError`` names any variable that is wrong."""
     checkpoint_dir = _text(env, "CHECKPOINT_DIR", None).rstrip("/")
@@ -132,26 +221,36 @@ def read_settings(env: Mapping[str, str]) -> Settings:
         raise ConfigError(
             f"CHECKPOINT_DIR={checkpoint_dir!r}: only a local path or gs://BUCKET/PATH is supported"
         )
-    batch = _integer(env, "GLOBAL_BATCH_SIZE", "32", minimum=1)
-    if env.get("TRAIN_STEPS", "").strip():
-        steps = _integer(env, "TRAIN_STEPS", None, minimum=1)
+    if "://" not in checkpoint_dir and not os.path.isabs(checkpoint_dir):
+        raise ConfigError(
+            f"CHECKPOINT_DIR={checkpoint_dir!r} must be an absolute path: a relative one names another "
+            f"folder on every machine and in every working directory"
+        )
+    batch = _integer(env, "GLOBAL_BATCH_SIZE", "32", minimum=1, maximum=2**30)
+    # Bounded so that example indices fit the int32 the step computes them in.
+    per_epoch = _integer(env, "TRAINER_EXAMPLES_PER_EPOCH", "10000", minimum=1, maximum=2**30)
+    if env.get("TOTAL_EXAMPLES", "").strip():
+        target = _integer(env, "TOTAL_EXAMPLES", None, minimum=1)
+    elif env.get("TRAIN_STEPS", "").strip():
+        target = _integer(env, "TRAIN_STEPS", None, minimum=1) * batch
     elif env.get("EPOCHS", "").strip():
-        # The stack passes EPOCHS when the run is sized by epochs; the synthetic data set has
-        # TRAINER_EXAMPLES_PER_EPOCH examples, so an epoch is that many over the global batch.
-        epochs = _integer(env, "EPOCHS", None, minimum=1)
-        examples = _integer(env, "TRAINER_EXAMPLES_PER_EPOCH", "10000", minimum=1)
-        steps = epochs * -(-examples // batch)
+        # The synthetic data set has TRAINER_EXAMPLES_PER_EPOCH examples.
+        target = _integer(env, "EPOCHS", None, minimum=1) * per_epoch
     else:
-        raise ConfigError("neither TRAIN_STEPS nor EPOCHS is set; the stack sets one (tpu-training:training)")
+        raise ConfigError(
+            "none of TOTAL_EXAMPLES, TRAIN_STEPS and EPOCHS is set; the stack sets one "
+            "(tpu-training:training)"
+        )
     every_steps = env.get("TRAINER_CHECKPOINT_EVERY_STEPS", "").strip()
-    directory = _text(env, "TRAINER_STATE_DIR", os.path.join(tempfile.gettempdir(), "tpu-trainer"))
-    key = hashlib.sha256(checkpoint_dir.encode()).hexdigest()[:16]
+    state_dir = _text(env, "TRAINER_STATE_DIR", os.path.join(tempfile.gettempdir(), "tpu-trainer"))
+    if not os.path.isabs(state_dir):
+        raise ConfigError(f"TRAINER_STATE_DIR={state_dir!r} must be an absolute path")
     distributed = _text(env, "TRAINER_DISTRIBUTED", "auto")
     if distributed not in ("auto", "on", "off"):
         raise ConfigError(f"TRAINER_DISTRIBUTED={distributed!r} must be one of auto, on, off")
     return Settings(
         checkpoint_dir=checkpoint_dir,
-        train_steps=steps,
+        target_examples=target,
         global_batch_size=batch,
         learning_rate=_number(env, "LEARNING_RATE", "0.01", positive=True),
         interval_seconds=_number(env, "CHECKPOINT_INTERVAL_SECONDS", "600", positive=True),
@@ -159,12 +258,22 @@ def read_settings(env: Mapping[str, str]) -> Settings:
             _integer(env, "TRAINER_CHECKPOINT_EVERY_STEPS", None, minimum=1) if every_steps else None
         ),
         step_seconds=_number(env, "TRAINER_STEP_SECONDS", "0", positive=False),
-        seed=_integer(env, "TRAINER_SEED", "0", minimum=0),
-        # Two at least: the newest may be the one a kill left corrupt.
-        keep=_integer(env, "TRAINER_KEEP_CHECKPOINTS", "3", minimum=2),
+        seed=_integer(env, "TRAINER_SEED", "0", minimum=0, maximum=2**31 - 1),
+        hidden_dim=_integer(env, "TRAINER_HIDDEN_DIM", "32", minimum=1, maximum=65536),
+        examples_per_epoch=per_epoch,
+        # Two at least: the newest may be the one a kill left damaged.
+        keep=_integer(env, "TRAINER_KEEP_CHECKPOINTS", "3", minimum=2, maximum=1000),
         log_every=_integer(env, "TRAINER_LOG_EVERY", "1", minimum=1),
-        progress_file=os.path.join(directory, f"progress-{key}.json"),
+        state_dir=state_dir,
         distributed=distributed,
+        cluster=_cluster(env),
+        # JAX's own defaults (jax.distributed.initialize).
+        join_timeout_seconds=_integer(env, "TRAINER_JOIN_TIMEOUT_SECONDS", "300", minimum=1),
+        heartbeat_seconds=_integer(env, "TRAINER_HEARTBEAT_SECONDS", "100", minimum=1),
+        restore_attempts=_integer(env, "TRAINER_RESTORE_ATTEMPTS", "3", minimum=1, maximum=100),
+        retry_seconds=_number(env, "TRAINER_RETRY_SECONDS", "2", positive=False),
+        storage_timeout_seconds=_number(env, "TRAINER_STORAGE_TIMEOUT_SECONDS", "60", positive=True),
+        accept_changed_run=_flag(env, "TRAINER_ACCEPT_CHANGED_RUN"),
     )
 
 
@@ -173,6 +282,143 @@ def log(event: str, **fields: Any) -> None:
     script's log (and a test reading it) sees each line as it happens."""
     parts = [LOG_PREFIX, event, *(f"{key}={value}" for key, value in fields.items())]
     print(" ".join(parts), flush=True)
+
+
+def quoted(text: str) -> str:
+    """A value with spaces, as one JSON string on one line (at most 300 characters)."""
+    return json.dumps(" ".join(text.split())[:300])
+
+
+def describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+# -- Paths, checked before anything trains --------------------------------------------------------
+
+
+def check_local_folder(variable: str, path: str) -> None:
+    """``path`` exists (or can be made) as a folder this process can write to; ``ConfigError``
+    naming ``variable`` otherwise."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"{variable}={path!r} is a file, not a folder")
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, f".tpu-trainer-probe-{os.getpid()}")
+        with open(probe, "wb") as handle:
+            handle.write(b"probe")
+        os.remove(probe)
+    except OSError as error:
+        reason = error.strerror or describe(error)
+        raise ConfigError(
+            f"{variable}={path!r} is not a folder this trainer can write to: {reason}"
+        ) from None
+
+
+def check_bucket(settings: Settings, process: int) -> None:
+    """``gs://`` is reachable and writable with this machine's credentials, within
+    ``TRAINER_STORAGE_TIMEOUT_SECONDS``: ``ConfigError`` for what the stack must fix (no
+    credentials, no permission, no bucket), ``TryAgain`` for what may pass."""
+    from etils import epath
+
+    outcome: list[BaseException | None] = []
+
+    def probe() -> None:
+        try:
+            if not os.environ.get("FSSPEC_GCS_TOKEN"):
+                # gcsfs's first choice (its token "google_default"): when it finds none, it goes
+                # on to probe for a metadata server and to anonymous access, which a bucket of the
+                # stack refuses, after retries. Say so at once instead.
+                import google.auth
+
+                google.auth.default()
+            folder = epath.Path(settings.checkpoint_dir)
+            name = folder / f".tpu-trainer-probe-{process}-{os.getpid()}"
+            name.write_bytes(b"probe")
+            name.unlink()
+            outcome.append(None)
+        except BaseException as error:  # noqa: BLE001 - reported below, in one line
+            outcome.append(error)
+
+    # A thread, because the storage clients' own deadlines add up to minutes when nothing answers
+    # (credential probes of a metadata server that is not there, retries with back-off).
+    worker = threading.Thread(target=probe, daemon=True, name="storage-check")
+    worker.start()
+    worker.join(settings.storage_timeout_seconds)
+    if not outcome:
+        raise TryAgain(
+            f"CHECKPOINT_DIR={settings.checkpoint_dir} did not answer within "
+            f"{settings.storage_timeout_seconds:g} s (TRAINER_STORAGE_TIMEOUT_SECONDS)"
+        )
+    error = outcome[0]
+    if error is None:
+        return
+    kind = storage_failure(error)
+    message = f"CHECKPOINT_DIR={settings.checkpoint_dir} cannot be written: {describe(error)}"
+    if kind == "transient":
+        raise TryAgain(message)
+    raise ConfigError(f"{message} (check the machine's credentials and the bucket)")
+
+
+_TRANSIENT_STATUS = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED", "CANCELLED")
+_TRANSIENT_ERRNOS = {
+    errno.EIO,
+    errno.EAGAIN,
+    errno.EINTR,
+    errno.ETIMEDOUT,
+    errno.ECONNRESET,
+    errno.ECONNREFUSED,
+    errno.ECONNABORTED,
+    errno.ENETUNREACH,
+    errno.EHOSTUNREACH,
+    errno.ENETDOWN,
+    errno.EPIPE,
+    errno.ESTALE,
+}
+_TRANSIENT_NAMES = {
+    # google-api-core, google-auth's transport, aiohttp and requests name what did not answer.
+    "ServiceUnavailable",
+    "InternalServerError",
+    "BadGateway",
+    "GatewayTimeout",
+    "TooManyRequests",
+    "DeadlineExceeded",
+    "RetryError",
+    "TransportError",
+    "ServerDisconnectedError",
+    "ClientConnectionError",
+    "ClientConnectorError",
+    "ClientOSError",
+    "ConnectionError",
+    "ReadTimeout",
+    "ConnectTimeout",
+}
+
+
+def storage_failure(error: BaseException) -> str:
+    """``"transient"`` for an error that says storage did not answer (time-outs, I/O errors,
+    HTTP 429 and 5xx, gRPC's UNAVAILABLE family); ``"permanent"`` for anything else: what was read
+    is missing or wrong, or access is refused."""
+    seen: set[int] = set()
+    current: Optional[BaseException] = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (TimeoutError, ConnectionError)):
+            return "transient"
+        if isinstance(current, OSError) and current.errno in _TRANSIENT_ERRNOS:
+            return "transient"
+        if type(current).__name__ in _TRANSIENT_NAMES:
+            return "transient"
+        code = getattr(current, "code", None)
+        if isinstance(code, int) and (code == 429 or 500 <= code <= 599):
+            return "transient"
+        text = str(current).lstrip()
+        if text.startswith(_TRANSIENT_STATUS) or " 503 " in text or "status 503" in text:
+            return "transient"
+        current = current.__cause__ or current.__context__
+    return "permanent"
+
+
+# -- The cluster ------------------------------------------------------------------------------------
 
 
 def _on_tpu_slice() -> bool:
@@ -184,20 +430,93 @@ def _on_tpu_slice() -> bool:
     return bool(glob.glob("/dev/accel[0-9]*") or glob.glob("/dev/vfio/[0-9]*"))
 
 
-def _initialise_jax(settings: Settings) -> Any:
+GATHER_WIDTH = 64
+"""Values each process offers in one exchange. Also the newest steps each offers when they agree
+on what all of them can read: far more than are kept, so a step is left out of the offer only
+when a process does not list it."""
+
+
+class Hosts:
+    """The processes of this run (one per host), and how they agree: every decision that more
+    than one of them acts on is made from values all of them exchanged at the same point of the
+    program, so each process computes the same answer."""
+
+    def __init__(self, jax: Any, distributed: bool) -> None:
+        self.jax = jax
+        self.index: int = jax.process_index()
+        self.count: int = jax.process_count()
+        self.primary = self.index == 0
+        # JAX's preemption service (on by default with jax.distributed) takes SIGTERM, and on
+        # Cloud TPU the platform's preemption notice, and agrees on a step for all hosts.
+        self.preemption_service = distributed and bool(jax.config.jax_enable_preemption_service)
+
+    def gather(self, values: Sequence[int]) -> list[list[int]]:
+        """Every process's ``values`` (at most ``GATHER_WIDTH``, the same number on every process),
+        in process order, on every process."""
+        if self.count == 1:
+            return [list(values)]
+        import numpy as np
+        from jax.experimental import multihost_utils
+
+        # Always GATHER_WIDTH values: one compiled exchange serves every call.
+        padded = np.zeros(GATHER_WIDTH, dtype=np.int32)
+        padded[: len(values)] = values
+        rows = np.asarray(multihost_utils.process_allgather(padded)).reshape(self.count, GATHER_WIDTH)
+        return [[int(value) for value in row[: len(values)]] for row in rows]
+
+    def any(self, *flags: bool) -> tuple[bool, ...]:
+        """Each flag, true when it is true on any process."""
+        rows = self.gather([int(flag) for flag in flags])
+        return tuple(any(row[i] for row in rows) for i in range(len(flags)))
+
+    def common(self, steps: Sequence[int]) -> list[int]:
+        """The steps that every process has in ``steps``, newest first."""
+        offer = sorted(steps, reverse=True)[:GATHER_WIDTH]
+        rows = self.gather(offer + [-1] * (GATHER_WIDTH - len(offer)))
+        return sorted(set(rows[0]).intersection(*rows[1:]) - {-1}, reverse=True)
+
+    def preempted(self, step: int) -> bool:
+        """JAX's preemption sync point: true on every host at the same step once any host got the
+        notice. Must be asked at every step."""
+        if not self.preemption_service:
+            return False
+        from jax.experimental import multihost_utils
+
+        return bool(multihost_utils.reached_preemption_sync_point(step))
+
+
+def join_cluster(settings: Settings) -> tuple[Any, bool]:
+    """Import JAX and join the run's other processes (JAX's cluster detection on a TPU slice, the
+    explicit ``TRAINER_*`` cluster elsewhere). Returns JAX and whether it runs distributed."""
     import jax
 
-    if settings.distributed == "on" or (settings.distributed == "auto" and _on_tpu_slice()):
+    distributed = settings.cluster is not None or settings.distributed == "on"
+    distributed = distributed or (settings.distributed == "auto" and _on_tpu_slice())
+    if distributed:
         # Every host of a slice runs this same program; none may touch a device before all have
         # joined. On one host it is a one-process "cluster", which costs nothing.
-        jax.distributed.initialize()
+        explicit = settings.cluster
+        try:
+            jax.distributed.initialize(
+                coordinator_address=explicit.coordinator_address if explicit else None,
+                num_processes=explicit.num_processes if explicit else None,
+                process_id=explicit.process_id if explicit else None,
+                initialization_timeout=settings.join_timeout_seconds,
+                heartbeat_timeout_seconds=settings.heartbeat_seconds,
+            )
+        except Exception as error:  # noqa: BLE001 - JAX raises several kinds; all mean "not now"
+            raise TryAgain(f"could not join the cluster: {describe(error)}") from None
     # Bit-for-bit resumption needs float32 everywhere, on every backend.
     jax.config.update("jax_default_matmul_precision", "highest")
-    return jax
+    return jax, distributed
+
+
+# -- The model ----------------------------------------------------------------------------------------
 
 
 class Model:
-    """The model, its data and its optimizer: every piece a pure function of the seed and step."""
+    """The model, its data and its optimizer: every piece a pure function of the seed, the example
+    index and the step."""
 
     def __init__(self, jax: Any, settings: Settings) -> None:
         import jax.numpy as jnp
@@ -215,49 +534,62 @@ class Model:
         # replicated. The stack keeps the per-core batch constant (Google's Training on TPU Pods page).
         mesh = Mesh(devices, ("data",))
         self.replicated = NamedSharding(mesh, PartitionSpec())
-        self.by_batch = NamedSharding(mesh, PartitionSpec("data"))
         root = jax.random.key(settings.seed)
         self.init_key, self.teacher_key, self.data_key = jax.random.split(root, 3)
         self.optimizer = optax.adam(settings.learning_rate)
-
+        batch_size, per_epoch = settings.global_batch_size, settings.examples_per_epoch
         teacher = jax.random.normal(self.teacher_key, (INPUT_DIM, OUTPUT_DIM), jnp.float32)
 
-        def batch(step: Any) -> tuple[Any, Any]:
-            key = jax.random.fold_in(self.data_key, step)
-            inputs = jax.random.normal(key, (settings.global_batch_size, INPUT_DIM), jnp.float32)
+        def example(index: Any) -> Any:
+            key = jax.random.fold_in(self.data_key, index % per_epoch)
+            return jax.random.normal(key, (INPUT_DIM,), jnp.float32)
+
+        def batch(first_example: Any) -> tuple[Any, Any]:
+            # By example, not by step: a slice resized to another batch size goes on with the
+            # next example, and every example of the run is seen once.
+            inputs = jax.vmap(example)(first_example + jnp.arange(batch_size, dtype=jnp.int32))
             return inputs, jnp.tanh(inputs @ teacher)
 
         def loss(params: Any, inputs: Any, targets: Any) -> Any:
             hidden = jnp.tanh(inputs @ params["w1"] + params["b1"])
             return jnp.mean((hidden @ params["w2"] + params["b2"] - targets) ** 2)
 
-        def train_step(state: Any, step: Any) -> tuple[Any, Any]:
-            inputs, targets = batch(step)
+        def train_step(state: Any, first_example: Any) -> tuple[Any, Any, Any]:
+            inputs, targets = batch(first_example)
             value, grads = jax.value_and_grad(loss)(state["params"], inputs, targets)
             updates, opt_state = self.optimizer.update(grads, state["opt_state"], state["params"])
-            return {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state}, value
+            new_state = {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state}
+            # Checked on the device, with the step: a state that is no longer finite is never saved.
+            finite = jnp.isfinite(value) & jnp.all(
+                jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(new_state["params"])])
+            )
+            return new_state, value, finite
 
         # One compiled step, the same program at every step and after every restart: the run
         # takes the same arithmetic path whether it stopped or not. Compiled before training
         # starts (compile()), so a start's cost is all in its startup time, none in its steps.
         self._jitted = jax.jit(
-            train_step, out_shardings=(self.replicated, self.replicated), donate_argnums=(0,)
+            train_step,
+            out_shardings=(self.replicated, self.replicated, self.replicated),
+            donate_argnums=(0,),
         )
-        self.train_step: Callable[[Any, Any], tuple[Any, Any]] = self._jitted
+        self.train_step: Callable[[Any, int], tuple[Any, Any, Any]] = self._jitted
 
     def compile(self, state: Any) -> None:
         import numpy as np
 
         compiled = self._jitted.lower(state, np.int32(0)).compile()
-        self.train_step = lambda state, step: compiled(state, np.int32(step))
+        per_epoch = self.settings.examples_per_epoch
+        self.train_step = lambda state, first: compiled(state, np.int32(first % per_epoch))
 
     def initial_state(self) -> Any:
         jax, jnp = self.jax, self.jnp
         k1, k2 = jax.random.split(self.init_key)
+        hidden = self.settings.hidden_dim
         params = {
-            "w1": jax.random.normal(k1, (INPUT_DIM, HIDDEN_DIM), jnp.float32) / math.sqrt(INPUT_DIM),
-            "b1": jnp.zeros((HIDDEN_DIM,), jnp.float32),
-            "w2": jax.random.normal(k2, (HIDDEN_DIM, OUTPUT_DIM), jnp.float32) / math.sqrt(HIDDEN_DIM),
+            "w1": jax.random.normal(k1, (INPUT_DIM, hidden), jnp.float32) / math.sqrt(INPUT_DIM),
+            "b1": jnp.zeros((hidden,), jnp.float32),
+            "w2": jax.random.normal(k2, (hidden, OUTPUT_DIM), jnp.float32) / math.sqrt(hidden),
             "b2": jnp.zeros((OUTPUT_DIM,), jnp.float32),
         }
         state = {"params": params, "opt_state": self.optimizer.init(params)}
@@ -302,7 +634,6 @@ class Progress:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        os.makedirs(os.path.dirname(path), exist_ok=True)
 
     def read(self) -> Optional[int]:
         try:
@@ -318,85 +649,311 @@ class Progress:
         os.replace(temporary, self.path)
 
 
-class Checkpoints:
-    """Orbax checkpoints in ``CHECKPOINT_DIR``: the state and, beside it, its step and checksum."""
+# -- Checkpoints ------------------------------------------------------------------------------------
 
-    def __init__(self, jax: Any, model: Model, settings: Settings) -> None:
+
+class Outcome(IntEnum):
+    """What one process found when it tried a checkpoint; the worst over all processes decides."""
+
+    RESTORED = 0
+    DAMAGED = 1
+    UNREACHABLE = 2
+    INCOMPATIBLE = 3
+
+
+@dataclass
+class Pending:
+    step: int
+    started: float
+    committed: bool = False
+
+
+@dataclass
+class Restored:
+    step: int
+    examples: int
+    state: Any
+
+
+@dataclass
+class Attempt:
+    outcome: Outcome
+    reason: str = ""
+    restored: Optional[Restored] = None
+
+
+def checkpoint_options(ocp: Any, **options: Any) -> Any:
+    # Not Orbax's max_to_keep: old steps go only once a newer one is committed and verified by
+    # every process (Checkpoints.remove_old), never on the way in.
+    return ocp.CheckpointManagerOptions(max_to_keep=None, **options)
+
+
+class CheckpointReader:
+    """This process's own view of ``CHECKPOINT_DIR``: listing and reading, with no step that
+    waits for the other processes (Orbax's restore ends with a barrier across all of them, which a
+    process whose read failed would never reach). What the processes read, they then compare."""
+
+    def __init__(self, jax: Any, model: Model, settings: Settings, hosts: Hosts) -> None:
         import orbax.checkpoint as ocp
         from etils import epath
 
-        self.jax, self.model, self.ocp, self.epath = jax, model, ocp, epath
+        self.jax, self.model, self.settings, self.ocp = jax, model, settings, ocp
         self.directory = epath.Path(settings.checkpoint_dir)
         self.manager = ocp.CheckpointManager(
             self.directory,
-            options=ocp.CheckpointManagerOptions(
-                max_to_keep=settings.keep,
-                # Orbax writes in the background, but save() below waits for it: a save has
-                # finished (and costs what it costs, Young's C) before training goes on, and a
-                # SIGTERM exit never leaves one half-written. Only the "writing" line comes
-                # between: the moment the save's temporary folder exists and is being filled.
+            options=checkpoint_options(
+                ocp,
+                read_only=True,
+                create=False,
+                save_interval_steps=0,
+                multiprocessing_options=ocp.options.MultiprocessingOptions(
+                    primary_host=hosts.index, active_processes={hosts.index}
+                ),
+            ),
+            item_names=("state", "meta"),
+        )
+
+    def steps(self) -> list[int]:
+        """The committed steps, newest first."""
+        self.manager.reload()
+        return sorted(self.manager.all_steps(), reverse=True)
+
+    def record(self, step: int) -> Any:
+        ocp = self.ocp
+        return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+
+    def attempt(self, step: int) -> Attempt:
+        """Try ``step``: its record first (is it this run's?), then the arrays and their checksum."""
+        ocp = self.ocp
+        try:
+            record = self.record(step)
+            if not isinstance(record, dict) or record.get("step") != step:
+                return Attempt(Outcome.DAMAGED, f"its record {record!r:.100} names another step")
+            difference = self._difference(record)
+            if difference:
+                return Attempt(Outcome.INCOMPATIBLE, difference)
+            examples = record.get("examples")
+            if not isinstance(examples, int) or examples < 0:
+                return Attempt(Outcome.DAMAGED, f"its record has no examples count ({examples!r})")
+            restored = self.manager.restore(
+                step, args=ocp.args.Composite(state=ocp.args.StandardRestore(self.model.abstract_state()))
+            )
+            state = restored["state"]
+            found, want = checksum(self.jax, state), str(record.get("checksum"))
+            if found != want:
+                return Attempt(Outcome.DAMAGED, f"checksum {found[:12]} differs from the saved {want[:12]}")
+        except Exception as error:  # noqa: BLE001 - classified: not now, or not this one
+            if storage_failure(error) == "transient":
+                return Attempt(Outcome.UNREACHABLE, describe(error))
+            return Attempt(Outcome.DAMAGED, describe(error))
+        return Attempt(Outcome.RESTORED, restored=Restored(step, examples, state))
+
+    def _difference(self, record: Mapping[str, Any]) -> str:
+        """Why the checkpoint is not this run's, or "" when it is (or an override accepts it)."""
+        saved, ours = record.get("run"), self.settings.fingerprint
+        if not isinstance(saved, dict):
+            return "it records no run fingerprint (saved by another trainer?); move it away to start anew"
+        changed = [
+            f"{key} {saved.get(key)!r} -> {ours[key]!r}" for key in ours if saved.get(key) != ours[key]
+        ]
+        if not changed:
+            return ""
+        if saved.get("model") != ours["model"]:
+            return f"another model ({'; '.join(changed)}); its arrays cannot be restored into this one"
+        if self.settings.accept_changed_run:
+            log("accept", changed=quoted("; ".join(changed)), reason="TRAINER_ACCEPT_CHANGED_RUN=1")
+            return ""
+        return (
+            f"another run ({'; '.join(changed)}); set TRAINER_ACCEPT_CHANGED_RUN=1 to continue from it "
+            f"anyway, or give the run another CHECKPOINT_DIR"
+        )
+
+    def close(self) -> None:
+        self.manager.close()
+
+
+def agreed_steps(reader: CheckpointReader, hosts: Hosts) -> list[int]:
+    """The committed steps every process lists, newest first (the same list on every process)."""
+    return hosts.common(reader.steps())
+
+
+def restore(reader: CheckpointReader, hosts: Hosts, settings: Settings) -> Optional[Restored]:
+    """The newest checkpoint every process can read and verify, restored on all of them; None
+    when there is none. Each step is decided from what every process found: one that any process
+    cannot read *for now* is tried again (then ``TryAgain``), one of another run refused
+    (``IncompatibleCheckpoint``), a damaged one moved aside and the one before it tried. Nothing
+    is deleted."""
+    failures = 0
+    while True:
+        try:
+            listed: Optional[list[int]] = reader.steps()
+            listing_error = ""
+        except Exception as error:  # noqa: BLE001 - any failure to list is "not now"
+            listed, listing_error = None, describe(error)
+        (unlisted,) = hosts.any(listed is None)
+        if unlisted:
+            failures += 1
+            _wait_or_give_up(settings, failures, None, listing_error or "another process could not list")
+            continue
+        assert listed is not None
+        candidates = hosts.common(listed)
+        if not candidates:
+            (some,) = hosts.any(bool(listed))
+            if not some:
+                return None
+            failures += 1
+            _wait_or_give_up(settings, failures, None, "the processes do not list the same checkpoints")
+            continue
+        for step in candidates:
+            attempt = reader.attempt(step)
+            outcomes = [row[0] for row in hosts.gather([int(attempt.outcome)])]
+            worst = Outcome(max(outcomes))
+            reason = attempt.reason
+            if attempt.outcome != worst:
+                reason = f"process {outcomes.index(worst)} could not use it"
+            if worst == Outcome.RESTORED:
+                assert attempt.restored is not None
+                return attempt.restored
+            if worst == Outcome.INCOMPATIBLE:
+                raise IncompatibleCheckpoint(f"checkpoint step {step} in {reader.directory}: {reason}")
+            if worst == Outcome.UNREACHABLE:
+                failures += 1
+                _wait_or_give_up(settings, failures, step, reason)
+                break  # list again, then try again from the newest
+            log("skip", step=step, reason=quoted(reason))
+            _move_aside(reader, hosts, step)
+        else:
+            return None
+
+
+def _wait_or_give_up(settings: Settings, failures: int, step: Optional[int], reason: str) -> None:
+    where = f"step {step}" if step is not None else "the checkpoint list"
+    if failures >= settings.restore_attempts:
+        raise TryAgain(
+            f"could not read {where} in {settings.checkpoint_dir} after {failures} tries ({reason}); "
+            f"nothing was changed"
+        )
+    delay = settings.retry_seconds * 2 ** (failures - 1)
+    log("retry", what=quoted(where), attempt=failures, seconds=f"{delay:g}", reason=quoted(reason))
+    time.sleep(delay)
+
+
+def _move_aside(reader: CheckpointReader, hosts: Hosts, step: int) -> None:
+    # Out of the way of the step that will be saved again (Orbax does not write over a step), and
+    # kept for inspection. One process moves; all wait for it before they list again.
+    if hosts.primary:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        target = reader.directory / DAMAGED_FOLDER / f"{step}-{stamp}"
+        try:
+            move_folder(str(reader.directory / str(step)), str(target))
+            log("moved", step=step, to=str(target))
+        except Exception as error:  # noqa: BLE001 - the step stays; saving it again fails loudly
+            log("move-failed", step=step, reason=quoted(describe(error)))
+    hosts.gather([0])
+
+
+class Checkpoints:
+    """Saving into ``CHECKPOINT_DIR``: per step the state and, beside it, its step, examples,
+    checksum and the run's fingerprint. Every method is called by every process at the same
+    point of the program."""
+
+    def __init__(self, jax: Any, settings: Settings, hosts: Hosts, reader: CheckpointReader) -> None:
+        import orbax.checkpoint as ocp
+
+        self.jax, self.settings, self.hosts, self.reader, self.ocp = jax, settings, hosts, reader, ocp
+        self.directory = reader.directory
+        self.pending: Optional[Pending] = None
+        """The save under way in the background."""
+        self.manager = ocp.CheckpointManager(
+            self.directory,
+            options=checkpoint_options(
+                ocp,
+                # Orbax copies the arrays off the devices, then writes them in the background
+                # while training goes on; a save waits for the one before to be committed.
                 enable_async_checkpointing=True,
                 # A kill during a save leaves a temporary directory; the next start removes it.
                 cleanup_tmp_directories=True,
-                # Saves happen when this trainer decides (by time), not on orbax's step schedule.
+                # Saves happen when the hosts agree (by time), not on Orbax's step schedule.
                 save_interval_steps=1,
             ),
             item_names=("state", "meta"),
         )
 
-    def save(self, step: int, state: Any) -> float:
+    def save(self, step: int, examples: int, state: Any, reason: str) -> None:
+        """Start saving ``state``; returns once the arrays are off the devices."""
         ocp = self.ocp
+        self.finish()
+        log("saving", step=step, reason=reason)
         started = time.monotonic()
-        meta = {"step": step, "checksum": checksum(self.jax, state)}
+        meta = {
+            "step": step,
+            "examples": examples,
+            "checksum": checksum(self.jax, state),
+            "run": self.settings.fingerprint,
+            "global_batch_size": self.settings.global_batch_size,
+        }
+        self.pending = Pending(step, started)
         saved = self.manager.save(
-            step, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
+            step,
+            args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
+            force=True,
         )
-        log("writing", step=step)
-        self.manager.wait_until_finished()
         if not saved:
             raise RuntimeError(f"orbax did not save step {step} in {self.directory}")
-        return time.monotonic() - started
+        log("saved", step=step, seconds=f"{time.monotonic() - started:.4f}")
 
-    def restore_newest_valid(self) -> tuple[Optional[int], Any]:
-        """The newest checkpoint that restores and matches its checksum, and its state; skipped
-        ones are logged with the reason. (None, None) when there is none."""
-        ocp = self.ocp
-        self.manager.reload()
-        for step in sorted(self.manager.all_steps(), reverse=True):
-            try:
-                restored = self.manager.restore(
-                    step,
-                    args=ocp.args.Composite(
-                        state=ocp.args.StandardRestore(self.model.abstract_state()),
-                        meta=ocp.args.JsonRestore(),
-                    ),
-                )
-                meta, state = restored["meta"], restored["state"]
-                if not isinstance(meta, dict) or meta.get("step") != step:
-                    raise ValueError(f"its metadata {meta!r} names another step")
-                found, want = checksum(self.jax, state), str(meta.get("checksum"))
-                if found != want:
-                    raise ValueError(f"checksum {found[:12]} differs from the saved {want[:12]}")
-            except Exception as error:  # noqa: BLE001 - any failure means "not this one"
-                reason = " ".join(f"{type(error).__name__}: {error}".split())[:300]
-                log("skip", step=step, reason=json.dumps(reason))
-                continue
-            self._drop_newer_than(step)
-            return step, state
-        self._drop_newer_than(-1)
-        return None, None
+    def poll(self) -> None:
+        """Log the save under way once it is committed (this process's view; nothing is decided
+        on it). Cheap: Orbax's own flag."""
+        pending = self.pending
+        if pending is not None and not pending.committed and not self.manager.is_saving_in_progress():
+            pending.committed = True
+            log("committed", step=pending.step, seconds=f"{time.monotonic() - pending.started:.4f}")
 
-    def _drop_newer_than(self, step: int) -> None:
-        # The damaged checkpoints after the one restored: this run will save those steps again,
-        # and orbax will not write over a step that exists.
-        if self.jax.process_index() != 0:
+    def finish(self) -> None:
+        """Wait for the save under way to be committed, then remove what it made old."""
+        if self.pending is None:
             return
-        for newer in sorted(s for s in self.manager.all_steps() if s > step):
-            log("delete", step=newer, reason="damaged")
-            self.manager.delete(newer)
+        self.manager.wait_until_finished()
+        self.poll()
+        newest = self.pending.step
+        self.pending = None
+        self.remove_old(newest)
+
+    def remove_old(self, newest: int) -> None:
+        """Once ``newest`` is committed and every process reads its record back, keep it and the
+        ``keep - 1`` before it; delete the older ones (every process, the same steps)."""
+        try:
+            verified = newest in self.reader.steps() and self.reader.record(newest).get("step") == newest
+        except Exception:  # noqa: BLE001 - unreadable is unverified
+            verified = False
+        (unverified,) = self.hosts.any(not verified)
+        if unverified:
+            log("keep", step=newest, reason=quoted("not verified by every process; nothing deleted"))
+            return
+        older = [step for step in agreed_steps(self.reader, self.hosts) if step < newest]
+        if older[self.settings.keep - 1 :]:
+            self.manager.reload()
+        for old in older[self.settings.keep - 1 :]:
+            log("delete", step=old, reason=f"older than the {self.settings.keep} newest")
+            self.manager.delete(old)
 
     def write_file(self, name: str, data: bytes) -> None:
         (self.directory / name).write_bytes(data)
+
+    def close(self) -> None:
+        self.manager.close()
+
+
+def move_folder(source: str, target: str) -> None:
+    """Move a folder: one rename on a disk, a copy then a delete of each object on ``gs://``."""
+    if source.startswith("gs://"):
+        import gcsfs
+
+        gcsfs.GCSFileSystem().mv(source, target, recursive=True)
+        return
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    os.rename(source, target)
 
 
 def _final_state_npz(jax: Any, state: Any) -> bytes:
@@ -407,99 +964,147 @@ def _final_state_npz(jax: Any, state: Any) -> bytes:
     return buffer.getvalue()
 
 
+# -- Training -----------------------------------------------------------------------------------------
+
+
 def train(settings: Settings, *, clock: Callable[[], float] = time.monotonic) -> int:
     """One attempt: restore, train to the end or to SIGTERM, save. Returns the exit code."""
     started = clock()
-    jax = _initialise_jax(settings)
+    if not settings.checkpoint_dir.startswith("gs://"):
+        check_local_folder("CHECKPOINT_DIR", settings.checkpoint_dir)
+    check_local_folder("TRAINER_STATE_DIR", settings.state_dir)
+    jax, distributed = join_cluster(settings)
+    hosts = Hosts(jax, distributed)
+    if settings.checkpoint_dir.startswith("gs://"):
+        check_bucket(settings, hosts.index)
     model = Model(jax, settings)
-    checkpoints = Checkpoints(jax, model, settings)
+    reader = CheckpointReader(jax, model, settings, hosts)
     try:
-        return _train(jax, model, checkpoints, settings, started, clock)
+        restore_started = clock()
+        restored = restore(reader, hosts, settings)
+        restore_seconds = clock() - restore_started
+        # Made once the restore is decided: a damaged step moved aside is gone from its view.
+        checkpoints = Checkpoints(jax, settings, hosts, reader)
+        try:
+            return _train(jax, model, checkpoints, hosts, settings, restored, started, restore_seconds, clock)
+        finally:
+            checkpoints.close()
     finally:
-        checkpoints.manager.close()
+        reader.close()
 
 
 def _train(
     jax: Any,
     model: Model,
     checkpoints: Checkpoints,
+    hosts: Hosts,
     settings: Settings,
+    restored: Optional[Restored],
     started: float,
+    restore_seconds: float,
     clock: Callable[[], float],
 ) -> int:
-    primary = jax.process_index() == 0
-    progress = Progress(f"{settings.progress_file[: -len('.json')]}-{jax.process_index()}.json")
-
-    restore_started = clock()
-    step, state = checkpoints.restore_newest_valid()
-    restore_seconds = clock() - restore_started
-    if step is None:
-        step, state = 0, model.initial_state()
+    key = hashlib.sha256(settings.checkpoint_dir.encode()).hexdigest()[:16]
+    progress = Progress(os.path.join(settings.state_dir, f"progress-{key}-{hosts.index}.json"))
+    if restored is None:
+        restored = Restored(0, 0, model.initial_state())
+    step, examples, state = restored.step, restored.examples, restored.state
     model.compile(state)
     reached = progress.read()
-    redone = "unknown" if reached is None else max(0, reached - step)
     log(
         "resume",
         step=step,
+        examples=examples,
         restore_seconds=f"{restore_seconds:.3f}",
-        redone_steps=redone,
+        redone_steps="unknown" if reached is None else max(0, reached - step),
         reached_before="unknown" if reached is None else reached,
         startup_seconds=f"{clock() - started:.3f}",
-        train_steps=settings.train_steps,
-        processes=jax.process_count(),
+        target_examples=settings.target_examples,
+        global_batch_size=settings.global_batch_size,
+        processes=hosts.count,
     )
 
     saved_step = step
     last_save = clock()
-    while step < settings.train_steps and not _STOP_SIGNAL:
+    (stop,) = hosts.any(bool(_STOP_SIGNAL))
+    while examples < settings.target_examples and not stop:
         step_started = clock()
-        state, loss = model.train_step(state, step)
-        loss = float(loss)  # waits for the step: its time is real, and so is the progress record
+        state, loss, finite = model.train_step(state, examples)
+        loss_value = float(loss)  # waits for the step: its time is real, and so is the progress record
         if settings.step_seconds:
             time.sleep(max(0.0, settings.step_seconds - (clock() - step_started)))
+        if not bool(finite):
+            # The state after this step is not finite: nothing of it is saved. The checkpoint
+            # before it is good and stays; a restart would diverge again the same way.
+            raise Diverged(
+                f"the loss at step {step + 1} is {loss_value} (examples {examples} to "
+                f"{examples + settings.global_batch_size}); nothing from this step on was saved. "
+                f"Lower LEARNING_RATE (now {settings.learning_rate:g}) or resume from an earlier checkpoint"
+            )
+        first = examples
         step += 1
+        examples += settings.global_batch_size
         progress.write(step)
-        if step % settings.log_every == 0 or step == settings.train_steps:
-            log("step", step=step, loss=f"{loss:.6f}", seconds=f"{clock() - step_started:.4f}")
+        checkpoints.poll()
+        if step % settings.log_every == 0 or examples >= settings.target_examples:
+            log(
+                "step",
+                step=step,
+                examples=f"{first}-{examples}",
+                loss=f"{loss_value:.6f}",
+                seconds=f"{clock() - step_started:.4f}",
+            )
+        done = examples >= settings.target_examples
         due = (
             step % settings.interval_steps == 0
             if settings.interval_steps is not None
             else clock() - last_save >= settings.interval_seconds
         )
-        if due and step < settings.train_steps:
-            log("saving", step=step, reason="interval")
-            log("saved", step=step, seconds=f"{checkpoints.save(step, state):.4f}")
+        # One exchange per step: every process learns whether any wants to stop or to save, and
+        # all act at this same step. JAX's preemption service agrees on its own step.
+        stop_wanted, save_wanted = hosts.any(bool(_STOP_SIGNAL), due)
+        stop = stop_wanted or hosts.preempted(step)
+        if stop and not done:
+            break
+        if save_wanted and not done:
+            checkpoints.save(step, examples, state, "interval")
             saved_step, last_save = step, clock()
 
-    if _STOP_SIGNAL:
+    if stop and examples < settings.target_examples:
         if step != saved_step:
-            log("saving", step=step, reason="sigterm")
-            log("saved", step=step, seconds=f"{checkpoints.save(step, state):.4f}")
+            checkpoints.save(step, examples, state, "sigterm")
+        checkpoints.finish()
         log("stopped", step=step, signal="SIGTERM", exit=EXIT_STOPPED)
         return EXIT_STOPPED
 
     if step != saved_step:
-        log("saving", step=step, reason="final")
-        log("saved", step=step, seconds=f"{checkpoints.save(step, state):.4f}")
-    if primary:
+        checkpoints.save(step, examples, state, "final")
+    checkpoints.finish()
+    if hosts.primary:
         # Idempotent: a kill between these writes and the exit makes the next start repeat them.
         checkpoints.write_file(FINAL_STATE, _final_state_npz(jax, state))
-        checkpoints.write_file(COMPLETION_MARKER, f"completed step {step}\n".encode())
-    log("complete", step=step, checksum=checksum(jax, state))
+        checkpoints.write_file(COMPLETION_MARKER, f"completed step {step}, {examples} examples\n".encode())
+    log("complete", step=step, examples=examples, checksum=checksum(jax, state))
     return EXIT_COMPLETE
 
 
 def main() -> int:
     try:
         settings = read_settings(os.environ)
-    except ConfigError as error:
-        print(f"{LOG_PREFIX} configuration error: {error}", file=sys.stderr, flush=True)
-        return EXIT_BAD_CONFIG
-    try:
         return train(settings)
     except ConfigError as error:
-        print(f"{LOG_PREFIX} configuration error: {error}", file=sys.stderr, flush=True)
-        return EXIT_BAD_CONFIG
+        return _fail(EXIT_BAD_CONFIG, f"configuration error: {error}")
+    except IncompatibleCheckpoint as error:
+        return _fail(EXIT_INCOMPATIBLE, f"refusing to resume: {error}")
+    except Diverged as error:
+        return _fail(EXIT_DIVERGED, f"training diverged: {error}")
+    except TryAgain as error:
+        return _fail(EXIT_TRY_AGAIN, f"try again later: {error}")
+
+
+def _fail(code: int, message: str) -> int:
+    print(f"{LOG_PREFIX} {message} (exit {code})", file=sys.stderr, flush=True)
+    return code
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import queue
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -25,7 +26,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Mapping, Optional, Protocol, Sequence
 
@@ -40,7 +41,7 @@ from tpu_training_components.domain.startup_script import (
     render_startup_script,
 )
 
-TRAIN_PY = Path(__file__).resolve().parent / "train.py"
+TRAIN_PY = Path(__file__).resolve().parents[2] / "trainer" / "train.py"
 TRAIN_COMMAND = f"{shlex.quote(sys.executable)} {shlex.quote(str(TRAIN_PY))}"
 
 # `gcloud storage ls PATH` and `gcloud storage cp - PATH`: all the startup script asks of it. A local
@@ -348,6 +349,9 @@ class Sandbox:
     train_command: str = TRAIN_COMMAND
     store: Optional[CheckpointStore] = None
     """Where ``CHECKPOINT_DIR`` is; a folder under ``root`` unless given."""
+    host_env: Mapping[str, str] = field(default_factory=dict)
+    """What this host's own environment adds (not the run's): on a slice, what JAX would read from
+    the VM's metadata, its worker number and the coordinator (``Slice``)."""
     checkpoints: CheckpointStore = field(init=False)
     boots: list[Output] = field(init=False, default_factory=list)
 
@@ -377,6 +381,7 @@ class Sandbox:
             # How this machine reaches the store (a TPU VM needs nothing here): in the VM's own
             # environment, which the trainer and gcloud inherit, not in the run's.
             **self.checkpoints.client_env(),
+            **self.host_env,
         )
 
     @property
@@ -490,6 +495,78 @@ def job_pod(store: CheckpointStore, run_parameters: Mapping[str, str]) -> Pod:
     # A variable in `env` wins over the same name from `envFrom` (Kubernetes' EnvFromSource).
     env.update({entry["name"]: entry["value"] for entry in container["env"]})
     return Pod(command=container["command"], env=env, storage_env=store.client_env())
+
+
+CLUSTER_TIMEOUTS = {"TRAINER_HEARTBEAT_SECONDS": "5", "TRAINER_JOIN_TIMEOUT_SECONDS": "90"}
+"""Bounded waits for the clusters the tests form: a process that dies is noticed by the others
+within 5 s (JAX's heartbeat; 100 s by default, and the other processes then abort), and a start
+waits at most 90 s for the others to join (300 s by default) before it exits "try again"."""
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on now: the coordinator's."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def cluster_env(port: int, hosts: int, index: int) -> dict[str, str]:
+    """What tells process ``index`` of ``hosts`` where the others are: on a TPU slice JAX reads it
+    from the VM's metadata or the Pod's ``TPU_WORKER_*`` variables; here the trainer's explicit
+    cluster settings say it."""
+    return {
+        "TRAINER_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
+        "TRAINER_NUM_PROCESSES": str(hosts),
+        "TRAINER_PROCESS_ID": str(index),
+        **CLUSTER_TIMEOUTS,
+    }
+
+
+@dataclass
+class Slice:
+    """A multi-host TPU VM on this machine: one ``Sandbox`` per host, each running the real
+    startup script with its own retry loop (as every host of a slice does), all checkpointing to
+    one store and forming one JAX cluster on loopback (host 0 is the coordinator)."""
+
+    root: Path
+    environment: Mapping[str, str]
+    store: CheckpointStore
+    hosts: int = 2
+    members: list[Sandbox] = field(init=False)
+
+    def __post_init__(self) -> None:
+        port = free_port()
+        self.members = [
+            Sandbox(
+                self.root / f"host-{index}",
+                self.environment,
+                vm_name=f"sandbox-tpu-w{index}",
+                store=self.store,
+                host_env=cluster_env(port, self.hosts, index),
+            )
+            for index in range(self.hosts)
+        ]
+
+    def boot(self) -> list[Output]:
+        """Boot every host: each runs its startup script."""
+        return [member.boot() for member in self.members]
+
+    @property
+    def completed(self) -> bool:
+        return self.store.exists(COMPLETION_MARKER)
+
+    def close(self) -> None:
+        for member in self.members:
+            member.close()
+
+
+def gang(pod: Pod, hosts: int) -> list[Pod]:
+    """The Pods of one multi-host slice of a Job or JobSet: the same container, each with its
+    worker's place in the cluster. They are started, and restarted, together (JobSet restarts
+    every Pod of a failed slice)."""
+    port = free_port()
+    return [replace(pod, env={**pod.env, **cluster_env(port, hosts, index)}) for index in range(hosts)]
 
 
 def _kill_group(pgid: int) -> None:
