@@ -263,15 +263,29 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path, stor
     # step only once it finds it finalized; seen in CI under load): never restored.
     skipped = [event.int("step") for event in second.events if event.event == "skip"]
     assert skipped in ([newest], []), second.text()
+    assert len(resumes(second)) == 1, second.text()
     [resume] = resumes(second)
     assert resume.int("step") == newest - EVERY
     assert resume.int("redone_steps") == resume.int("reached_before") - (newest - EVERY)
     assert_same_state(load_final_state(store), reference)
     if skipped:
         # Moved aside, whole, never deleted: the damaged step is kept for inspection.
-        [moved] = [event.fields["to"] for event in second.events if event.event == "moved"]
+        moves = [event.fields["to"] for event in second.events if event.event == "moved"]
+        assert len(moves) == 1, second.text()
+        [moved] = moves
+        # Beside CHECKPOINT_DIR, where Orbax's clean-up of unfinished saves does not look.
+        assert moved == f"{store.url}.damaged/{moved.rsplit('/', 1)[-1]}"
+        aside = beside(store, ".damaged")
         folder = moved.rsplit("/", 1)[-1]
-        assert sorted(name.split("/", 2)[2] for name in store.files(f"damaged/{folder}")) == damaged_files
+        assert sorted(name.split("/", 1)[1] for name in aside.files(folder)) == damaged_files
+
+
+def beside(store: CheckpointStore, suffix: str) -> CheckpointStore:
+    """The folder beside ``store``'s, named as it with ``suffix``."""
+    if isinstance(store, LocalStore):
+        return LocalStore(store.path.with_name(store.path.name + suffix))
+    assert isinstance(store, GcsStore)
+    return GcsStore(store.endpoint, store.bucket, store.prefix + suffix)
 
 
 def test_a_kill_while_a_save_is_in_flight_leaves_a_temporary_folder_the_restart_ignores(tmp_path, reference):
@@ -380,7 +394,7 @@ def test_gke_pod_restarts_resume_bit_for_bit(tmp_path, gcs, reference):
     assert resume.int("step") == stopped[0] >= 41
     assert [event.event for event in third.events][-1] == "complete"
     # No startup script on GKE: the trainer writes the marker itself, into the bucket.
-    assert store.read("TRAINING_COMPLETE") == f"completed step {STEPS}\n".encode()
+    assert store.read("TRAINING_COMPLETE") == f"completed step {STEPS}, {STEPS * 32} examples\n".encode()
     assert_same_state(load_final_state(store), reference)
 
     # A Pod of a re-created Job after completion: restores the last step, trains nothing, exits 0.

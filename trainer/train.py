@@ -18,8 +18,8 @@ The contract it keeps (docs/trainer.md):
   them, or JAX's preemption notice, stops all of them at one step, after one save).
 - Nothing good is deleted: a checkpoint that cannot be read for now is retried, then the trainer
   exits "try again" (75); one that belongs to another run is refused (3) and left alone; a damaged
-  one is moved aside into ``damaged/``; old ones are removed only once a newer one is committed and
-  verified.
+  one is moved aside into ``$CHECKPOINT_DIR.damaged/``; old ones are removed only once a newer one
+  is committed and verified.
 - The run has an identity (model shape, seed, data order, optimizer) saved in every checkpoint, and
   counts examples: a resized slice continues where the examples stand and stops when all are seen.
 - A non-finite loss stops the run before anything of it is saved (4).
@@ -60,15 +60,17 @@ import tempfile  # noqa: E402
 import threading  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from enum import IntEnum  # noqa: E402
-from typing import Any, Callable, Mapping, Optional, Sequence  # noqa: E402
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence  # noqa: E402
 
 COMPLETION_MARKER = "TRAINING_COMPLETE"
 """The startup script's marker (components/startup_script.py COMPLETION_MARKER): a VM that finds
 it in ``CHECKPOINT_DIR`` does not train again."""
 FINAL_STATE = "final_state.npz"
-DAMAGED_FOLDER = "damaged"
-"""Where damaged checkpoints are moved, under ``CHECKPOINT_DIR``: out of the way of the steps that
-will be saved again, and kept for inspection."""
+DAMAGED_SUFFIX = ".damaged"
+"""Damaged checkpoints are moved to ``$CHECKPOINT_DIR.damaged/STEP-TIME``: out of the way of the
+step that will be saved again, and kept for inspection. Beside ``CHECKPOINT_DIR``, not in it: on
+``gs://`` Orbax takes any folder in it without a commit file for an unfinished save and deletes
+it at the next start."""
 LOG_PREFIX = "tpu-trainer:"
 
 EXIT_COMPLETE = 0
@@ -699,6 +701,7 @@ class CheckpointReader:
 
         self.jax, self.model, self.settings, self.ocp = jax, model, settings, ocp
         self.directory = epath.Path(settings.checkpoint_dir)
+        self.damaged = epath.Path(settings.checkpoint_dir + DAMAGED_SUFFIX)
         self.manager = ocp.CheckpointManager(
             self.directory,
             options=checkpoint_options(
@@ -841,15 +844,22 @@ def _wait_or_give_up(settings: Settings, failures: int, step: Optional[int], rea
 def _move_aside(reader: CheckpointReader, hosts: Hosts, step: int) -> None:
     # Out of the way of the step that will be saved again (Orbax does not write over a step), and
     # kept for inspection. One process moves; all wait for it before they list again.
+    failed = ""
     if hosts.primary:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        target = reader.directory / DAMAGED_FOLDER / f"{step}-{stamp}"
+        target = reader.damaged / f"{step}-{stamp}"
         try:
-            move_folder(str(reader.directory / str(step)), str(target))
+            move_folder(reader.directory / str(step), target)
             log("moved", step=step, to=str(target))
-        except Exception as error:  # noqa: BLE001 - the step stays; saving it again fails loudly
-            log("move-failed", step=step, reason=quoted(describe(error)))
-    hosts.gather([0])
+        except Exception as error:  # noqa: BLE001 - reported below, on every process
+            failed = describe(error)
+    (unmoved,) = hosts.any(bool(failed))
+    if unmoved:
+        # Training on would save this step again over the damaged one, which Orbax refuses.
+        raise TryAgain(
+            f"could not move damaged step {step} aside in {reader.directory} "
+            f"({failed or 'on process 0'}); nothing was deleted"
+        )
 
 
 class Checkpoints:
@@ -945,15 +955,34 @@ class Checkpoints:
         self.manager.close()
 
 
-def move_folder(source: str, target: str) -> None:
-    """Move a folder: one rename on a disk, a copy then a delete of each object on ``gs://``."""
-    if source.startswith("gs://"):
-        import gcsfs
-
-        gcsfs.GCSFileSystem().mv(source, target, recursive=True)
+def move_folder(source: Any, target: Any) -> None:
+    """Move a folder (``etils.epath`` paths): one rename on a disk; on ``gs://`` a copy of each
+    object (Cloud Storage's rewrite, within the bucket) then a delete, through the same
+    filesystem Orbax lists with, so its listings see the move. (gcsfs's own mv first tries the
+    objects.move call, which not every bucket and no emulator offers.) A kill in between leaves the
+    step where it was, to be found damaged and moved again."""
+    if not str(source).startswith("gs://"):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        source.rename(target)
         return
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    os.rename(source, target)
+    names = sorted(str(item.relative_to(source)) for item in files_under(source))
+    if not names:
+        raise FileNotFoundError(f"no files under {source}")
+    for name in names:
+        (source / name).copy(target / name)
+    copied = sorted(str(item.relative_to(target)) for item in files_under(target))
+    if copied != names:
+        raise RuntimeError(f"{target} holds {len(copied)} of the {len(names)} files of {source}; kept both")
+    source.rmtree()
+
+
+def files_under(folder: Any) -> Iterator[Any]:
+    # One listing per folder: epath refuses a recursive glob on gs://.
+    for item in folder.iterdir():
+        if item.is_dir():
+            yield from files_under(item)
+        else:
+            yield item
 
 
 def _final_state_npz(jax: Any, state: Any) -> bytes:
@@ -967,9 +996,20 @@ def _final_state_npz(jax: Any, state: Any) -> bytes:
 # -- Training -----------------------------------------------------------------------------------------
 
 
+def list_storage_afresh() -> None:
+    """gcsfs answers a listing from the listings it made before (fsspec's listings cache), so a
+    step another process saved, or moved, after this one listed the folder would stay unseen or
+    seen: every process must see what is in the bucket now. Set before any filesystem is made
+    (fsspec.config.conf holds the defaults of new filesystems)."""
+    import fsspec
+
+    fsspec.config.conf.setdefault("gcs", {})["use_listings_cache"] = False
+
+
 def train(settings: Settings, *, clock: Callable[[], float] = time.monotonic) -> int:
     """One attempt: restore, train to the end or to SIGTERM, save. Returns the exit code."""
     started = clock()
+    list_storage_afresh()
     if not settings.checkpoint_dir.startswith("gs://"):
         check_local_folder("CHECKPOINT_DIR", settings.checkpoint_dir)
     check_local_folder("TRAINER_STATE_DIR", settings.state_dir)
