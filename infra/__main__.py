@@ -417,7 +417,8 @@ if settings.checkpointing is not None:
                 f"{name}: checkpoint every {plan.interval_seconds} s (Young's interval for a "
                 f"{plan.cost_seconds:g} s checkpoint, one interruption per "
                 f"{plan.mean_seconds_between_interruptions / 3600:g} h): about "
-                f"{100 * plan.expected_lost_fraction:.1f}% of the run lost to checkpoints and re-done work"
+                f"{100 * plan.expected_lost_fraction:.1f}% of the run lost to checkpoints, re-done work "
+                f"and {plan.restart_seconds:g} s restarts"
             )
 pulumi.export(JOB_GENERATIONS_OUTPUT, recovery.job_generations)
 # Read back by the next run, which refuses to run under another stack or project name.

@@ -328,7 +328,9 @@ class StackConfig(Model):
         mean = mean_seconds_between_interruptions(
             model, overrides_hours=self.checkpointing.mean_hours_between_interruptions
         )
-        return plan_checkpoints(self.checkpointing.cost_seconds, mean)
+        return plan_checkpoints(
+            self.checkpointing.cost_seconds, mean, restart_seconds=self.checkpointing.restart_seconds
+        )
 
     def _job_checkpoints(self, pool: TpuNodePoolPlan, slices: int = 1) -> CheckpointPlan:
         assert self.checkpointing is not None
@@ -348,7 +350,9 @@ class StackConfig(Model):
             # Every host of every slice: losing any one restarts them all.
             hosts=pool.shape.vms * slices,
         )
-        return plan_checkpoints(self.checkpointing.cost_seconds, mean)
+        return plan_checkpoints(
+            self.checkpointing.cost_seconds, mean, restart_seconds=self.checkpointing.restart_seconds
+        )
 
     def vm_checkpoints(self, vm: TpuVmConfig) -> Optional[CheckpointPlan]:
         """When the VM's run checkpoints (Young's interval), or None without ``checkpointing``."""

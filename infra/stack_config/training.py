@@ -73,6 +73,11 @@ class CheckpointingConfig(Model):
         StrictFloat, BeforeValidator(int_is_a_float), Field(gt=0, le=24 * 3600, allow_inf_nan=False)
     ]
     mean_hours_between_interruptions: dict[InterruptionModel, PositiveHours] = Field(default_factory=dict)
+    # Five minutes by default: an assumption (a new VM or Pod, set-up, JAX start-up and compiling,
+    # restoring), stated in docs/checkpointing.md; set what your runs measure. At most a day.
+    restart_seconds: Annotated[
+        StrictFloat, BeforeValidator(int_is_a_float), Field(ge=0, le=24 * 3600, allow_inf_nan=False)
+    ] = 300.0
 
 
 class RecoveryConfig(Model):

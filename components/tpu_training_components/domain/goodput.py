@@ -7,6 +7,14 @@ fraction of time lost is about C/T (writing checkpoints) + T/(2M) (re-doing half
 interruption), smallest at T = sqrt(2CM) (Young, 1974; Daly, 2006, refines it for large C/M),
 where it is sqrt(2C/M). The maintenance-events page's "about every hour" is that optimum only when
 M = 3600^2 / (2C): 30 hours for a 60-second checkpoint.
+
+Each interruption also costs a restart R (noticing it, a new VM or Pod, start-up, compiling,
+restoring), during which nothing runs and nothing can be interrupted; and with asynchronous saves
+the newest checkpoint is only usable once committed, a lag c after the save starts, so a kill in
+that window goes back one more interval: T/2 + c re-done on average. Over the wall-clock time, the
+fraction lost is then (C/T + (T/2 + c)/M + R/M) / (1 + R/M) (``expected_lost_fraction``). Neither
+R nor c depends on T, so Young's interval is still the best one. benchmarks/goodput_measured.py
+measures all of it on the reference trainer (docs/trainer.md, "The goodput model measured").
 """
 
 from __future__ import annotations
@@ -51,26 +59,50 @@ class CheckpointPlan:
     mean_seconds_between_interruptions: float
     interval_seconds: int
     """Young's interval, rounded to whole seconds: what the trainer receives."""
+    restart_seconds: float = 0.0
+    """What one interruption costs besides the re-done work: noticing it, a new VM or Pod,
+    start-up, compiling, restoring."""
 
     @property
     def expected_lost_fraction(self) -> float:
-        """Fraction of run time spent writing checkpoints or re-doing lost work."""
+        """Fraction of wall-clock time spent writing checkpoints, re-doing lost work or restarting."""
         return expected_lost_fraction(
-            self.cost_seconds, self.mean_seconds_between_interruptions, self.interval_seconds
+            self.cost_seconds,
+            self.mean_seconds_between_interruptions,
+            self.interval_seconds,
+            restart_seconds=self.restart_seconds,
         )
 
     def environment(self) -> dict[str, str]:
         return {"CHECKPOINT_INTERVAL_SECONDS": str(self.interval_seconds)}
 
 
-def expected_lost_fraction(cost_seconds: float, mean_seconds: float, interval_seconds: float) -> float:
-    """First-order fraction of time lost: C/T for writing, T/(2M) for re-doing work."""
-    return cost_seconds / interval_seconds + interval_seconds / (2 * mean_seconds)
+def expected_lost_fraction(
+    cost_seconds: float,
+    mean_seconds: float,
+    interval_seconds: float,
+    *,
+    restart_seconds: float = 0.0,
+    commit_lag_seconds: float = 0.0,
+) -> float:
+    """First-order fraction of wall-clock time lost: C/T for writing, (T/2 + c)/M for re-doing
+    work, R/M for restarting, over the 1 + R/M of wall-clock time each unit of running time takes
+    (restarts are not running time: nothing there is interrupted). With R = c = 0 it is Young's
+    C/T + T/(2M)."""
+    running = (
+        cost_seconds / interval_seconds
+        + (interval_seconds / 2 + commit_lag_seconds) / mean_seconds
+        + restart_seconds / mean_seconds
+    )
+    return running / (1 + restart_seconds / mean_seconds)
 
 
-def plan_checkpoints(cost_seconds: float, mean_seconds_between_interruptions: float) -> CheckpointPlan:
+def plan_checkpoints(
+    cost_seconds: float, mean_seconds_between_interruptions: float, *, restart_seconds: float = 0.0
+) -> CheckpointPlan:
     """Young's interval for a checkpoint that takes ``cost_seconds`` to write, between
-    interruptions ``mean_seconds_between_interruptions`` apart on average."""
+    interruptions ``mean_seconds_between_interruptions`` apart on average; ``restart_seconds``
+    per interruption counts in the lost fraction, not in the interval."""
     cost, mean = float(cost_seconds), float(mean_seconds_between_interruptions)
     if not (math.isfinite(cost) and cost > 0):
         raise GoodputError(f"checkpoint cost {cost_seconds!r} s must be a number of seconds above 0")
@@ -86,7 +118,9 @@ def plan_checkpoints(cost_seconds: float, mean_seconds_between_interruptions: fl
             f"interruptions ({mean:g} s): training would lose most of its time; make checkpoints "
             f"cheaper (smaller, asynchronous) or the capacity steadier"
         )
-    return CheckpointPlan(cost, mean, max(1, round(math.sqrt(2 * cost * mean))))
+    if not (math.isfinite(restart_seconds) and restart_seconds >= 0):
+        raise GoodputError(f"restart time {restart_seconds!r} s must be a number of seconds of at least 0")
+    return CheckpointPlan(cost, mean, max(1, round(math.sqrt(2 * cost * mean))), float(restart_seconds))
 
 
 def mean_seconds_between_interruptions(
