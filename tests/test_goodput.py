@@ -59,6 +59,28 @@ def test_no_interval_for_impossible_costs(cost, mean):
         plan_checkpoints(cost, mean)
 
 
+def test_restarts_and_the_commit_lag_add_to_the_loss_but_not_to_the_interval():
+    cost, mean = 60.0, 12 * HOUR
+    young = plan_checkpoints(cost, mean).interval_seconds
+    assert plan_checkpoints(cost, mean, restart_seconds=600).interval_seconds == young
+    # Without them, Young's C/T + T/(2M).
+    assert expected_lost_fraction(cost, mean, young) == cost / young + young / (2 * mean)
+    # A restart of R: R/M more lost while running, and the run takes 1 + R/M of wall time.
+    with_restart = expected_lost_fraction(cost, mean, young, restart_seconds=600)
+    assert with_restart == pytest.approx((cost / young + young / (2 * mean) + 600 / mean) / (1 + 600 / mean))
+    # A save committed c after it starts: a kill in that window goes back one more interval.
+    lagged = expected_lost_fraction(cost, mean, young, commit_lag_seconds=30)
+    assert lagged == pytest.approx(cost / young + (young / 2 + 30) / mean)
+    # Young's interval is still the best one with both.
+    best = expected_lost_fraction(cost, mean, young, restart_seconds=600, commit_lag_seconds=30)
+    for factor in (0.5, 0.8, 1.25, 2.0):
+        assert best < expected_lost_fraction(
+            cost, mean, young * factor, restart_seconds=600, commit_lag_seconds=30
+        )
+    with pytest.raises(GoodputError, match="restart time -1 s must be a number of seconds of at least 0"):
+        plan_checkpoints(cost, mean, restart_seconds=-1)
+
+
 def test_defaults_and_their_adjustments():
     assert mean_seconds_between_interruptions("preemptible") == 12 * HOUR
     assert mean_seconds_between_interruptions("spot", overrides_hours={"spot": 3}) == 3 * HOUR
@@ -83,10 +105,12 @@ def test_dev_stack_passes_each_run_its_interval(config):
     assert run.outputs["trainingEnvironments"]["demo-tpu"]["CHECKPOINT_INTERVAL_SECONDS"] == "2277"
     # The v6e Job runs on flex-start (7 days): sqrt(2 * 60 * 604800) = 8518.9...
     assert run.outputs["jobs"]["train-v6e"]["environment"]["CHECKPOINT_INTERVAL_SECONDS"] == "8519"
+    # Young's 5.27% and the default restart of 300 s per 12 h, over wall time:
+    # (60/2277 + 2277/86400 + 300/43200) / (1 + 300/43200) = 5.92%.
     assert run.outputs["checkpointing"]["demo-tpu"] == {
         "intervalSeconds": 2277,
         "meanHoursBetweenInterruptions": 12,
-        "expectedLostPercent": 5.27,
+        "expectedLostPercent": 5.92,
     }
     # The Job's Pods read it from their run parameters (a ConfigMap), so a new interval never
     # changes the Job's Pod template.
