@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 from pulumi.automation import CommandResult, PulumiCommand
 from pulumi.automation.errors import create_command_error
 from semver import VersionInfo
-from tpu_training_components.domain.recovery_rounds import UpStatus
+from tpu_training_components.domain.recovery_rounds import ROUND_ENV, RecoveryRound, UpStatus
 from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
 
 _TAIL_LINES = 5
@@ -97,14 +97,19 @@ class UpRunner(Protocol):
     """The CLI, as a round uses it; the seam the tests replace."""
 
     def __call__(
-        self, stack: str, targets: Optional[Sequence[str]] = None, *, refresh: bool = True
+        self,
+        stack: str,
+        targets: Optional[Sequence[str]] = None,
+        *,
+        refresh: bool = True,
+        recovery_round: Optional[RecoveryRound] = None,
     ) -> UpResult:
         """`pulumi up --yes` (with --refresh unless ``refresh`` is False), only for ``targets``
-        (URNs) when given."""
+        (URNs) when given; the program learns of ``recovery_round`` through ``ROUND_ENV``."""
         ...
 
-    def deployed_names(self, stack: str) -> set[str]:
-        """Names of the VMs and Jobs in the stack's generation outputs (``PulumiTryLater``)."""
+    def stack_outputs(self, stack: str) -> dict[str, Any]:
+        """The stack's outputs as its last update wrote them (``PulumiTryLater``)."""
         ...
 
     def pending_changes(self, stack: str) -> list[PendingChange]:
@@ -377,9 +382,10 @@ class AutomationUp:
                 f"`pulumi preview --json` printed no digest this version can read: {type(exc).__name__}"
             ) from None
 
-    def deployed_names(self, stack: str) -> set[str]:
-        """The VMs and Jobs this stack has deployed: the names in its generation outputs
-        (`pulumi stack output`). Raises ``PulumiTryLater`` when they cannot be read."""
+    def stack_outputs(self, stack: str) -> dict[str, Any]:
+        """The stack's outputs (`pulumi stack output --json`): the generations say which VMs and
+        Jobs it has deployed, and the recoveries of each Job within the restart budget's window.
+        Raises ``PulumiTryLater`` when they cannot be read."""
         try:
             outputs = self._select(stack).outputs()
         except (PulumiUnavailable, PulumiTryLater):
@@ -388,15 +394,15 @@ class AutomationUp:
             raise PulumiTryLater(
                 f"`pulumi stack output` for stack {stack!r} failed: {_tail(str(exc))}"
             ) from None
-        names: set[str] = set()
-        for key in (GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT):
-            value = outputs[key].value if key in outputs else None
-            if isinstance(value, dict):
-                names.update(str(name) for name in value)
-        return names
+        return {key: output.value for key, output in outputs.items()}
 
     def __call__(
-        self, stack: str, targets: Optional[Sequence[str]] = None, *, refresh: bool = True
+        self,
+        stack: str,
+        targets: Optional[Sequence[str]] = None,
+        *,
+        refresh: bool = True,
+        recovery_round: Optional[RecoveryRound] = None,
     ) -> UpResult:
         automation = self._automation
         started = time.monotonic()
@@ -415,8 +421,12 @@ class AutomationUp:
             # Only these are refreshed and changed; every other resource keeps its state as it
             # is, pending edits included (infra/recovery_targets.py says why).
             args += ["--target", urn]
+        # The program's outputs then say what the state holds after a targeted update.
+        env = {ROUND_ENV: recovery_round.to_env()} if recovery_round is not None else {}
         try:
-            self._command.run([*args, "--stack", stack], self._work_dir, {}, self._on_output, self._on_output)
+            self._command.run(
+                [*args, "--stack", stack], self._work_dir, env, self._on_output, self._on_output
+            )
         except PulumiTimedOut as exc:
             return done(
                 "failed",
@@ -437,3 +447,13 @@ class AutomationUp:
             return done(
                 "succeeded", f"update succeeded (its summary could not be read: {type(exc).__name__})"
             )
+
+
+def deployed_names(outputs: dict[str, Any]) -> set[str]:
+    """The VMs and Jobs a stack has deployed: the names in its generation outputs."""
+    names: set[str] = set()
+    for key in (GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT):
+        value = outputs.get(key)
+        if isinstance(value, dict):
+            names.update(str(name) for name in value)
+    return names
