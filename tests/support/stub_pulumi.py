@@ -21,12 +21,20 @@ call. ``behaviour.json`` in the folder chooses what `up` does:
 - ``{"pending": [step, ...]}``: steps `pulumi preview --json` adds to demo-tpu's replacement;
   ``{"preview": "fail"}`` or ``"garbage"``: a failing preview, or one that prints no digest;
 - ``{"version_output": "..."}``: what `pulumi version` prints, verbatim (bytes as latin-1).
+- ``{"state": [{"urn": ..., "parent": ...}, ...]}``: the resources in the stack's state. A
+  targeted `up` then answers as the engine does for a pending ``delete`` step (pulumi/pulumi
+  1b5949891b, pkg/resource/deploy/step_generator.go): the targets and everything below them in
+  the state are allowed deletes (``getTargetDependents``, ~l.2543, children included), and a
+  delete of one that is not itself a target fails the update with the engine's error 2014
+  (``GenerateDeletes``, ~l.2510-2535; sdk/go/common/diag/errors.go). Each `up` also writes the
+  ``TPU_TRAINING_RECOVERY_ROUND`` it was given to ``up-env.jsonl`` (null when unset).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -69,8 +77,29 @@ elif args[:1] == ["up"]:
         print("error: --yes must be passed in to proceed when running in non-interactive mode",
               file=sys.stderr)
         sys.exit(255)
+    with open(HERE / "up-env.jsonl", "a") as log:
+        log.write(json.dumps(os.environ.get("TPU_TRAINING_RECOVERY_ROUND")) + "\n")
     mode = behaviour.get("up", "succeed")
     print(f"Updating ({{stack}})")
+    targets = [args[i + 1] for i, word in enumerate(args) if word == "--target"]
+    if targets and "state" in behaviour:
+        children = {{}}
+        for resource in behaviour["state"]:
+            children.setdefault(resource.get("parent"), []).append(resource["urn"])
+        allowed, frontier = set(), [r["urn"] for r in behaviour["state"] if r["urn"] in targets]
+        while frontier:
+            urn = frontier.pop()
+            if urn not in allowed:
+                allowed.add(urn)
+                frontier += children.get(urn, [])
+        refused = [step["urn"] for step in behaviour.get("pending", [])
+                   if step["op"] == "delete" and step["urn"] in allowed and step["urn"] not in targets]
+        for urn in refused:
+            print(f"error: Resource '{{urn}}' will be destroyed but was not specified in --target list.\n"
+                  f"Either include resource in --target list or pass --target-dependents to proceed.",
+                  file=sys.stderr)
+        if refused:
+            sys.exit(255)
     if behaviour.get("hold"):
         (HERE / "up-started").write_text("")
         while not (HERE / "release").exists():
@@ -142,3 +171,16 @@ def calls(folder: Path) -> list[list[str]]:
 def on_path(folder: Path) -> dict[str, str]:
     """An environment with the stub first on PATH."""
     return {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def up_rounds(folder: Path) -> list[Any]:
+    """What each `up` was told in ``TPU_TRAINING_RECOVERY_ROUND`` (decoded; None when unset)."""
+    log = folder / "up-env.jsonl"
+    if not log.exists():
+        return []
+    return [None if raw is None else json.loads(raw) for raw in map(json.loads, log.read_text().splitlines())]
+
+
+def run(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the stub with ``args``, as the Automation API would."""
+    return subprocess.run([str(folder / "pulumi"), *args], capture_output=True, text=True, timeout=30)
