@@ -32,12 +32,18 @@ UP_TIMEOUT_SECONDS = 4 * 3600.0
 slices takes well under an hour; a CLI that has stopped answering would hold the watch for ever."""
 PREVIEW_TIMEOUT_SECONDS = 30 * 60.0
 """Longest a `pulumi preview` may take: it changes nothing and calls no cloud API but the reads."""
-CLI_TIMEOUT_SECONDS = 120.0
-"""Longest any other CLI call may take (`version`, `stack select`, `config`, `stack output`,
-`stack history`): each reads a file or the backend and answers in seconds."""
+CLI_TIMEOUT_SECONDS = 60.0
+"""Longest any other CLI call may take (`stack select`, `config`, `stack output`, `stack
+history`): each reads a file or the backend (a secrets provider for `config --show-secrets`) and
+answers in seconds."""
+VERSION_TIMEOUT_SECONDS = 30.0
+"""Longest `pulumi version` may take: it reads nothing, so a CLI that does not answer it at
+once does not answer."""
 STOP_GRACE_SECONDS = 60.0
-"""After its deadline a CLI call gets SIGINT, with which `pulumi up` stops starting operations
-and waits for those in flight, and this long to end before SIGKILL."""
+"""After its deadline `pulumi up` gets SIGINT, with which it stops starting operations and waits
+for those in flight, and this long to end before SIGKILL."""
+READ_GRACE_SECONDS = 5.0
+"""The same for every other call: it changes nothing, so it has nothing to finish."""
 
 
 class PulumiUnavailable(Exception):
@@ -128,7 +134,14 @@ def _timeout_for(args: Sequence[str], up_timeout_seconds: float) -> float:
         return up_timeout_seconds
     if words[:1] == ["preview"]:
         return min(PREVIEW_TIMEOUT_SECONDS, up_timeout_seconds)
+    if words[:1] == ["version"]:
+        return VERSION_TIMEOUT_SECONDS
     return CLI_TIMEOUT_SECONDS
+
+
+def _grace_for(args: Sequence[str], up_grace_seconds: float) -> float:
+    words = [a for a in args if not a.startswith("-")]
+    return up_grace_seconds if words[:1] == ["up"] else min(up_grace_seconds, READ_GRACE_SECONDS)
 
 
 class DeadlineCommand(PulumiCommand):
@@ -193,7 +206,7 @@ class DeadlineCommand(PulumiCommand):
         lines = _Lines((process.stdout.fileno(), on_output), (process.stderr.fileno(), on_error))
         timed_out = not lines.read_until(deadline, exited=process.poll)
         if timed_out:
-            self._stop(process)
+            self._stop(process, _grace_for(full, self._grace))
         else:
             process.wait()
         # Read on a moment at most once the CLI is gone: a process it left behind may hold the
@@ -212,8 +225,9 @@ class DeadlineCommand(PulumiCommand):
             raise create_command_error(result)
         return result
 
-    def _stop(self, process: subprocess.Popen) -> None:
-        for number, wait in ((signal.SIGINT, self._grace), (signal.SIGKILL, 10.0)):
+    @staticmethod
+    def _stop(process: subprocess.Popen, grace: float) -> None:
+        for number, wait in ((signal.SIGINT, grace), (signal.SIGKILL, 10.0)):
             try:
                 os.killpg(process.pid, number)
             except ProcessLookupError:
@@ -325,6 +339,9 @@ class AutomationUp:
             )
 
     def _select(self, stack: str) -> Any:
+        """The stack, selected (`pulumi stack select`). Raises ``PulumiUnavailable`` when it
+        does not exist, ``PulumiTryLater`` when the CLI could not select it now (a backend that
+        does not answer, output no one can read): nothing was changed."""
         automation = self._automation
         try:
             return automation.select_stack(
@@ -337,6 +354,12 @@ class AutomationUp:
                 f"stack {stack!r} does not exist in the selected backend; create it with "
                 f"`pulumi stack init {stack}` and deploy it once with `pulumi up`"
             ) from None
+        except PulumiTimedOut:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any other failure: the stack cannot be known now
+            raise PulumiTryLater(
+                f"`pulumi stack select` for stack {stack!r} failed: {_tail(str(exc))}"
+            ) from None
 
     def read_config(self, stack: str) -> dict[str, tuple[str, bool]]:
         """The stack's config as `pulumi up` hands it to the program, secrets decrypted:
@@ -344,7 +367,7 @@ class AutomationUp:
         Raises ``PulumiTimedOut`` when the CLI does not answer in time."""
         try:
             config = self._select(stack).get_all_config()
-        except (PulumiUnavailable, PulumiTimedOut):
+        except (PulumiUnavailable, PulumiTryLater):
             raise
         except Exception as exc:  # noqa: BLE001 - any failure: the config cannot be known
             raise PulumiUnavailable(

@@ -26,12 +26,21 @@ done because live state or the stack itself was unavailable (try again later).
 
 from __future__ import annotations
 
+import signal
+import sys
+
+if __name__ == "__main__":
+    # A Ctrl-C while the libraries below load (a second or more) ends the run as one later does,
+    # with 130 and no traceback; main() installs the watch's own handlers.
+    def _interrupted_at_start(number: int, frame: object) -> None:
+        raise SystemExit(130)
+
+    signal.signal(signal.SIGINT, _interrupted_at_start)
+
 import argparse
 import json
 import math
 import os
-import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass, field

@@ -14,6 +14,9 @@ call. ``behaviour.json`` in the folder chooses what `up` does:
 - ``{"stack_missing": true}``: `stack select` says the stack does not exist;
 - ``{"version": "3.200.0"}``: what `pulumi version` reports (default: ``VERSION``);
 - ``{"hang": "config"}``: the command whose first word this is never answers;
+  ``{"hang_ignoring_sigint": "config"}``: nor stops on SIGINT;
+- ``{"select_output": "...", "select_exit": 255}``: what `stack select` prints on both streams
+  (bytes as latin-1) and its exit status;
 - ``{"linger": 30}``: every command leaves a process behind that holds its pipes for 30 s;
 - ``{"outputs": {...}}``: what `pulumi stack output --json` prints (default ``{}``);
 - ``{"config": {...}}``: what `pulumi config --show-secrets --json` prints (default: ``{}``);
@@ -57,6 +60,10 @@ stack = args[args.index("--stack") + 1] if "--stack" in args else None
 
 if args and args[0] == behaviour.get("hang"):
     time.sleep(3600)  # a CLI that never answers this command
+if args and args[0] == behaviour.get("hang_ignoring_sigint"):
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # nor stops when asked: only SIGKILL ends it
+    time.sleep(3600)
 if behaviour.get("linger"):
     # Leaves a process behind, in a session of its own, that holds stdout and stderr open.
     import subprocess
@@ -69,6 +76,11 @@ if args == ["version"]:
 elif args[:3] == ["config", "--show-secrets", "--json"]:
     print(json.dumps(behaviour.get("config", {{}})))
 elif args[:2] == ["stack", "select"]:
+    if "select_output" in behaviour:
+        garbage = behaviour["select_output"].encode("latin-1")
+        sys.stdout.buffer.write(garbage)
+        sys.stderr.buffer.write(garbage)
+        sys.exit(behaviour.get("select_exit", 0))
     if behaviour.get("stack_missing"):
         print(f"error: no stack named '{{stack}}' found", file=sys.stderr)
         sys.exit(255)
