@@ -234,7 +234,7 @@ def test_a_preview_that_fails_changes_nothing_and_asks_to_try_later(apis, stub, 
 
 
 def test_every_cli_call_has_a_deadline(stub, monkeypatch):
-    monkeypatch.setattr(automation, "CLI_TIMEOUT_SECONDS", 0.5)
+    monkeypatch.setattr(automation, "VERSION_TIMEOUT_SECONDS", 0.5)
     set_behaviour(stub, hang="version")
     started = time.monotonic()
     with pytest.raises(PulumiUnavailable, match=r"does not answer.*did not finish within 0\.5 s"):
