@@ -15,13 +15,18 @@ those list calls and nothing more: no `pulumi up`, no stack lock.
 
 A recovering round changes only what it decided: a `pulumi preview` says what else a full update
 would change (an edit committed but not deployed), the round names those changes and leaves them
-alone, and its `pulumi up --refresh` targets the stack and the recovered VMs and Jobs alone
-(``infra.recovery_targets`` says why that is safe). ``--apply-pending`` applies everything.
+alone, and its `pulumi up --refresh` targets the recovered VMs and Jobs alone, never the root
+stack (``infra.recovery_targets`` says why that is safe), and tells the program which they are
+(``recovery_rounds.ROUND_ENV``), so the stack's outputs say what the state holds. A Job or JobSet
+whose pool or run parameters have a pending edit is not recovered alone; one whose restart budget
+is spent (``domain.restart_budget``) is not recovered at all. ``--apply-pending`` applies
+everything.
 
 Exit status (see EXIT_*): 0 nothing to recover or `pulumi up` succeeded (and after a --watch ends
-by SIGINT/SIGTERM); 1 `pulumi up` failed, or the round is blocked; 2 invalid configuration; 64
-invalid command line; 69 the Pulumi CLI cannot be run or the stack does not exist; 75 nothing was
-done because live state or the stack itself was unavailable (try again later).
+by SIGINT/SIGTERM); 1 `pulumi up` failed, the round is blocked, or a restart budget is spent; 2
+invalid configuration; 64 invalid command line; 69 the Pulumi CLI cannot be run or the stack does
+not exist; 75 nothing was done because live state or the stack itself was unavailable (try again
+later); 130 a Ctrl-C while it started.
 """
 
 from __future__ import annotations
@@ -119,9 +124,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m infra.recover",
         description="Read live TPU VMs and Jobs; run `pulumi up --refresh --yes` only when something "
         "must be created or replaced.",
-        epilog="Exit status: 0 nothing to recover or recovered; 1 `pulumi up` failed, or blocked; 2 invalid "
-        "configuration; 64 invalid command line; 69 Pulumi CLI or stack unavailable; 75 live state or "
-        "stack unavailable, nothing done (try later).",
+        epilog="Exit status: 0 nothing to recover or recovered; 1 `pulumi up` failed, blocked, or a restart "
+        "budget spent; 2 invalid configuration; 64 invalid command line; 69 Pulumi CLI or stack unavailable; "
+        "75 live state or stack unavailable, nothing done (try later); 130 interrupted while starting.",
     )
     parser.add_argument(
         "--stack", required=True, help="stack: [ORG/[PROJECT/]]NAME; reads Pulumi.<NAME>.yaml"
