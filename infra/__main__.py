@@ -62,6 +62,12 @@ previous_outputs, previous_secrets = last_outputs()
 rename = rename_problem(previous_outputs, pulumi.get_project(), pulumi.get_stack())
 if rename:
     raise InvalidArgument(rename)
+# `python -m infra.recover` says what its own `pulumi up` recovers (None for every other update);
+# read before anything is declared, so a value no round writes changes nothing.
+try:
+    recovery_round = RecoveryRound.from_env(os.environ.get(ROUND_ENV))
+except RoundEnvError as exc:
+    raise InvalidArgument(str(exc)) from None
 
 # Private TPU VMs and nodes reach gs://, packages and images only through Private Google Access
 # and Cloud NAT: the stack declares a network that has both, unless told to use yours.
@@ -133,25 +139,6 @@ trainer = (
     if settings.tpu_vms
     else None
 )
-
-# `python -m infra.recover` says what its own `pulumi up` recovers (None for every other update).
-try:
-    recovery_round = RecoveryRound.from_env(os.environ.get(ROUND_ENV))
-except RoundEnvError as exc:
-    raise InvalidArgument(str(exc)) from None
-
-
-def export_deployed(key: str, value: Any, recovered: frozenset[str] = frozenset()) -> None:
-    """Export an output keyed by VM, Job or pool name. A recovery round's targeted update changes
-    only the ``recovered`` ones, and the engine keeps every other resource as the state has it
-    (and creates none that is not there): the output keeps what it said of every other one
-    (infra/recovery_targets.py cites the engine)."""
-    if recovery_round is None or not recovery_round.targeted:
-        pulumi.export(key, value)
-        return
-    previous = previous_outputs.get(key)
-    deployed = pulumi.Output.from_input(value).apply(lambda new: as_deployed(previous, new, recovered))
-    pulumi.export(key, pulumi.Output.secret(deployed) if key in previous_secrets else deployed)
 
 
 # Recovery is a reconcile: read the live nodes (one call per zone) and Jobs (one per namespace and
@@ -384,6 +371,20 @@ for job in settings.jobs:
         )
     else:
         jobs[job.name] = TpuTrainingJob(job.name, job_args, opts=job_opts)  # type: ignore[arg-type]
+
+
+def export_deployed(key: str, value: Any, recovered: frozenset[str] = frozenset()) -> None:
+    """Export an output keyed by VM, Job or pool name. A recovery round's targeted update changes
+    only the ``recovered`` ones, and the engine keeps every other resource as the state has it
+    (and creates none that is not there): the output keeps what it said of every other one
+    (infra/recovery_targets.py cites the engine)."""
+    if recovery_round is None or not recovery_round.targeted:
+        pulumi.export(key, value)
+        return
+    previous = previous_outputs.get(key)
+    deployed = pulumi.Output.from_input(value).apply(lambda new: as_deployed(previous, new, recovered))
+    pulumi.export(key, pulumi.Output.secret(deployed) if key in previous_secrets else deployed)
+
 
 recovered_vms = recovery_round.tpu_vms if recovery_round else frozenset()
 recovered_jobs = recovery_round.jobs if recovery_round else frozenset()

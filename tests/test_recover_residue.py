@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 import time
 
 import pytest
@@ -16,7 +14,7 @@ import yaml
 from conftest import REPO
 from support import stub_pulumi
 from test_recover import set_behaviour
-from test_recover_targets import apis, run_recover  # noqa: F401 - the fixture
+from test_recover_targets import apis, run_recover, run_snippet  # noqa: F401 - the fixture
 
 from infra import automation, offline, recover
 from infra.automation import AutomationUp
@@ -119,14 +117,7 @@ runpy.run_module("infra.recover", run_name="__main__", alter_sys=True)
 
 def test_a_ctrl_c_while_it_starts_exits_130_without_a_traceback():
     env = {k: v for k, v in os.environ.items() if k not in ("TPU_API_ENDPOINT", "KUBECONFIG")}
-    done = subprocess.run(
-        [sys.executable, "-c", _INTERRUPTED_WHILE_LOADING],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_snippet(_INTERRUPTED_WHILE_LOADING, env)
     assert done.returncode == 130, done.stderr
     assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr
 

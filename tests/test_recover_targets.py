@@ -360,6 +360,13 @@ recover._exit_now(recover.main(["--stack", "dev", "--once", "--dry-run"], probe=
 """
 
 
+def run_snippet(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Python ``code`` run in a process of its own, from the repository."""
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
 def test_a_jobs_list_past_its_deadline_exits_75_even_with_its_thread_still_blocked(tmp_path):
     # The abandoned probe thread is still blocked in its socket read when the process ends: the
     # exit status is the round's (75), never an abort from interpreter teardown (134).
@@ -369,14 +376,7 @@ def test_a_jobs_list_past_its_deadline_exits_75_even_with_its_thread_still_block
         kube.delay_seconds = 30
         env = dict(os.environ, TPU_API_ENDPOINT=tpu.endpoint, KUBECONFIG=str(kube.kubeconfig(tmp_path)))
         env.pop("TPU_TRAINING_OFFLINE", None)
-        done = subprocess.run(
-            [sys.executable, "-c", _HANGING_JOBS_ROUND],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = run_snippet(_HANGING_JOBS_ROUND, env)
     assert done.returncode == recover.EXIT_TRY_LATER, done.stderr
     assert "DeadlineExceeded: listing Jobs in default" in done.stdout
     assert "Traceback" not in done.stderr

@@ -148,10 +148,8 @@ class RecoveryRound:
             value = None
         if not isinstance(value, dict):
             value = {}
-        names = value.get("tpuVms"), value.get("jobs")
-        if not isinstance(value.get("targeted"), bool) or not all(
-            isinstance(n, list) and all(isinstance(x, str) for x in n) for n in names
-        ):
+        vms, jobs = value.get("tpuVms"), value.get("jobs")
+        if not isinstance(value.get("targeted"), bool) or not (_names(vms) and _names(jobs)):
             raise RoundEnvError(
                 f"{ROUND_ENV} = {text[:80]!r} is not what `python -m infra.recover` sets (an object with "
                 f"targeted, tpuVms and jobs); unset it to run `pulumi up` yourself"
@@ -159,7 +157,11 @@ class RecoveryRound:
         history, problems = read_history(value.get("restarts") or {})
         if problems:
             raise RoundEnvError(f"{ROUND_ENV}: {problems[0]}")
-        return RecoveryRound(value["targeted"], frozenset(names[0]), frozenset(names[1]), history)
+        return RecoveryRound(value["targeted"], frozenset(vms or ()), frozenset(jobs or ()), history)
+
+
+def _names(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(name, str) for name in value)
 
 
 def as_deployed(previous: Any, new: Mapping[str, Any], recovered: Collection[str]) -> dict[str, Any]:
