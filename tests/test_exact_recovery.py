@@ -93,12 +93,6 @@ def test_a_removed_resource_waiting_for_a_deploy_is_left_alone_and_the_root_is_n
     assert recover.exit_status(report) == recover.EXIT_OK
 
 
-def test_the_dry_run_command_names_no_root_either(apis):
-    report = recoverer(None)[0].run_round()
-    assert report.up is not None and STACK_URN not in report.up.message
-    assert f"--target {VM_URN}" in report.up.message
-
-
 # --- 2. outputs say what the state holds --------------------------------------------------------
 
 PREVIOUS = {
