@@ -25,6 +25,12 @@ from tpu_training_components.domain.node_pool_plan import (
 )
 from tpu_training_components.domain.recovery import GENERATION_LABEL
 from tpu_training_components.domain.startup_script import metadata_problem, vm_metadata
+from tpu_training_components.domain.termination_grace import (
+    PREEMPTIBLE_TPU_VM,
+    SPOT_GKE_POOL,
+    pod_grace_seconds,
+    save_fit_problem,
+)
 from tpu_training_components.domain.tpu_availability import zone_warning
 
 from .fields import (
@@ -249,6 +255,7 @@ class StackConfig(Model):
                 f"with network.create false they are ignored"
             )
         found.extend(self._foreign_bucket_warnings())
+        found.extend(self._save_fit_warnings())
         if not self.network.create and self.network_regions:
             found.append(
                 f"{PROJECT}:network.create is false: the TPU VMs and the cluster use your network "
@@ -257,6 +264,32 @@ class StackConfig(Model):
                 f"images from outside Google), or training never starts"
             )
         return tuple(found)
+
+    def _save_fit_warnings(self) -> list[str]:
+        # A preempted run saves once when told to stop; the capacity decides how long it may.
+        if self.checkpointing is None:
+            return []
+        cost = self.checkpointing.cost_seconds
+        found = []
+        for index, vm in enumerate(self.tpu_vms):
+            if vm.provisioning in ("preemptible", "spot"):
+                plan = self.vm_checkpoints(vm)
+                problem = save_fit_problem(cost, PREEMPTIBLE_TPU_VM, plan and plan.interval_seconds)
+                if problem:
+                    found.append(f"{PROJECT}:tpuVms[{index}] ({vm.name}): {problem}")
+        for index, job in enumerate(self.jobs):
+            if self.pool_plan(self.job_pool(job)).spot:
+                plan = self.job_checkpoints(job)
+                problem = save_fit_problem(cost, SPOT_GKE_POOL, plan and plan.interval_seconds)
+                if problem:
+                    found.append(f"{PROJECT}:jobs[{index}] ({job.name}): {problem}")
+        return found
+
+    def job_termination_grace_seconds(self) -> Optional[int]:
+        """The Pods' ``terminationGracePeriodSeconds``: the checkpoint's time with a margin
+        (``termination_grace.pod_grace_seconds``), or None (Kubernetes' 30 s) without
+        ``checkpointing``."""
+        return pod_grace_seconds(self.checkpointing.cost_seconds) if self.checkpointing else None
 
     def _foreign_bucket_warnings(self) -> list[str]:
         # A command that names a bucket by hand stops working, or reads someone else's data,

@@ -11,6 +11,8 @@ import re
 import shlex
 from typing import Mapping, Optional
 
+from .termination_grace import TPU_VM_SHUTDOWN_SECONDS
+
 COMPLETION_MARKER = "TRAINING_COMPLETE"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -256,7 +258,7 @@ printf 'completed at %s after %s attempt(s) on %s\\n' "$finished" "$attempt" "$(
 """
 
 
-def render_shutdown_script(*, vm_name: str, grace_seconds: int = 25) -> str:
+def render_shutdown_script(*, vm_name: str, grace_seconds: int = TPU_VM_SHUTDOWN_SECONDS) -> str:
     """The ``shutdown-script``: on preemption or maintenance, send the trainer SIGTERM so it can
     save a final checkpoint in the ~30 s a preempted VM has, and stop the retry loop."""
     return f"""#!/bin/bash

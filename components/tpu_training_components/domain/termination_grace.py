@@ -1,0 +1,89 @@
+"""How long a stopped trainer has to save, and whether its save fits. Pure Python.
+
+A trainer told to stop (SIGTERM: preemption, maintenance, a drain) saves once and exits
+(docs/trainer.md). Kubernetes gives a Pod ``terminationGracePeriodSeconds`` before it kills it:
+30 s unless the Pod says otherwise, which a save of a large model does not fit. The Pods of a
+training Job therefore ask for the save's time with a margin. What the capacity grants is another
+matter: a Spot or preemptible node's notice is short whatever the Pod asks, and a TPU VM's shutdown
+script has the seconds Compute Engine gives it. The plan says when the save cannot fit, and what is
+lost then.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+GKE_MAX_HONOURED_GRACE_SECONDS = 3600
+"""GKE drains a node for an upgrade "respecting PodDisruptionBudget and GracefulTerminationPeriod
+settings for up to one hour" (GKE docs, node-pool-upgrade-strategies; extended-duration-pods: "For
+automatic node upgrades, the grace period can be up to one hour"). A longer grace buys nothing."""
+GKE_SPOT_POD_GRACE_SECONDS = 15
+"""A Spot or preemptible GKE node stops 30 s after its preemption notice; the kubelet gives
+non-system Pods the first 15 s of it (GKE docs, spot-vms and preemptible-vms: "a value greater than
+15 seconds in terminationGracePeriodSeconds has no effect"). GKE 1.35.0-gke.1171000 and later can
+extend the window to 120 s through the node pool's system configuration."""
+GKE_SPOT_EXTENDED_GRACE_SECONDS = 120
+TPU_VM_SHUTDOWN_SECONDS = 25
+"""What the shutdown script waits for the trainer on a preempted TPU VM (startup_script.py,
+``render_shutdown_script``): Compute Engine powers a Spot or preemptible VM off 30 s after its soft
+shutdown (Compute Engine ``Scheduling.skipGuestOsShutdown``: "30 seconds for Spot VMs")."""
+
+SAVE_MARGIN_FACTOR = 1.5
+SAVE_MARGIN_SECONDS = 30
+"""The grace a Pod asks for: the save once and a half (a loaded disk or bucket is slower than the
+measured save), plus 30 s for the step in progress, the hosts agreeing on a stop step, and leaving
+the cluster."""
+
+
+def pod_grace_seconds(cost_seconds: float) -> int:
+    """``terminationGracePeriodSeconds`` for the Pods of a trainer whose checkpoint takes
+    ``cost_seconds`` to be committed: 1.5 x the save + 30 s (so never below Kubernetes' default),
+    at most what GKE honours."""
+    if not (math.isfinite(cost_seconds) and cost_seconds > 0):
+        raise ValueError(f"a checkpoint's cost {cost_seconds!r} s must be a number of seconds above 0")
+    wanted = math.ceil(SAVE_MARGIN_FACTOR * cost_seconds + SAVE_MARGIN_SECONDS)
+    return min(GKE_MAX_HONOURED_GRACE_SECONDS, wanted)
+
+
+@dataclass(frozen=True)
+class StopNotice:
+    """How long one kind of capacity lets a stopped trainer run before it is killed."""
+
+    seconds: int
+    grants: str
+    """Who grants it: "a Spot GKE node gives its Pods 15 s of its 30 s notice"."""
+    remedy: str
+
+
+SPOT_GKE_POOL = StopNotice(
+    GKE_SPOT_POD_GRACE_SECONDS,
+    f"a Spot GKE node gives its Pods {GKE_SPOT_POD_GRACE_SECONDS} s of its 30 s preemption notice",
+    (
+        f"extend the Pods' window to {GKE_SPOT_EXTENDED_GRACE_SECONDS} s (GKE 1.35.0-gke.1171000 and "
+        f"later, the node pool's system configuration)"
+    ),
+)
+PREEMPTIBLE_TPU_VM = StopNotice(
+    TPU_VM_SHUTDOWN_SECONDS,
+    f"a preemptible or Spot TPU VM gives its trainer {TPU_VM_SHUTDOWN_SECONDS} s of its 30 s notice "
+    f"(the shutdown script)",
+    "use on-demand or reserved capacity, which stops only for maintenance",
+)
+
+
+def save_fit_problem(
+    cost_seconds: float, notice: StopNotice, interval_seconds: Optional[int]
+) -> Optional[str]:
+    """Why a save of ``cost_seconds`` does not fit the capacity's stop notice, and what is lost
+    then; None when it fits."""
+    if cost_seconds <= notice.seconds:
+        return None
+    interval = f" ({interval_seconds} s)" if interval_seconds else ""
+    return (
+        f"a checkpoint takes {cost_seconds:g} s (checkpointing.costSeconds), but {notice.grants}: "
+        f"when preempted, the run is killed before its stop save is committed and resumes from the "
+        f"checkpoint before, losing up to one checkpoint interval{interval} of training. Make the "
+        f"save fit (asynchronous, smaller), or {notice.remedy}"
+    )

@@ -1,0 +1,95 @@
+"""How long a stopped trainer may take to save: the Pods ask for the checkpoint's time with a
+margin, and the plan warns where the capacity gives less than the save takes. Facts from GKE's
+and Compute Engine's docs, cited in components/tpu_training_components/domain/termination_grace.py."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import run_stack
+from tpu_training_components.domain.job_manifests import TrainingJobSpec, job_manifest
+from tpu_training_components.domain.startup_script import render_shutdown_script
+from tpu_training_components.domain.termination_grace import (
+    PREEMPTIBLE_TPU_VM,
+    SPOT_GKE_POOL,
+    TPU_VM_SHUTDOWN_SECONDS,
+    pod_grace_seconds,
+    save_fit_problem,
+)
+
+
+@pytest.mark.parametrize(
+    ("cost", "grace"),
+    [
+        (60, 120),  # the dev stack: 1.5 x 60 s + 30 s
+        (1, 32),  # the margin alone is Kubernetes' default 30 s
+        (0.4, 31),
+        (100, 180),
+        (2380, 3600),  # 1.5 x 2380 + 30 = 3600: GKE honours a drain's grace up to an hour
+        (5000, 3600),  # and no more
+    ],
+)
+def test_the_pods_ask_for_the_save_with_a_margin(cost, grace):
+    assert pod_grace_seconds(cost) == grace
+
+
+@pytest.mark.parametrize("cost", [0, -1, float("nan"), float("inf")])
+def test_a_cost_that_is_no_time_is_refused(cost):
+    with pytest.raises(ValueError, match="must be a number of seconds above 0"):
+        pod_grace_seconds(cost)
+
+
+def test_the_grace_is_in_the_pod_template_only_when_asked_for():
+    spec = TrainingJobSpec(
+        name="train",
+        namespace="default",
+        image="us-docker.pkg.dev/p/r/trainer:v1",
+        command=("python3", "train.py"),
+        node_selector={},
+        chips_per_vm=4,
+        vms=1,
+        service_account="train",
+    )
+    assert "terminationGracePeriodSeconds" not in job_manifest(spec)["spec"]["template"]["spec"]
+    spec = TrainingJobSpec(**{**spec.__dict__, "termination_grace_seconds": 120})
+    assert job_manifest(spec)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 120
+
+
+def test_the_shutdown_script_waits_what_the_warning_counts():
+    assert f"GRACE={TPU_VM_SHUTDOWN_SECONDS}\n" in render_shutdown_script(vm_name="v")
+    assert PREEMPTIBLE_TPU_VM.seconds == TPU_VM_SHUTDOWN_SECONDS
+
+
+def test_a_save_that_fits_is_no_problem():
+    assert save_fit_problem(25, PREEMPTIBLE_TPU_VM, 600) is None
+    assert save_fit_problem(15, SPOT_GKE_POOL, 600) is None
+    assert "losing up to one checkpoint interval (600 s)" in str(save_fit_problem(16, SPOT_GKE_POOL, 600))
+
+
+def test_the_dev_stack_warns_that_its_preemptible_vm_cannot_save_60_s_when_preempted(config):
+    run = run_stack(config)
+    [warning] = [w for w in run.warnings if "costSeconds" in w]
+    assert warning == (
+        "tpu-training:tpuVms[0] (demo-tpu): a checkpoint takes 60 s (checkpointing.costSeconds), but a "
+        "preemptible or Spot TPU VM gives its trainer 25 s of its 30 s notice (the shutdown script): when "
+        "preempted, the run is killed before its stop save is committed and resumes from the checkpoint "
+        "before, losing up to one checkpoint interval (2277 s) of training. Make the save fit "
+        "(asynchronous, smaller), or use on-demand or reserved capacity, which stops only for maintenance"
+    )
+
+
+def test_a_job_on_spot_nodes_is_warned_about_and_one_on_flex_start_is_not(config):
+    config["tpu-training:checkpointing"]["costSeconds"] = 20
+    assert not [w for w in run_stack(config).warnings if "costSeconds" in w]  # 20 s fits the VM's 25 s
+    pool = config["tpu-training:nodePools"][0]
+    pool.update({"flexStart": False, "spot": True})
+    warnings = [w for w in run_stack(config).warnings if "costSeconds" in w]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "tpu-training:jobs[0] (train-v6e): a checkpoint takes 20 s (checkpointing.costSeconds), but a "
+        "Spot GKE node gives its Pods 15 s of its 30 s preemption notice"
+    )
+    assert "extend the Pods' window to 120 s (GKE 1.35.0-gke.1171000 and later" in warnings[0]
+
+
+def test_no_checkpointing_no_warning(config):
+    del config["tpu-training:checkpointing"]
+    assert not [w for w in run_stack(config).warnings if "costSeconds" in w]
