@@ -143,6 +143,9 @@ class Settings:
     cluster: Optional[Cluster]
     join_timeout_seconds: int
     heartbeat_seconds: int
+    shutdown_timeout_seconds: int
+    """How long a process that ends waits for the others to end (JAX's shutdown barrier): one that
+    failed alone then ends, and the others notice, instead of all waiting on each other."""
     restore_attempts: int
     retry_seconds: float
     storage_timeout_seconds: float
@@ -272,6 +275,7 @@ def read_settings(env: Mapping[str, str]) -> Settings:
         # JAX's own defaults (jax.distributed.initialize).
         join_timeout_seconds=_integer(env, "TRAINER_JOIN_TIMEOUT_SECONDS", "300", minimum=1),
         heartbeat_seconds=_integer(env, "TRAINER_HEARTBEAT_SECONDS", "100", minimum=1),
+        shutdown_timeout_seconds=_integer(env, "TRAINER_SHUTDOWN_TIMEOUT_SECONDS", "300", minimum=1),
         restore_attempts=_integer(env, "TRAINER_RESTORE_ATTEMPTS", "3", minimum=1, maximum=100),
         retry_seconds=_number(env, "TRAINER_RETRY_SECONDS", "2", positive=False),
         storage_timeout_seconds=_number(env, "TRAINER_STORAGE_TIMEOUT_SECONDS", "60", positive=True),
@@ -505,6 +509,7 @@ def join_cluster(settings: Settings) -> tuple[Any, bool]:
                 process_id=explicit.process_id if explicit else None,
                 initialization_timeout=settings.join_timeout_seconds,
                 heartbeat_timeout_seconds=settings.heartbeat_seconds,
+                shutdown_timeout_seconds=settings.shutdown_timeout_seconds,
             )
         except Exception as error:  # noqa: BLE001 - JAX raises several kinds; all mean "not now"
             raise TryAgain(f"could not join the cluster: {describe(error)}") from None
@@ -942,8 +947,10 @@ class Checkpoints:
             log("keep", step=newest, reason=quoted("not verified by every process; nothing deleted"))
             return
         older = [step for step in agreed_steps(self.reader, self.hosts) if step < newest]
-        if older[self.settings.keep - 1 :]:
-            self.manager.reload()
+        # Deleted through this manager's own list of steps (it made or found every one), never a
+        # fresh listing: Orbax's delete refuses a step it does not list, and process 0 deletes
+        # the folder while another process may still be listing, which then misses the step and
+        # never reaches the barrier that ends the delete on every process.
         for old in older[self.settings.keep - 1 :]:
             log("delete", step=old, reason=f"older than the {self.settings.keep} newest")
             self.manager.delete(old)

@@ -324,7 +324,13 @@ class Output:
         return "".join(self.lines)
 
     def finish(self, timeout: float) -> int:
-        code = self.process.wait(timeout=timeout)
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # What it printed is what tells a hang from a slow run: say it, not just the timeout.
+            raise AssertionError(
+                f"still running after {timeout:g} s; its output:\n{self.text()[-8000:]}"
+            ) from None
         self._thread.join(timeout=timeout)
         return code
 
@@ -497,10 +503,15 @@ def job_pod(store: CheckpointStore, run_parameters: Mapping[str, str]) -> Pod:
     return Pod(command=container["command"], env=env, storage_env=store.client_env())
 
 
-CLUSTER_TIMEOUTS = {"TRAINER_HEARTBEAT_SECONDS": "5", "TRAINER_JOIN_TIMEOUT_SECONDS": "90"}
+CLUSTER_TIMEOUTS = {
+    "TRAINER_HEARTBEAT_SECONDS": "5",
+    "TRAINER_JOIN_TIMEOUT_SECONDS": "90",
+    "TRAINER_SHUTDOWN_TIMEOUT_SECONDS": "30",
+}
 """Bounded waits for the clusters the tests form: a process that dies is noticed by the others
-within 5 s (JAX's heartbeat; 100 s by default, and the other processes then abort), and a start
-waits at most 90 s for the others to join (300 s by default) before it exits "try again"."""
+within 5 s (JAX's heartbeat; 100 s by default, and the other processes then abort), a start waits
+at most 90 s for the others to join (300 s by default) before it exits "try again", and a process
+that ends waits at most 30 s for the others to end too (300 s by default)."""
 
 
 def free_port() -> int:
