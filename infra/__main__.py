@@ -18,7 +18,9 @@ from tpu_training_components import (
     PreemptibleTpuVm,
     QueuedProvisioning,
     TpuTrainingJob,
+    TpuTrainingJobArgs,
     TpuTrainingJobSet,
+    TpuTrainingJobSetArgs,
     TrainingNetwork,
     TrainingRecovery,
     TrainingServiceAccount,
@@ -316,7 +318,7 @@ jobs: dict[str, Any] = {}
 for job in settings.jobs:
     assert cluster is not None and pod_identity is not None
     job_pool = node_pools[job.node_pool]
-    job_args: dict[str, Any] = {
+    job_args: TpuTrainingJobArgs = {
         "provider": cluster.provider,
         "node_pool": job_pool.selection,
         "image": job.image,
@@ -344,17 +346,12 @@ for job in settings.jobs:
         ]
     )
     if job.kind == "JobSet":
-        jobs[job.name] = TpuTrainingJobSet(
-            job.name,
-            {
-                **job_args,  # type: ignore[typeddict-item]
-                "slices": job.slices,
-                **({"max_restarts": job.max_restarts} if job.max_restarts is not None else {}),
-            },
-            opts=job_opts,
-        )
+        jobset_args = TpuTrainingJobSetArgs(**job_args, slices=job.slices)
+        if job.max_restarts is not None:
+            jobset_args["max_restarts"] = job.max_restarts
+        jobs[job.name] = TpuTrainingJobSet(job.name, jobset_args, opts=job_opts)
     else:
-        jobs[job.name] = TpuTrainingJob(job.name, job_args, opts=job_opts)  # type: ignore[arg-type]
+        jobs[job.name] = TpuTrainingJob(job.name, job_args, opts=job_opts)
 
 pulumi.export("checkpointBuckets", {region: b.url for region, b in checkpoint_buckets.items()})
 pulumi.export("trainingEnvironments", training_environments)

@@ -494,7 +494,7 @@ def test_manifests_of_a_stack_that_installs_a_helm_release(config, tmp_path):
     result = run_stack(_multislice(config))
     written = plan.write_manifests(result, tmp_path)
     kinds = sorted(yaml.safe_load(p.read_text())["kind"] for p in written)
-    assert kinds == ["ConfigMap", "JobSet", "ServiceAccount"]
+    assert kinds == ["ConfigMap", "JobSet", "Service", "ServiceAccount"]
     assert plan.helm_releases(result) == ["jobset (oci://registry.k8s.io/jobset/charts/jobset 0.12.0)"]
 
 

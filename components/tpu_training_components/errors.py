@@ -11,7 +11,7 @@ from typing import Any, ForwardRef, Iterable, Mapping, Optional, Sequence
 
 import pulumi
 
-from .domain.naming import MAX_LABELS, PROVIDER_LABELS, label_problem
+from .domain.naming import MAX_LABELS, PROVIDER_LABELS, kubernetes_label_problem, label_problem
 from .domain.startup_script import user_env_problem
 
 
@@ -256,6 +256,15 @@ def check_labels(where: str, labels: Mapping[str, str], *, added: int = 0) -> No
             + (f" and this component's own {added}" if added else "")
             + f", so at most {most}"
         )
+
+
+def check_kubernetes_labels(where: str, labels: Mapping[str, str]) -> None:
+    """Reject labels the Kubernetes API server would refuse (a Google Cloud label may still be one:
+    a key ending in '-', a value with an accented letter), before anything is declared."""
+    for key, value in labels.items():
+        problem = kubernetes_label_problem(key, value)
+        if problem:
+            raise InvalidArgument(f"{where}: labels: {problem}")
 
 
 def check_checkpoint_dir(where: str, checkpoint_dir: str) -> None:
