@@ -510,6 +510,11 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 if request.HasField("replacement_trigger")
                 else None
             ),
+            "replaceOnChanges": sorted(request.replaceOnChanges),
+            # As the SDK sends them: {"urn": ...} or {"spec": {name, type, parentUrn, noParent, ...}}.
+            "aliases": [json_format.MessageToDict(alias) for alias in request.aliases],
+            # The provider reference's URN ("urn::id" without the id); "" for the default provider.
+            "provider": request.provider.rsplit("::", 1)[0] if request.provider else "",
         }
         inputs = rpc.deserialize_properties(request.object)
         self.registrations[response.urn] = Registration(

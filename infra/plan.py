@@ -273,7 +273,7 @@ def _short(value: Any) -> Optional[str]:
 
 
 def _is_default(value: Any) -> bool:
-    return value is None or value is False or value == [] or value == {}
+    return value is None or value is False or value in ("", [], {})
 
 
 def render_tree(result: offline.ProgramRun) -> str:

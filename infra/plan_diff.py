@@ -112,6 +112,10 @@ def render(source: str, changes: list[ResourceChange], plan: dict[str, Any]) -> 
             means = f" — {change.replaced_means}" if change.replaced_means else ""
             lines.append(f"      {change.name}: replaced{means}")
             lines.extend(f"      because {reason}" for reason in change.because)
+            if change.delete_first is not None:
+                order = "deleted before the new one is created" if change.delete_first else "deleted after"
+                lines.append(f"      the old one is {order}")
+            lines.extend(f"      note: {note}" for note in change.notes)
         elif change.action == "update":
             lines.append(
                 f"      changed: {', '.join(change.changed[:8])}{' ...' if len(change.changed) > 8 else ''}"
@@ -124,6 +128,8 @@ def render(source: str, changes: list[ResourceChange], plan: dict[str, Any]) -> 
                 f"      {change.name}: deleted — its training stops (checkpoints stay in the bucket)"
             )
         lines.extend(f"      note: {note}" for note in change.notes if change.action in ("create", "delete"))
+        if change.blocked:
+            lines.append(f"      `pulumi up` FAILS here: {change.blocked}")
     lines.append(
         f"  {counts['create']} to create, {counts['update']} to update in place, {counts['replace']} to "
         f"replace, {counts['delete']} to delete, {counts['same']} unchanged"

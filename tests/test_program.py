@@ -122,6 +122,9 @@ def test_plan_json_to_a_file_has_the_documented_shape(tmp_path):
         "retainOnDelete",
         "dependsOn",
         "ignoreChanges",
+        "replaceOnChanges",
+        "aliases",
+        "provider",
     }
 
 

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import pytest
 from conftest import dev_config, run_components, run_stack
 from tpu_training_components import GkeTpuCluster
-from tpu_training_components.domain import change_impact
+from tpu_training_components.domain import provider_rules
 from tpu_training_components.domain.node_pool_plan import GKE_DEFAULT_NODE_ZONES, system_pool_zones
 from tpu_training_components.domain.stack_identity import DEPLOYED_AS_OUTPUT, rename_problem
 
@@ -37,10 +37,10 @@ PROVIDER = "pulumi:providers:kubernetes"
 # with its provider source in change_impact): one list, so the two cannot drift apart.
 JOB_FORCE_NEW = tuple(
     field.removeprefix("spec.")
-    for field in change_impact.KUBERNETES_RULES["batch/v1/Job"].replace
+    for field in provider_rules.KUBERNETES_RULES["batch/v1/Job"].replace
     if field.startswith("spec.")
 )
-VM_FORCE_NEW = change_impact.TPU_VM.replace
+VM_FORCE_NEW = provider_rules.TPU_VM.replace
 
 Edit = Callable[[dict[str, Any]], None]
 
