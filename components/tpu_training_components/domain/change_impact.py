@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Optional, Sequence
 
 from .provider_rules import (
+    HELM_RELEASE_TYPE,
     KUBERNETES_PROVIDER,
     NEXT_BOOT,
     TRAINING_RESTARTS,
@@ -362,9 +363,12 @@ def _delete_first(type_: str, inputs: Mapping[str, Any], options: Mapping[str, A
     """Whether a replacement deletes the old resource first: the program's deleteBeforeReplace
     when it sets one (step_generator.go: the goal's option overrides the provider's answer);
     otherwise pulumi-kubernetes asks for it for every named object (provider.go Diff,
-    ``deleteBeforeReplace``); other providers decide for themselves (None)."""
+    ``deleteBeforeReplace``) and never for a Helm release; other providers decide for themselves
+    (None)."""
     if options.get("deleteBeforeReplace"):
         return True
+    if type_ == HELM_RELEASE_TYPE:
+        return False  # helm_release.go Diff: DeleteBeforeReplace false
     if type_.startswith("kubernetes:") and type_ != KUBERNETES_PROVIDER:
         return bool((inputs.get("metadata") or {}).get("name"))
     return None
@@ -400,22 +404,25 @@ def compare_plans(
                 replaced_providers.update((urn, resource["type"]))
     context["replacedProviders"] = tuple(sorted(replaced_providers))
 
+    # Each change names the resource by the URN its plan gives it.
     changes = []
     for urn, resource in after.items():
         if not resource.get("custom", True):
             continue
         old_urn = matched[urn]
         if old_urn is None:
-            changes.append(ResourceChange(urn, resource["type"], resource["name"], "create"))
+            changes.append(ResourceChange(resource["urn"], resource["type"], resource["name"], "create"))
             continue
-        change = classify(urn, resource["type"], resource["name"], before[old_urn], resource, context=context)
+        change = classify(
+            resource["urn"], resource["type"], resource["name"], before[old_urn], resource, context=context
+        )
         if old_urn != urn:
-            change = _moved(change, old_urn)
+            change = _moved(change, before[old_urn]["urn"])
         changes.append(change)
     claimed = {old for old in matched.values() if old is not None}
     for urn, resource in before.items():
         if urn not in claimed and resource.get("custom", True):
-            changes.append(_deleted(urn, resource))
+            changes.append(_deleted(resource["urn"], resource))
     return _moves_noted(changes)
 
 

@@ -220,6 +220,24 @@ GCP_RULES: Mapping[str, TypeRules] = {
     "gcp:storage/bucketIAMMember:BucketIAMMember": IAM_MEMBER,
     "gcp:projects/iAMMember:IAMMember": IAM_MEMBER,
     "gcp:serviceaccount/iAMMember:IAMMember": IAM_MEMBER,
+    # The trainer's code: a new object; VMs and Pods copy it when they next start.
+    "gcp:storage/bucketObject:BucketObject": TypeRules(
+        source=f"{_TF} google/services/storage/resource_storage_bucket_object.go, ForceNew",
+        replace=(
+            "bucket",
+            "cacheControl",
+            "contentDisposition",
+            "contentEncoding",
+            "contentLanguage",
+            "contentType",
+            "forceEmptyContentType",
+            "kmsKeyName",
+            "metadata",
+            "name",
+            "source",
+            "storageClass",
+        ),
+    ),
     "gcp:serviceaccount/account:Account": TypeRules(
         source=f"{_TF} google/services/resourcemanager/resource_google_service_account.go",
         replace=("accountId", "project"),
@@ -321,6 +339,15 @@ KUBERNETES_RULES: Mapping[str, TypeRules] = {
     ),
 }
 
+# A Helm release is diffed by the provider's own Helm code: a new name or namespace replaces it
+# (forceNewFields), the old one deleted after (DeleteBeforeReplace: false); a new chart version or
+# values upgrade it in place.
+HELM_RELEASE = TypeRules(
+    source="pulumi/pulumi-kubernetes provider/pkg/provider/helm_release.go, helmReleaseProvider.Diff",
+    replace=("name", "namespace"),
+)
+HELM_RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
+
 KUBERNETES_DEFAULT = TypeRules(source=f"{_K8S_DIFF}, metadataForceNewProperties", replace=KUBERNETES_METADATA)
 
 KUBERNETES_PROVIDER = "pulumi:providers:kubernetes"
@@ -335,6 +362,8 @@ def rules_for(type_: str, inputs: Mapping[str, Any]) -> Optional[TypeRules]:
     """The rules for a resource type, or None when this module has none (the provider decides)."""
     if type_ == KUBERNETES_PROVIDER:
         return None  # its own rules: change_impact's provider_replaced (DiffConfig)
+    if type_ == HELM_RELEASE_TYPE:
+        return HELM_RELEASE
     if type_.startswith("kubernetes:"):
         return KUBERNETES_RULES.get(kubernetes_kind(inputs), KUBERNETES_DEFAULT)
     return GCP_RULES.get(type_)
