@@ -523,3 +523,38 @@ def test_engines_refuse_a_version_range():
 
     with pytest.raises(InvalidArgument, match="pinned version"):
         run_components(body)
+
+
+# --- a pool without a queue is not oversubscribed (issue 26 item 6) -------------------------------
+
+
+def _two_runs(
+    config: dict[str, Any], *, pool_slices: int, slices: tuple[int, int], **pool: Any
+) -> dict[str, Any]:
+    config = copy.deepcopy(config)
+    config["tpu-training:nodePools"][0].update({"slices": pool_slices, **pool})
+    first = _job(config)
+    first["slices"] = slices[0]
+    config["tpu-training:jobs"].append(dict(first, name="train-second", slices=slices[1]))
+    return config
+
+
+def test_two_multislice_jobsets_on_a_pool_that_holds_one_are_refused(config):
+    says = refused(_two_runs(config, pool_slices=2, slices=(2, 2)))
+    assert "nodePools[0] (v6e-4x4): its jobs ask for 4 slices together" in says
+    assert "train-v6e (2), train-second (2)" in says and "holds 2" in says
+    assert "queuedProvisioning: true" in says
+
+
+def test_two_jobs_on_one_slice_are_refused_too(config):
+    assert "ask for 2 slices together" in refused(_two_runs(config, pool_slices=1, slices=(1, 1)))
+
+
+def test_runs_that_fit_the_pool_together_are_accepted(config):
+    run = run_stack(_two_runs(config, pool_slices=3, slices=(2, 1)))
+    assert len(run.by_type(JOBSET_TYPE)) == 1 and len(run.by_type("kubernetes:batch/v1:Job")) == 1
+
+
+def test_a_queued_pool_takes_more_runs_than_slices_they_wait_in_its_queue(config):
+    run = run_stack(_two_runs(config, pool_slices=1, slices=(1, 1), queuedProvisioning=True))
+    assert len(run.by_type("kubernetes:batch/v1:Job")) == 2
