@@ -54,6 +54,9 @@ def check_known(where: str, args: Any, allowed: Iterable[str]) -> None:
 
 
 def _shown(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        # repr() refuses integers beyond 4,300 digits (sys.int_info.default_max_str_digits).
+        return f"a whole number of about {int(value.bit_length() * 0.30103) + 1} digits"
     text = repr(value)
     return text if len(text) <= 80 else f"{text[:77]}..."
 
@@ -294,11 +297,14 @@ def check_environment(where: str, environment: Mapping[str, str], checkpoint_dir
             raise InvalidArgument(f"{where}: environment: {problem}")
 
 
-def check_whole_number(where: str, key: str, value: Any) -> None:
-    """A plain count must be a whole number >= 0 (an Output is checked by nobody: its value is not
-    known yet). For a recovery generation: it becomes a label value and the replacement trigger,
-    where ``2.0`` or ``-1`` would read as a different generation."""
+def check_whole_number(where: str, key: str, value: Any, *, most: Optional[int] = None) -> None:
+    """A plain count must be a whole number >= 0, and at most ``most`` when given (an Output is
+    checked by nobody: its value is not known yet). For a recovery generation: it becomes a label
+    value and the replacement trigger, where ``2.0`` or ``-1`` would read as a different
+    generation."""
     if isinstance(value, pulumi.Output):
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidArgument(f"{where}: {key} {value!r} must be a whole number >= 0")
+        raise InvalidArgument(f"{where}: {key} {_shown(value)} must be a whole number >= 0")
+    if most is not None and value > most:
+        raise InvalidArgument(f"{where}: {key} = {_shown(value)}; allowed: 0-{most}")

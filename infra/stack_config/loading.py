@@ -132,6 +132,24 @@ def is_config_secret(key: str) -> bool:
     return runtime_config.is_config_secret(key)
 
 
+class _HugeNumber(ValueError):
+    def __init__(self, digits: int) -> None:
+        super().__init__(digits)
+        self.digits = digits
+
+
+_MOST_DIGITS = 30
+"""More digits than any setting takes (the largest, a recovery generation, has 15): a longer
+number is refused as it is read, before Python's int(), which refuses 4,300 digits with a
+traceback and is slow before that."""
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > _MOST_DIGITS:
+        raise _HugeNumber(len(text.lstrip("-")))
+    return int(text)
+
+
 def _not_structured(key: str, text: str) -> str:
     if text == "":
         return (
@@ -285,7 +303,11 @@ def load(stack: str | None = None) -> StackConfig:
             )
             continue
         try:
-            raw[key] = json.loads(text)
+            raw[key] = json.loads(text, parse_int=_bounded_int)
+        except _HugeNumber as exc:
+            problems.append(
+                f"{PROJECT}:{key} holds a number of {exc.digits} digits; no setting takes one that long"
+            )
         except json.JSONDecodeError:
             problems.append(_not_structured(key, text))
 

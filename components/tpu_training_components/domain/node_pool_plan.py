@@ -287,8 +287,16 @@ def plan_tpu_node_pool(
 ) -> TpuNodePoolPlan:
     """Validate a TPU node pool and derive its settings, or raise ``NodePoolError``."""
     shape = slice_shape(machine_type, topology)
+    shown = slices if slices.bit_length() <= 64 else f"{'-' if slices < 0 else ''}(a number beyond 2**64)"
     if slices < 1:
-        raise NodePoolError(f"slices {slices} must be at least 1")
+        raise NodePoolError(f"slices {shown} must be at least 1")
+    # Checked before any per-slice work: a billion slices would be a billion pool names.
+    if shape.vms * slices > MAX_NODES_PER_CLUSTER:
+        raise NodePoolError(
+            f"slices {shown} of {shape.vms} VM(s) each are more nodes than GKE's limit of "
+            f"{MAX_NODES_PER_CLUSTER} nodes per cluster; at most {MAX_NODES_PER_CLUSTER // shape.vms} "
+            f"slices of {topology} {machine_type}"
+        )
     if flex_start:
         problem = flex_start_problem(shape.machine_type.generation.name)
         if problem:

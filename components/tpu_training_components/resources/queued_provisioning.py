@@ -18,7 +18,7 @@ from ..domain.kueue_manifests import (
     queued_provisioning_spec,
     resource_flavor_manifest,
 )
-from ..errors import InvalidArgument, check_known, check_labels, check_resource_name
+from ..errors import InvalidArgument, check_known, check_kubernetes_labels, check_resource_name
 from .tpu_node_pool import TpuNodePoolSelection, plan_selection
 
 
@@ -38,7 +38,7 @@ class QueuedProvisioningArgs(TypedDict):
 def _spec(name: str, args: QueuedProvisioningArgs) -> QueuedProvisioningSpec:
     where = f"QueuedProvisioning {name!r}"
     check_known(where, args, QueuedProvisioningArgs.__annotations__)
-    check_labels(where, args.get("labels", {}))
+    check_kubernetes_labels(where, args.get("labels", {}))
     pool = plan_selection(where, args["node_pool"])
     if not pool.queued_provisioning:
         raise InvalidArgument(

@@ -71,6 +71,10 @@ class TrainingRecoveryArgs(TypedDict):
     """How long a node under maintenance may stay unhealthy before it is replaced (default 30)."""
 
 
+MAX_GRACE_MINUTES = 7 * 24 * 60
+"""The longest maintenance grace, a week (also the stack file's ``recovery.maintenanceGraceMinutes``)."""
+
+
 def _check(name: str, args: TrainingRecoveryArgs) -> None:
     where = f"TrainingRecovery {name!r}"
     check_known(where, args, TrainingRecoveryArgs.__annotations__)
@@ -93,7 +97,11 @@ def _check(name: str, args: TrainingRecoveryArgs) -> None:
                 )
     if args.get("jobs") and not args.get("cluster"):
         raise InvalidArgument(f"{where}: jobs need the cluster they run on; give cluster")
-    check_whole_number(where, "maintenance_grace_minutes", args.get("maintenance_grace_minutes", 30))
+    # A week at most, as the stack file allows: a longer grace is no recovery (and past about
+    # 10**12 minutes no date can hold it).
+    check_whole_number(
+        where, "maintenance_grace_minutes", args.get("maintenance_grace_minutes", 30), most=MAX_GRACE_MINUTES
+    )
 
 
 class TrainingRecovery(pulumi.ComponentResource):
