@@ -141,7 +141,7 @@ recovery = TrainingRecovery(
                 "namespace": job.namespace,
                 "kind": job.kind,
                 # Kueue's Workload tells a queued job that waits from one Kueue gave up on.
-                "queued": settings.job_pool(job).queued_provisioning,
+                "queued": settings.job_pool(job).queued,
             }
             for job in settings.jobs
         ],
@@ -249,6 +249,7 @@ for pool in settings.node_pools:
             "reservation": pool.reservation,
             "max_run_duration": pool.max_run_duration,
             "queued_provisioning": pool.queued_provisioning,
+            "kueue_queue": pool.kueue_queue,
             "service_account_email": cluster.node_service_account_email,
             "labels": settings.common_labels,
             "project": settings.gcp_project,
@@ -283,9 +284,9 @@ namespaces = {
 }
 
 # The engines a stack's workloads need, installed only then: the JobSet controller for JobSets,
-# Kueue for pools with queued provisioning.
+# Kueue for pools with a queue (queued provisioning, or kueueQueue).
 uses_jobsets = any(job.kind == "JobSet" for job in settings.jobs)
-queued_pools = [pool for pool in settings.node_pools if pool.queued_provisioning]
+queued_pools = [pool for pool in settings.node_pools if pool.queued]
 engines = (
     WorkloadEngines(
         "engines", {"provider": cluster.provider, "jobset": uses_jobsets, "kueue": bool(queued_pools)}

@@ -523,7 +523,7 @@ def _refused(**kwargs: Any) -> str:
         ),
         (
             dict(workload="jobset", queue_name="team-queue"),
-            ["queue_name = 'team-queue'", f"its own queue '{POOL_NAME}'"],
+            ["queue_name = 'team-queue'", f"its own Kueue queue '{POOL_NAME}'"],
         ),
     ],
     ids=[
@@ -550,7 +550,7 @@ def test_a_queue_for_a_pool_without_queued_provisioning_is_refused():
             "queue", {"provider": k8s.Provider("c", kubeconfig="{}"), "node_pool": pool.selection}
         )
 
-    with pytest.raises(InvalidArgument, match="queued_provisioning = False.*set queued_provisioning: True"):
+    with pytest.raises(InvalidArgument, match="has neither queued_provisioning nor kueue_queue"):
         run_components(body)
 
 

@@ -149,6 +149,14 @@ class NodePoolConfig(Model):
     reservation: Optional[StrictStr] = None
     # Nodes only through Kueue and GKE's ProvisioningRequests: a whole slice at once, or a wait.
     queued_provisioning: StrictBool = False
+    # Workloads admitted whole, in turn, through a Kueue queue of the pool's chips (no
+    # ProvisioningRequests): a multislice JobSet starts only when all its slices are free.
+    kueue_queue: StrictBool = False
+
+    @property
+    def queued(self) -> bool:
+        """The pool's workloads go through its Kueue queue (queued provisioning or kueueQueue)."""
+        return self.queued_provisioning or self.kueue_queue
 
     @field_validator("machine_type")
     @classmethod
@@ -331,7 +339,7 @@ def _oversubscription_problems(
     workload at a time within the pool's chips, so its jobs may ask for more: they wait their turn."""
     problems = []
     for index, (pool, plan) in enumerate(zip(config.node_pools, planned, strict=True)):
-        if not isinstance(plan, TpuNodePoolPlan) or plan.queued_provisioning:
+        if not isinstance(plan, TpuNodePoolPlan) or plan.queue_name is not None:
             continue
         runs = [(job.name, job.slices) for job in config.jobs if job.node_pool == pool.name]
         asked = sum(slices for _, slices in runs)
@@ -341,8 +349,8 @@ def _oversubscription_problems(
                 f"{PROJECT}:nodePools[{index}] ({pool.name}): its jobs ask for {asked} slices together "
                 f"({shown}) and it holds {plan.slices}; without a queue nothing admits a run whole, so "
                 f"they would split its slices and nodes and wait for each other: raise its slices to "
-                f"{asked}, move a job to another pool, or give it queuedProvisioning: true (Kueue then "
-                f"runs them in turn)"
+                f"{asked}, move a job to another pool, or give it kueueQueue: true (Kueue then "
+                f"admits each whole, in turn)"
             )
     return problems
 

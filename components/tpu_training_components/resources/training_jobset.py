@@ -94,13 +94,13 @@ class TpuTrainingJobSet(TrainingWorkload):
             problem = dns_label_problem("queue name", queue, 63)
             if problem:
                 raise InvalidArgument(f"{where}: {problem}")
+        if pool.queue_name is not None and queue is not None and queue != pool.queue_name:
+            raise InvalidArgument(
+                f"{where}: queue_name = {queue!r}; node pool {pool.name!r} has its own Kueue queue "
+                f"{pool.queue_name!r}, whose quota is its chips; leave queue_name out (or give "
+                f"{pool.queue_name!r})"
+            )
         if pool.queued_provisioning:
-            if queue is not None and queue != pool.queue_name:
-                raise InvalidArgument(
-                    f"{where}: queue_name = {queue!r}; node pool {pool.name!r} has queued provisioning, "
-                    f"and only its own queue {pool.queue_name!r} asks GKE for its nodes; leave "
-                    f"queue_name out (or give {pool.queue_name!r})"
-                )
             if slices > 1:
                 # Kueue asks for a whole workload in one ProvisioningRequest, and GKE's queued
                 # provisioning brings up node pools one request at a time; xpk stopped queueing
