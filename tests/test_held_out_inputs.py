@@ -15,8 +15,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 from conftest import INFRA, dev_config, run_components
+from support.workloads import tpu_pool as pool
+from support.workloads import workload_args
 from tpu_training_components import (
-    FlexStartTpuNodePool,
     InvalidArgument,
     QueuedProvisioning,
     TpuTrainingJob,
@@ -36,34 +37,6 @@ def refusal(body: Callable[[], Any]) -> str:
     with pytest.raises(InvalidArgument) as err:
         run_components(body)
     return str(err.value)
-
-
-def pool(name: str = "np", **changes: Any) -> FlexStartTpuNodePool:
-    args: dict[str, Any] = {
-        "cluster": "c",
-        "cluster_region": "europe-west4",
-        "machine_type": "ct6e-standard-4t",
-        "topology": "4x4",
-        "node_locations": ["europe-west4-a"],
-        "slices": 2,
-        "service_account_email": "n@p.iam.gserviceaccount.com",
-        **changes,
-    }
-    return FlexStartTpuNodePool(name, args)  # type: ignore[arg-type]
-
-
-def workload_args(selection: Any, **extra: Any) -> Any:
-    return {
-        "provider": k8s.Provider("cluster", kubeconfig="{}"),
-        "node_pool": selection,
-        "image": "trainer:1",
-        "command": ["python3", "train.py"],
-        "checkpoint_dir": "gs://bucket/checkpoints/train",
-        "google_service_account": "t@p.iam.gserviceaccount.com",
-        "google_service_account_id": "projects/p/serviceAccounts/t",
-        "workload_pool": "p.svc.id.goog",
-        **extra,
-    }
 
 
 # --- integers too large to format or to allocate -------------------------------------------------

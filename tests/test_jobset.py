@@ -15,6 +15,7 @@ import pytest
 from conftest import changed_registrations, refused, run_components, run_stack
 from support.fake_kube_api import FakeKubernetesApi, job
 from support.loopback import not_found
+from support.workloads import tpu_pool, workload_args
 from test_jobset_conformance import JOBSET_TYPE, PROJECT, declared_jobset, schema_errors
 from test_queued_provisioning import CRD_FILES as KUEUE_CRDS
 from tpu_training_components import FlexStartTpuNodePool, InvalidArgument, TpuTrainingJobSet, reconcile
@@ -134,18 +135,7 @@ def test_a_new_generation_or_a_changed_spec_re_creates_the_jobset_with_its_fixed
     monkeypatch.setattr(offline.RecordingMonitor, "RegisterResource", recording)
 
     def body() -> None:
-        pool = FlexStartTpuNodePool(
-            "np",
-            {
-                "cluster": "c",
-                "cluster_region": "europe-west4",
-                "machine_type": "ct6e-standard-4t",
-                "topology": "4x4",
-                "node_locations": ["europe-west4-a"],
-                "slices": 2,
-                "service_account_email": "n@p.iam.gserviceaccount.com",
-            },
-        )
+        pool = tpu_pool()
         TpuTrainingJobSet("train", _component_args(pool.selection, recovery_generation=7))
 
     options = run_components(body).one(JOBSET_TYPE, "train-jobset").options
@@ -154,18 +144,7 @@ def test_a_new_generation_or_a_changed_spec_re_creates_the_jobset_with_its_fixed
     assert options.get("replacementTrigger") == 7
 
 
-def _component_args(selection: Any, **extra: Any) -> dict[str, Any]:
-    return {
-        "provider": k8s.Provider("cluster", kubeconfig="{}"),
-        "node_pool": selection,
-        "image": "trainer:1",
-        "command": ["python3", "train.py"],
-        "checkpoint_dir": "gs://bucket/checkpoints/train",
-        "google_service_account": "t@p.iam.gserviceaccount.com",
-        "google_service_account_id": "projects/p/serviceAccounts/t",
-        "workload_pool": "p.svc.id.goog",
-        **extra,
-    }
+_component_args = workload_args
 
 
 # --- refused, with the reason --------------------------------------------------------------------
