@@ -9,6 +9,7 @@ import functools
 import importlib.util
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -138,14 +139,10 @@ class _HugeNumber(ValueError):
         self.digits = digits
 
 
-_MOST_DIGITS = 30
-"""More digits than any setting takes (the largest, a recovery generation, has 15): a longer
-number is refused as it is read, before Python's int(), which refuses 4,300 digits with a
-traceback and is slow before that."""
-
-
 def _bounded_int(text: str) -> int:
-    if len(text.lstrip("-")) > _MOST_DIGITS:
+    # Python's int() refuses more digits than this (4,300 by default) with a bare ValueError; up
+    # to it, the number reaches the model, whose own limits name its exact key.
+    if len(text.lstrip("-")) > sys.get_int_max_str_digits():
         raise _HugeNumber(len(text.lstrip("-")))
     return int(text)
 
