@@ -22,13 +22,15 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 import yaml  # noqa: E402
 from support.fake_tpu_api import FakeTpuApi  # noqa: E402
+from tpu_training_components.domain.recovery_rounds import RecoveryRound  # noqa: E402
+from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT  # noqa: E402
 
 from infra import offline, recover  # noqa: E402
 from infra.automation import PendingChange, UpResult  # noqa: E402
@@ -67,7 +69,12 @@ class Recorder:
         self.at = 0.0
 
     def __call__(
-        self, stack: str, targets: Optional[Sequence[str]] = None, *, refresh: bool = True
+        self,
+        stack: str,
+        targets: Optional[Sequence[str]] = None,
+        *,
+        refresh: bool = True,
+        recovery_round: Optional[RecoveryRound] = None,
     ) -> UpResult:
         self.at = time.monotonic()
         self.called.set()
@@ -76,8 +83,9 @@ class Recorder:
     def pending_changes(self, stack: str) -> list[PendingChange]:
         return []  # a deployed stack with no edit waiting
 
-    def deployed_names(self, stack: str) -> set[str]:
-        return {f"vm-{i}" for i in range(100_000)}  # every VM of any size was deployed
+    def stack_outputs(self, stack: str) -> dict[str, Any]:
+        # Every VM of any size was deployed.
+        return {GENERATIONS_OUTPUT: {f"vm-{i}": 1 for i in range(100_000)}}
 
 
 def detection(

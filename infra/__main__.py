@@ -26,6 +26,13 @@ from tpu_training_components import (
     TrainingServiceAccount,
     WorkloadEngines,
 )
+from tpu_training_components.domain.recovery_rounds import (
+    ROUND_ENV,
+    RecoveryRound,
+    RoundEnvError,
+    as_deployed,
+)
+from tpu_training_components.domain.restart_budget import RESTARTS_OUTPUT, history_output
 from tpu_training_components.domain.stack_identity import DEPLOYED_AS_OUTPUT, deployed_as, rename_problem
 from tpu_training_components.errors import InvalidArgument
 from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
@@ -38,23 +45,31 @@ for warning in settings.warnings:
     pulumi.log.warn(warning)
 
 
-def last_outputs() -> dict[str, Any]:
-    """This stack's outputs as of its last update, read now, before anything is declared: a check
-    in an Output's apply would run while the engine already replaces resources. The engine's own
-    read of a stack's outputs (its builtin `pulumi:pulumi:readStackOutputs`, what a StackReference
-    reads, pkg/resource/deploy/builtins.go, which the engine serves for the `pulumi`
-    package, pkg/resource/deploy/providers/registry.go loadProvider) answers synchronously
-    through an invoke."""
+def last_outputs() -> tuple[dict[str, Any], set[str]]:
+    """This stack's outputs as of its last update, and which of them are secret, read now, before
+    anything is declared: a check in an Output's apply would run while the engine already
+    replaces resources. The engine's own read of a stack's outputs (its builtin
+    `pulumi:pulumi:readStackOutputs`, what a StackReference reads, pkg/resource/deploy/builtins.go,
+    which the engine serves for the `pulumi` package, pkg/resource/deploy/providers/registry.go
+    loadProvider) answers synchronously through an invoke."""
     own = f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
     result = pulumi.runtime.invoke("pulumi:pulumi:readStackOutputs", {"name": own})
     outputs = (result.value or {}).get("outputs")
-    return outputs if isinstance(outputs, dict) else {}
+    secret = (result.value or {}).get("secretOutputNames") or []
+    return (outputs if isinstance(outputs, dict) else {}), {str(name) for name in secret}
 
 
+previous_outputs, previous_secrets = last_outputs()
 # A renamed stack would re-name, and so replace, nearly everything: refuse it before it starts.
-rename = rename_problem(last_outputs(), pulumi.get_project(), pulumi.get_stack())
+rename = rename_problem(previous_outputs, pulumi.get_project(), pulumi.get_stack())
 if rename:
     raise InvalidArgument(rename)
+# `python -m infra.recover` says what its own `pulumi up` recovers (None for every other update);
+# read before anything is declared, so a value no round writes changes nothing.
+try:
+    recovery_round = RecoveryRound.from_env(os.environ.get(ROUND_ENV))
+except RoundEnvError as exc:
+    raise InvalidArgument(str(exc)) from None
 
 # Private TPU VMs and nodes reach gs://, packages and images only through Private Google Access
 # and Cloud NAT: the stack declares a network that has both, unless told to use yours.
@@ -126,6 +141,7 @@ trainer = (
     if settings.tpu_vms
     else None
 )
+
 
 # Recovery is a reconcile: read the live nodes (one call per zone) and Jobs (one per namespace and
 # kind, Kueue's Workloads too for queued ones), decide, say why; each VM and Job is declared at the
@@ -354,19 +370,37 @@ for job in settings.jobs:
     else:
         jobs[job.name] = TpuTrainingJob(job.name, job_args, opts=job_opts)
 
+
+def export_deployed(key: str, value: Any, recovered: frozenset[str] = frozenset()) -> None:
+    """Export an output keyed by VM, Job or pool name. A recovery round's targeted update changes
+    only the ``recovered`` ones, and the engine keeps every other resource as the state has it
+    (and creates none that is not there): the output keeps what it said of every other one
+    (infra/recovery_targets.py cites the engine)."""
+    if recovery_round is None or not recovery_round.targeted:
+        pulumi.export(key, value)
+        return
+    previous = previous_outputs.get(key)
+    deployed = pulumi.Output.from_input(value).apply(lambda new: as_deployed(previous, new, recovered))
+    pulumi.export(key, pulumi.Output.secret(deployed) if key in previous_secrets else deployed)
+
+
+recovered_vms = recovery_round.tpu_vms if recovery_round else frozenset()
+recovered_jobs = recovery_round.jobs if recovery_round else frozenset()
 pulumi.export("checkpointBuckets", {region: b.url for region, b in checkpoint_buckets.items()})
-pulumi.export("trainingEnvironments", training_environments)
-pulumi.export(
-    "tpuVms", {name: {"zone": v.zone, "state": v.state, "health": v.health} for name, v in tpu_vms.items()}
+export_deployed("trainingEnvironments", training_environments, recovered_vms)
+export_deployed(
+    "tpuVms",
+    {name: {"zone": v.zone, "state": v.state, "health": v.health} for name, v in tpu_vms.items()},
+    recovered_vms,
 )
 # Read back by the next run's TrainingRecovery as "what this stack last deployed".
-pulumi.export(GENERATIONS_OUTPUT, recovery.vm_generations)
+export_deployed(GENERATIONS_OUTPUT, recovery.vm_generations, recovered_vms)
 if cluster is not None:
     pulumi.export(
         "cluster", {"name": cluster.cluster_name, "location": cluster.location, "endpoint": cluster.endpoint}
     )
     pulumi.export("kubeconfig", cluster.kubeconfig)
-pulumi.export(
+export_deployed(
     "nodePools",
     {
         name: {
@@ -380,7 +414,7 @@ pulumi.export(
         for name, p in node_pools.items()
     },
 )
-pulumi.export(
+export_deployed(
     "jobs",
     {
         name: {
@@ -390,6 +424,7 @@ pulumi.export(
         }
         for name, j in jobs.items()
     },
+    recovered_jobs,
 )
 if settings.checkpointing is not None:
     # How often each run checkpoints, and the share of its time preemptions and checkpoints cost.
@@ -397,7 +432,7 @@ if settings.checkpointing is not None:
         **{vm.name: settings.vm_checkpoints(vm) for vm in settings.tpu_vms},
         **{job.name: settings.job_checkpoints(job) for job in settings.jobs},
     }
-    pulumi.export(
+    export_deployed(
         "checkpointing",
         {
             name: {
@@ -408,6 +443,7 @@ if settings.checkpointing is not None:
             for name, plan in checkpoint_plans.items()
             if plan is not None
         },
+        recovered_vms | recovered_jobs,
     )
     for name, plan in checkpoint_plans.items():
         if plan is not None:
@@ -417,6 +453,20 @@ if settings.checkpointing is not None:
                 f"{plan.mean_seconds_between_interruptions / 3600:g} h): about "
                 f"{100 * plan.expected_lost_fraction:.1f}% of the run lost to checkpoints and re-done work"
             )
-pulumi.export(JOB_GENERATIONS_OUTPUT, recovery.job_generations)
+export_deployed(JOB_GENERATIONS_OUTPUT, recovery.job_generations, recovered_jobs)
+# Each Job's recoveries within its restart budget's window, read back by the watcher.
+previous_job_generations = previous_outputs.get(JOB_GENERATIONS_OUTPUT)
+pulumi.export(
+    RESTARTS_OUTPUT,
+    recovery.job_generations.apply(
+        lambda declared: history_output(
+            previous_outputs.get(RESTARTS_OUTPUT) or {},
+            recovery_round.restarts if recovery_round else {},
+            declared,
+            previous_job_generations if isinstance(previous_job_generations, dict) else {},
+            by_watcher=recovery_round is not None,
+        )
+    ),
+)
 # Read back by the next run, which refuses to run under another stack or project name.
 pulumi.export(DEPLOYED_AS_OUTPUT, deployed_as(pulumi.get_project(), pulumi.get_stack()))

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 from pulumi.automation import CommandResult, PulumiCommand
 from pulumi.automation.errors import create_command_error
 from semver import VersionInfo
-from tpu_training_components.domain.recovery_rounds import UpStatus
+from tpu_training_components.domain.recovery_rounds import ROUND_ENV, RecoveryRound, UpStatus
 from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
 
 _TAIL_LINES = 5
@@ -32,12 +32,18 @@ UP_TIMEOUT_SECONDS = 4 * 3600.0
 slices takes well under an hour; a CLI that has stopped answering would hold the watch for ever."""
 PREVIEW_TIMEOUT_SECONDS = 30 * 60.0
 """Longest a `pulumi preview` may take: it changes nothing and calls no cloud API but the reads."""
-CLI_TIMEOUT_SECONDS = 120.0
-"""Longest any other CLI call may take (`version`, `stack select`, `config`, `stack output`,
-`stack history`): each reads a file or the backend and answers in seconds."""
+CLI_TIMEOUT_SECONDS = 60.0
+"""Longest any other CLI call may take (`stack select`, `config`, `stack output`, `stack
+history`): each reads a file or the backend (a secrets provider for `config --show-secrets`) and
+answers in seconds."""
+VERSION_TIMEOUT_SECONDS = 30.0
+"""Longest `pulumi version` may take: it reads nothing, so a CLI that does not answer it at
+once does not answer."""
 STOP_GRACE_SECONDS = 60.0
-"""After its deadline a CLI call gets SIGINT, with which `pulumi up` stops starting operations
-and waits for those in flight, and this long to end before SIGKILL."""
+"""After its deadline `pulumi up` gets SIGINT, with which it stops starting operations and waits
+for those in flight, and this long to end before SIGKILL."""
+READ_GRACE_SECONDS = 5.0
+"""The same for every other call: it changes nothing, so it has nothing to finish."""
 
 
 class PulumiUnavailable(Exception):
@@ -97,14 +103,19 @@ class UpRunner(Protocol):
     """The CLI, as a round uses it; the seam the tests replace."""
 
     def __call__(
-        self, stack: str, targets: Optional[Sequence[str]] = None, *, refresh: bool = True
+        self,
+        stack: str,
+        targets: Optional[Sequence[str]] = None,
+        *,
+        refresh: bool = True,
+        recovery_round: Optional[RecoveryRound] = None,
     ) -> UpResult:
         """`pulumi up --yes` (with --refresh unless ``refresh`` is False), only for ``targets``
-        (URNs) when given."""
+        (URNs) when given; the program learns of ``recovery_round`` through ``ROUND_ENV``."""
         ...
 
-    def deployed_names(self, stack: str) -> set[str]:
-        """Names of the VMs and Jobs in the stack's generation outputs (``PulumiTryLater``)."""
+    def stack_outputs(self, stack: str) -> dict[str, Any]:
+        """The stack's outputs as its last update wrote them (``PulumiTryLater``)."""
         ...
 
     def pending_changes(self, stack: str) -> list[PendingChange]:
@@ -123,7 +134,14 @@ def _timeout_for(args: Sequence[str], up_timeout_seconds: float) -> float:
         return up_timeout_seconds
     if words[:1] == ["preview"]:
         return min(PREVIEW_TIMEOUT_SECONDS, up_timeout_seconds)
+    if words[:1] == ["version"]:
+        return VERSION_TIMEOUT_SECONDS
     return CLI_TIMEOUT_SECONDS
+
+
+def _grace_for(args: Sequence[str], up_grace_seconds: float) -> float:
+    words = [a for a in args if not a.startswith("-")]
+    return up_grace_seconds if words[:1] == ["up"] else min(up_grace_seconds, READ_GRACE_SECONDS)
 
 
 class DeadlineCommand(PulumiCommand):
@@ -188,7 +206,7 @@ class DeadlineCommand(PulumiCommand):
         lines = _Lines((process.stdout.fileno(), on_output), (process.stderr.fileno(), on_error))
         timed_out = not lines.read_until(deadline, exited=process.poll)
         if timed_out:
-            self._stop(process)
+            self._stop(process, _grace_for(full, self._grace))
         else:
             process.wait()
         # Read on a moment at most once the CLI is gone: a process it left behind may hold the
@@ -207,8 +225,9 @@ class DeadlineCommand(PulumiCommand):
             raise create_command_error(result)
         return result
 
-    def _stop(self, process: subprocess.Popen) -> None:
-        for number, wait in ((signal.SIGINT, self._grace), (signal.SIGKILL, 10.0)):
+    @staticmethod
+    def _stop(process: subprocess.Popen, grace: float) -> None:
+        for number, wait in ((signal.SIGINT, grace), (signal.SIGKILL, 10.0)):
             try:
                 os.killpg(process.pid, number)
             except ProcessLookupError:
@@ -320,6 +339,9 @@ class AutomationUp:
             )
 
     def _select(self, stack: str) -> Any:
+        """The stack, selected (`pulumi stack select`). Raises ``PulumiUnavailable`` when it
+        does not exist, ``PulumiTryLater`` when the CLI could not select it now (a backend that
+        does not answer, output no one can read): nothing was changed."""
         automation = self._automation
         try:
             return automation.select_stack(
@@ -332,6 +354,12 @@ class AutomationUp:
                 f"stack {stack!r} does not exist in the selected backend; create it with "
                 f"`pulumi stack init {stack}` and deploy it once with `pulumi up`"
             ) from None
+        except PulumiTimedOut:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any other failure: the stack cannot be known now
+            raise PulumiTryLater(
+                f"`pulumi stack select` for stack {stack!r} failed: {_tail(str(exc))}"
+            ) from None
 
     def read_config(self, stack: str) -> dict[str, tuple[str, bool]]:
         """The stack's config as `pulumi up` hands it to the program, secrets decrypted:
@@ -339,7 +367,7 @@ class AutomationUp:
         Raises ``PulumiTimedOut`` when the CLI does not answer in time."""
         try:
             config = self._select(stack).get_all_config()
-        except (PulumiUnavailable, PulumiTimedOut):
+        except (PulumiUnavailable, PulumiTryLater):
             raise
         except Exception as exc:  # noqa: BLE001 - any failure: the config cannot be known
             raise PulumiUnavailable(
@@ -377,9 +405,10 @@ class AutomationUp:
                 f"`pulumi preview --json` printed no digest this version can read: {type(exc).__name__}"
             ) from None
 
-    def deployed_names(self, stack: str) -> set[str]:
-        """The VMs and Jobs this stack has deployed: the names in its generation outputs
-        (`pulumi stack output`). Raises ``PulumiTryLater`` when they cannot be read."""
+    def stack_outputs(self, stack: str) -> dict[str, Any]:
+        """The stack's outputs (`pulumi stack output --json`): the generations say which VMs and
+        Jobs it has deployed, and the recoveries of each Job within the restart budget's window.
+        Raises ``PulumiTryLater`` when they cannot be read."""
         try:
             outputs = self._select(stack).outputs()
         except (PulumiUnavailable, PulumiTryLater):
@@ -388,15 +417,15 @@ class AutomationUp:
             raise PulumiTryLater(
                 f"`pulumi stack output` for stack {stack!r} failed: {_tail(str(exc))}"
             ) from None
-        names: set[str] = set()
-        for key in (GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT):
-            value = outputs[key].value if key in outputs else None
-            if isinstance(value, dict):
-                names.update(str(name) for name in value)
-        return names
+        return {key: output.value for key, output in outputs.items()}
 
     def __call__(
-        self, stack: str, targets: Optional[Sequence[str]] = None, *, refresh: bool = True
+        self,
+        stack: str,
+        targets: Optional[Sequence[str]] = None,
+        *,
+        refresh: bool = True,
+        recovery_round: Optional[RecoveryRound] = None,
     ) -> UpResult:
         automation = self._automation
         started = time.monotonic()
@@ -415,8 +444,12 @@ class AutomationUp:
             # Only these are refreshed and changed; every other resource keeps its state as it
             # is, pending edits included (infra/recovery_targets.py says why).
             args += ["--target", urn]
+        # The program's outputs then say what the state holds after a targeted update.
+        env = {ROUND_ENV: recovery_round.to_env()} if recovery_round is not None else {}
         try:
-            self._command.run([*args, "--stack", stack], self._work_dir, {}, self._on_output, self._on_output)
+            self._command.run(
+                [*args, "--stack", stack], self._work_dir, env, self._on_output, self._on_output
+            )
         except PulumiTimedOut as exc:
             return done(
                 "failed",
@@ -437,3 +470,13 @@ class AutomationUp:
             return done(
                 "succeeded", f"update succeeded (its summary could not be read: {type(exc).__name__})"
             )
+
+
+def deployed_names(outputs: dict[str, Any]) -> set[str]:
+    """The VMs and Jobs a stack has deployed: the names in its generation outputs."""
+    names: set[str] = set()
+    for key in (GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT):
+        value = outputs.get(key)
+        if isinstance(value, dict):
+            names.update(str(name) for name in value)
+    return names

@@ -35,6 +35,7 @@ from ruamel.yaml import YAML, YAMLError
 from ruamel.yaml import nodes as ruamel_nodes
 from ruamel.yaml.constructor import SafeConstructor
 from ruamel.yaml.reader import Reader
+from semver import VersionInfo
 from tpu_training_components.domain import wire_values
 from yaml import events as libyaml_events
 
@@ -86,6 +87,11 @@ def load_project(root: Path | None = None) -> Project:
     document = _read_yaml(path)
     if not isinstance(document, dict) or not document.get("name"):
         raise ProjectFileError(f"{path}: not a Pulumi project file (no 'name')")
+    problem = _runtime_problem(document.get("runtime")) or _version_range_problem(
+        document.get("requiredPulumiVersion")
+    )
+    if problem:
+        raise ProjectFileError(f"{path}: {problem}")
     main = document.get("main") or "."
     if not isinstance(main, str):
         raise ProjectFileError(f"{path}: 'main' must be the program's folder, not a {type(main).__name__}")
@@ -117,6 +123,46 @@ def load_project(root: Path | None = None) -> Project:
         # included: Go's Join does not restart at one).
         stack_config_dir=root / stack_config_dir.lstrip("/") if stack_config_dir else None,
     )
+
+
+def _runtime_problem(runtime: Any) -> Optional[str]:
+    """Why ``runtime`` is not this project's (its program is Python: ``main``'s __main__.py)."""
+    name = runtime.get("name") if isinstance(runtime, dict) else runtime
+    if name == "python":
+        return None
+    shown = json.dumps(runtime, default=str)[:80]
+    return (
+        f"runtime = {shown}: this project's program is Python (infra/__main__.py, run by the Python "
+        f"language host); allowed: python, or {{name: python, options: ...}}"
+    )
+
+
+# blang/semver v4 ``ParseRange``, which the CLI checks requiredPulumiVersion with (pulumi/pulumi
+# sdk/go/common/resource/plugin/plugin.go ``ValidatePulumiVersionRange``): ranges joined by `||`,
+# each of space-separated comparisons `OP VERSION` (a space after < > = is dropped), OP one of
+# < <= > >= = == ! != or none, VERSION a whole semantic version or one with `x` wildcards.
+_COMPARISON = re.compile(r"(<=|>=|<|>|==|=|!=|!)?(.+)")
+_WILDCARD = re.compile(r"(0|[1-9][0-9]*)\.(x|(0|[1-9][0-9]*)\.x)")
+
+
+def _version_range_problem(text: Any) -> Optional[str]:
+    """Why ``requiredPulumiVersion`` is no version range the CLI can read (None: absent, or one)."""
+    if text is None:
+        return None
+    allowed = 'a semantic version range such as ">=3.226.0" or ">=3.226.0 <4.0.0"'
+    if not isinstance(text, str) or not text.strip():
+        return f"requiredPulumiVersion = {json.dumps(text, default=str)[:80]}: allowed: {allowed}"
+    for part in text.split("||"):
+        comparisons = re.sub(r"([<>=])\s+", r"\1", part).split()
+        for comparison in comparisons or [""]:
+            match = _COMPARISON.fullmatch(comparison)
+            version = match.group(2) if match else ""
+            if not (VersionInfo.is_valid(version) or _WILDCARD.fullmatch(version)):
+                return (
+                    f"requiredPulumiVersion = {json.dumps(text)[:80]}: {comparison!r} is no comparison "
+                    f"with a version; allowed: {allowed} (the CLI refuses any other)"
+                )
+    return None
 
 
 class _TimestampsAsText(SafeConstructor):

@@ -15,23 +15,37 @@ those list calls and nothing more: no `pulumi up`, no stack lock.
 
 A recovering round changes only what it decided: a `pulumi preview` says what else a full update
 would change (an edit committed but not deployed), the round names those changes and leaves them
-alone, and its `pulumi up --refresh` targets the stack and the recovered VMs and Jobs alone
-(``infra.recovery_targets`` says why that is safe). ``--apply-pending`` applies everything.
+alone, and its `pulumi up --refresh` targets the recovered VMs and Jobs alone, never the root
+stack (``infra.recovery_targets`` says why that is safe), and tells the program which they are
+(``recovery_rounds.ROUND_ENV``), so the stack's outputs say what the state holds. A Job or JobSet
+whose pool or run parameters have a pending edit is not recovered alone; one whose restart budget
+is spent (``domain.restart_budget``) is not recovered at all. ``--apply-pending`` applies
+everything.
 
 Exit status (see EXIT_*): 0 nothing to recover or `pulumi up` succeeded (and after a --watch ends
-by SIGINT/SIGTERM); 1 `pulumi up` failed, or the round is blocked; 2 invalid configuration; 64
-invalid command line; 69 the Pulumi CLI cannot be run or the stack does not exist; 75 nothing was
-done because live state or the stack itself was unavailable (try again later).
+by SIGINT/SIGTERM); 1 `pulumi up` failed, the round is blocked, or a restart budget is spent; 2
+invalid configuration; 64 invalid command line; 69 the Pulumi CLI cannot be run or the stack does
+not exist; 75 nothing was done because live state or the stack itself was unavailable (try again
+later); 130 a Ctrl-C while it started.
 """
 
 from __future__ import annotations
+
+import signal
+import sys
+
+if __name__ == "__main__":
+    # A Ctrl-C while the libraries below load (a second or more) ends the run as one later does,
+    # with 130 and no traceback; main() installs the watch's own handlers.
+    def _interrupted_at_start(number: int, frame: object) -> None:
+        raise SystemExit(130)
+
+    signal.signal(signal.SIGINT, _interrupted_at_start)
 
 import argparse
 import json
 import math
 import os
-import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -40,8 +54,23 @@ from types import FrameType
 from typing import Any, Callable, Optional, Sequence, TextIO
 
 import pulumi
-from tpu_training_components.domain.recovery import Decision
-from tpu_training_components.domain.recovery_rounds import Backoff, RoundPlan, next_round_in, plan_round
+from tpu_training_components.domain.recovery import Decision, utc_now
+from tpu_training_components.domain.recovery_rounds import (
+    Backoff,
+    RecoveryRound,
+    RoundPlan,
+    next_round_in,
+    plan_round,
+)
+from tpu_training_components.domain.restart_budget import (
+    RESTARTS_OUTPUT,
+    Recovery,
+    RestartBudget,
+    history_after_recovery,
+    live_restarts,
+    read_history,
+    with_budget,
+)
 from tpu_training_components.live.kube_api import ClusterRef, LiveJobs, list_live_jobs
 from tpu_training_components.resources import reconcile
 
@@ -54,6 +83,7 @@ from infra.automation import (
     PulumiUnavailable,
     UpResult,
     UpRunner,
+    deployed_names,
 )
 from infra.plan import CommandLineParser, UsageError, load_project_for, stack_name
 
@@ -94,9 +124,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m infra.recover",
         description="Read live TPU VMs and Jobs; run `pulumi up --refresh --yes` only when something "
         "must be created or replaced.",
-        epilog="Exit status: 0 nothing to recover or recovered; 1 `pulumi up` failed, or blocked; 2 invalid "
-        "configuration; 64 invalid command line; 69 Pulumi CLI or stack unavailable; 75 live state or "
-        "stack unavailable, nothing done (try later).",
+        epilog="Exit status: 0 nothing to recover or recovered; 1 `pulumi up` failed, blocked, or a restart "
+        "budget spent; 2 invalid configuration; 64 invalid command line; 69 Pulumi CLI or stack unavailable; "
+        "75 live state or stack unavailable, nothing done (try later); 130 interrupted while starting.",
     )
     parser.add_argument(
         "--stack", required=True, help="stack: [ORG/[PROJECT/]]NAME; reads Pulumi.<NAME>.yaml"
@@ -277,6 +307,8 @@ class RoundReport:
                     "reason": d.reason,
                     "warn": d.warn,
                     "unavailable": d.unavailable,
+                    "restarts": d.restarts,
+                    "overBudget": d.over_budget,
                 }
                 for kind, d in self.decisions
             ],
@@ -356,7 +388,21 @@ class Recoverer:
             self.say(f"error: {report.error}")
             return
 
-        report.decisions = self.probe(settings)
+        decisions = self.probe(settings)
+        outputs: Optional[dict[str, Any]] = None
+        if plan_round([d for _, d in decisions]).run_up and self.up is not None:
+            # Which VMs and Jobs the stack deployed, and each Job's recoveries: one CLI call, made
+            # only by a round that would recover something.
+            outputs = self.up.stack_outputs(self.target.qualified)
+        history = self._history(outputs)
+        now = utc_now()
+        budget = settings.recovery.restart_budget.budget
+        report.decisions = [
+            (kind, with_budget(d, history.get(d.name, ()) if outputs is not None else None, budget, now))
+            if kind == "job"
+            else (kind, d)
+            for kind, d in decisions
+        ]
         for kind, decision in report.decisions:
             level = "warning" if decision.warn else "info"
             self.say(f"{level}: {'TPU VM' if kind == 'tpuVm' else 'Job'} {decision.message}")
@@ -364,37 +410,56 @@ class Recoverer:
         self.say(f"{self.target.qualified}: {report.plan.summary}")
         if not report.plan.run_up:
             return
-        report.up = self._recover(report, loaded)
+        report.up = self._recover(report, loaded, outputs or {}, history, now)
         self.say(f"{self.target.qualified}: pulumi up {report.up.status}: {report.up.message}")
 
-    def _recover(self, report: RoundReport, loaded: LoadedStack) -> UpResult:
-        recovering = [
-            (kind, d.name)
-            for kind, d in report.decisions
-            if d in (report.plan.recovering if report.plan else ())
-        ]
+    def _history(self, outputs: Optional[dict[str, Any]]) -> dict[str, tuple[Recovery, ...]]:
+        if outputs is None:
+            return {}
+        history, problems = read_history(outputs.get(RESTARTS_OUTPUT))
+        for problem in problems:
+            self.say(f"warning: {problem}")
+        return history
+
+    def _recover(
+        self,
+        report: RoundReport,
+        loaded: LoadedStack,
+        outputs: dict[str, Any],
+        history: dict[str, tuple[Recovery, ...]],
+        now: datetime,
+    ) -> UpResult:
+        assert report.plan is not None
+        recovering = [(kind, d) for kind, d in report.decisions if d in report.plan.recovering]
         try:
             targets = recovery_targets.find_targets(
-                self.target.project, self.target.stack, loaded.config, loaded.secret_keys, recovering
+                self.target.project,
+                self.target.stack,
+                loaded.config,
+                loaded.secret_keys,
+                [(kind, d.name) for kind, d in recovering],
             )
         except recovery_targets.TargetsNotFound as exc:
             return UpResult("failed", str(exc), 0.0)
         except Exception as exc:  # noqa: BLE001 - the program, run offline, refused its config
             return UpResult("failed", f"the stack program could not be run to find the targets: {exc}", 0.0)
-        shown = " ".join(f"--target {urn}" for urn in (targets.stack, *targets.urns.values()))
+        shown = " ".join(f"--target {urn}" for urn in targets.urns.values())
         if self.up is None:
             return UpResult("dry-run", f"dry run: `pulumi up --refresh --yes {shown}` not run", 0.0)
         if self.stopping():
             # A stop asked while the round read live state: an update can take an hour; not now.
             return UpResult("stopped", "a stop was asked before `pulumi up` started; not run", 0.0)
         pending = self.up.pending_changes(self.target.qualified)
-        deployed = self.up.deployed_names(self.target.qualified)
-        chosen = recovery_targets.set_against(targets, pending, deployed, apply_pending=self.apply_pending)
+        chosen = recovery_targets.set_against(
+            targets, pending, deployed_names(outputs), apply_pending=self.apply_pending
+        )
         report.pending = chosen.beside
+        budget = loaded.settings.recovery.restart_budget.budget
         if self.apply_pending:
             for change in chosen.beside:
                 self.say(f"warning: --apply-pending: applied too: {change.shown}")
-            return self.up(self.target.qualified)
+            told = _recovery_round(recovering, None, history, budget, now)
+            return self.up(self.target.qualified, recovery_round=told)
         for line in recovery_targets.describe(chosen):
             self.say(f"warning: {line}")
         if not chosen.targets:
@@ -404,7 +469,34 @@ class Recoverer:
         if self.stopping():
             return UpResult("stopped", "a stop was asked before `pulumi up` started; not run", 0.0)
         report.targets = chosen.targets
-        return self.up(self.target.qualified, list(chosen.targets), refresh=chosen.refresh)
+        recovered = [(kind, d) for kind, d in recovering if targets.urns[d.name] in chosen.targets]
+        told = _recovery_round(recovered, chosen.targets, history, budget, now)
+        return self.up(
+            self.target.qualified, list(chosen.targets), refresh=chosen.refresh, recovery_round=told
+        )
+
+
+def _recovery_round(
+    recovered: Sequence[tuple[str, Decision]],
+    targets: Optional[Sequence[str]],
+    history: dict[str, tuple[Recovery, ...]],
+    budget: RestartBudget,
+    now: datetime,
+) -> RecoveryRound:
+    """What the round's `pulumi up` tells the program: what it recovers, and each recovered Job's
+    history with this recovery in it."""
+    jobs = {d.name: d for kind, d in recovered if kind == "job"}
+    return RecoveryRound(
+        targeted=targets is not None,
+        tpu_vms=frozenset(d.name for kind, d in recovered if kind == "tpuVm"),
+        jobs=frozenset(jobs),
+        restarts={
+            name: history_after_recovery(
+                history.get(name, ()), live_restarts(d.restarts, d.created, budget, now), budget, now
+            )
+            for name, d in jobs.items()
+        },
+    )
 
 
 def exit_status(report: RoundReport) -> int:
@@ -416,7 +508,7 @@ def exit_status(report: RoundReport) -> int:
     if report.try_later is not None:
         return EXIT_TRY_LATER
     status = report.up_status
-    if status in ("failed", "blocked"):
+    if status in ("failed", "blocked") or (report.plan is not None and report.plan.over_budget):
         return EXIT_UP_FAILED
     if status in ("busy", "stopped"):
         return EXIT_TRY_LATER

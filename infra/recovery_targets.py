@@ -19,7 +19,21 @@ source (pulumi/pulumi at 1b5949891b, v3.259.0-14; the CLI this project requires 
   resource's RegisterResourceOutputs, which the step executor keeps until the end of the update
   and then writes, merged over the old ones if the update failed (pkg/resource/deploy/
   step_executor.go ``executeRegisterResourceOutputs``, ~l.212-270, pulumi#15754). The root stack
-  resource is targeted too, so its outputs are its own new ones.
+  and every provider are always part of a targeted update without being named
+  (step_generator.go ``isImplicitlyTargetedResource``, ~l.1287-1300).
+- so the root stack is never named as a target: a named target's dependents and children are
+  allowed deletes (``getTargetDependents``, ~l.2543-2573, called from
+  ``determineAllowedResourcesToDeleteFromTargets``), every resource is a child of the root, and a
+  resource removed from the stack file but not yet deployed would get a delete step the engine
+  refuses ("will be destroyed but was not specified in --target list", ``GenerateDeletes``,
+  ~l.2510-2535) after the recovery's own steps ran. Not named, that resource is kept as the
+  state has it (an untargeted same step, ~l.2445-2452).
+- the stack program is told which VMs and Jobs the update recovers (``ROUND_ENV``: the CLI hands
+  its environment to the language host, sdk/go/common/resource/plugin/plugin.go ``ExecPlugin``,
+  and the Python host to the program, sdk/python/cmd/pulumi-language-python/main.go ``Run``),
+  so its outputs keep what they said of every other one: an untargeted resource keeps its state,
+  and one not in the state is not created (a skipped create, step_generator.go ~l.1760-1780,
+  whose outputs the program sees unknown: pkg/resource/deploy/step.go ``SameStep.Apply``).
 - a resource the program declares that is not in the state and not targeted is not created; a
   targeted resource that depends on one fails the update ("untargeted create",
   step_generator.go ~l.515-533). A target must exist in the state or be registered by the
@@ -40,6 +54,8 @@ from infra.automation import PendingChange, stack_urn
 VM_TYPE = "gcp:tpu/v2Vm:V2Vm"
 JOB_TYPE = "kubernetes:batch/v1:Job"
 JOBSET_TYPE = "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"
+NODE_POOL_TYPE = "gcp:container/nodePool:NodePool"
+CONFIG_MAP_TYPE = "kubernetes:core/v1:ConfigMap"
 
 
 class TargetsNotFound(Exception):
@@ -51,12 +67,17 @@ class RecoveryTargets:
     """The resources a round recovers, by the name of the VM or Job it decided on."""
 
     stack: str
-    """The root stack resource's URN: its outputs are the generations read back next time."""
+    """The root stack resource's URN, which holds the generations read back next time. Never a
+    target: the engine takes it into every update (see the module's docstring)."""
     urns: dict[str, str]
     """VM or Job name -> the URN of its TPU node or Kubernetes Job."""
     dependencies: dict[str, frozenset[str]] = field(default_factory=dict)
     """URN -> what the engine needs in the state before it can change it: parent, dependencies,
     provider."""
+    sources: dict[str, frozenset[str]] = field(default_factory=dict)
+    """Job or JobSet URN -> what it takes its shape from and the engine leaves untargeted: the
+    node pools its component depends on (their nodes' labels are its node selector) and the
+    ConfigMaps it mounts (its run parameters). A pending change of one would make it half old."""
 
 
 def find_targets(
@@ -103,13 +124,30 @@ def find_targets(
     registrations = {r.urn: r for r in run.registrations}
     urns = {name: engine[by_name[(kind, name)]] for kind, name in recovering}
     dependencies = {}
+    sources = {}
     for kind, name in recovering:
         registration = registrations[by_name[(kind, name)]]
         needed = {*registration.options.get("dependsOn", ()), registration.parent}
         if registration.provider:
             needed.add(_provider_urn(registration.provider))
         dependencies[urns[name]] = frozenset(engine.get(u, u) for u in needed if u in engine)
-    return RecoveryTargets(stack_urn(project.name, stack), urns, dependencies)
+        if kind == "job":
+            sources[urns[name]] = frozenset(engine[u] for u in _shaped_by(registration, registrations))
+    return RecoveryTargets(stack_urn(project.name, stack), urns, dependencies, sources)
+
+
+def _shaped_by(workload: offline.Registration, registrations: dict[str, offline.Registration]) -> set[str]:
+    """The node pools a workload's components depend on, and the ConfigMaps it depends on."""
+    found = {u for u in workload.options.get("dependsOn", ()) if _is(registrations, u, CONFIG_MAP_TYPE)}
+    ancestor = registrations.get(workload.parent)
+    while ancestor is not None:
+        found |= {u for u in ancestor.options.get("dependsOn", ()) if _is(registrations, u, NODE_POOL_TYPE)}
+        ancestor = registrations.get(ancestor.parent)
+    return found
+
+
+def _is(registrations: dict[str, offline.Registration], urn: str, type_: str) -> bool:
+    return urn in registrations and registrations[urn].type == type_
 
 
 def _provider_urn(reference: str) -> str:
@@ -148,7 +186,7 @@ class TargetedRound:
     """A round's `pulumi up`, set against what a full update would change."""
 
     targets: tuple[str, ...]
-    """The URNs to update: the stack, and each VM or Job recovered."""
+    """The URNs to update: each VM or Job recovered, and nothing else (never the root stack)."""
     refresh: bool
     """Whether the update may refresh its targets: not when one of them is missing from the
     stack's state (the engine checks refresh targets against the state alone and would refuse
@@ -160,6 +198,10 @@ class TargetedRound:
     added to the stack file and never deployed, which is a pending edit, not a recovery."""
     blocked: dict[str, tuple[str, ...]]
     """Name -> URNs it needs that are pending creates: it cannot be recovered alone."""
+    half_old: dict[str, tuple[PendingChange, ...]] = field(default_factory=dict)
+    """Job or JobSet name -> pending changes of what it takes its shape from (its node pool, its
+    run parameters): recovered alone it would take the edit while they keep the deployed shape
+    (Pods selecting labels no node has, or reading old parameters), so it is not recovered."""
     providers: tuple[PendingChange, ...] = ()
     """Pending changes of providers. The engine takes every provider into a targeted update
     (step_generator.go, providers are always registered; a new default provider version fails
@@ -194,16 +236,26 @@ def set_against(
         for name, urn in targets.urns.items()
         if name not in never_deployed and targets.dependencies.get(urn, frozenset()) & creates
     }
-    chosen = [urn for name, urn in targets.urns.items() if name not in never_deployed and name not in blocked]
+    half_old = {}
+    for name, urn in targets.urns.items():
+        edits = tuple(c for c in beside if c.urn in targets.sources.get(urn, frozenset()))
+        if edits and name not in never_deployed and name not in blocked:
+            half_old[name] = edits
+    chosen = [
+        urn
+        for name, urn in targets.urns.items()
+        if name not in never_deployed and name not in blocked and name not in half_old
+    ]
     if providers:
         chosen = []
     return TargetedRound(
-        (targets.stack, *chosen) if chosen else (),
+        tuple(chosen),
         not any(ops.get(urn) == "create" for urn in chosen),
         beside,
         never_deployed,
         blocked,
-        providers,
+        half_old=half_old,
+        providers=providers,
     )
 
 
@@ -233,5 +285,12 @@ def describe(round_: TargetedRound) -> list[str]:
         f"{name} cannot be recovered alone: it needs {', '.join(needs)}, not deployed yet; run `pulumi up`, "
         f"or recover with --apply-pending"
         for name, needs in round_.blocked.items()
+    ]
+    lines += [
+        f"{name} is not recovered: what it takes its shape from has a pending edit ("
+        f"{'; '.join(change.shown for change in edits)}); re-created alone it would take the edit while "
+        f"that keeps the deployed shape (Pods waiting for nodes no pool has, or reading old run "
+        f"parameters); run `pulumi up` to deploy the edit, or recover with --apply-pending"
+        for name, edits in round_.half_old.items()
     ]
     return lines

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import pytest
 from conftest import REPO
@@ -21,7 +21,8 @@ from support import stub_pulumi
 from support.fake_kube_api import FakeKubernetesApi, job
 from support.fake_tpu_api import FakeTpuApi
 from tpu_training_components.domain.recovery import Decision
-from tpu_training_components.domain.recovery_rounds import Backoff, next_round_in, plan_round
+from tpu_training_components.domain.recovery_rounds import Backoff, RecoveryRound, next_round_in, plan_round
+from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
 
 from infra import offline, recover
 from infra.automation import AutomationUp, PendingChange, PulumiUnavailable, UpResult
@@ -51,8 +52,13 @@ class RecordingRunner:
         status: str = "succeeded",
         pending: Sequence[PendingChange] = (),
         deployed: Sequence[str] = ("demo-tpu", "train-v6e"),
+        outputs: Optional[dict[str, Any]] = None,
     ) -> None:
         self.status = status
+        self.outputs = dict(outputs or {})
+        """Other stack outputs (a Job's recoveries, say)."""
+        self.rounds: list[Optional[RecoveryRound]] = []
+        """What each `pulumi up` told the program."""
         self.pending = list(pending)
         self.deployed = list(deployed)
         self.refreshes: list[bool] = []
@@ -61,15 +67,23 @@ class RecordingRunner:
         self.previews = 0
 
     def __call__(
-        self, stack: str, targets: Optional[Sequence[str]] = None, *, refresh: bool = True
+        self,
+        stack: str,
+        targets: Optional[Sequence[str]] = None,
+        *,
+        refresh: bool = True,
+        recovery_round: Optional[RecoveryRound] = None,
     ) -> UpResult:
         self.stacks.append(stack)
         self.targets.append(list(targets) if targets is not None else None)
         self.refreshes.append(refresh)
+        self.rounds.append(recovery_round)
         return UpResult(self.status, f"update {self.status}", 0.01, {"replace": 1})  # type: ignore[arg-type]
 
-    def deployed_names(self, stack: str) -> set[str]:
-        return set(self.deployed)
+    def stack_outputs(self, stack: str) -> dict[str, Any]:
+        # The names alone matter to a round; a VM and a Job never share one in these stacks.
+        generations = {name: 1 for name in self.deployed}
+        return {GENERATIONS_OUTPUT: generations, JOB_GENERATIONS_OUTPUT: generations, **self.outputs}
 
     def pending_changes(self, stack: str) -> list[PendingChange]:
         self.previews += 1
@@ -522,7 +536,8 @@ def test_once_json_runs_up_through_the_cli_and_prints_one_object(apis, stub):
         "train-v6e": "keep",
     }
     verbs = [c[1] for c in stub_pulumi.calls(stub)]
-    assert verbs[:3] == ["version", "stack", "preview"] and verbs.count("up") == 1
+    assert verbs[:2] == ["version", "stack"] and verbs.count("up") == 1
+    assert verbs.index("preview") < verbs.index("up")
     assert "  | Updating (dev)" in done.stderr
 
 

@@ -68,13 +68,13 @@ def test_the_targets_are_the_stack_and_the_recovered_resources_alone():
     )
 
 
-def test_a_recovery_round_runs_up_targeted_at_the_stack_and_the_vm(apis):
+def test_a_recovery_round_runs_up_targeted_at_the_vm_alone(apis):
     runner = RecordingRunner()
     rec, said = recoverer(runner)
     report = rec.run_round()
     assert runner.previews == 1
-    assert runner.targets == [[STACK_URN, VM_URN]]
-    assert report.targets == (STACK_URN, VM_URN)
+    assert runner.targets == [[VM_URN]]
+    assert report.targets == (VM_URN,)
     assert recover.exit_status(report) == recover.EXIT_OK
 
 
@@ -87,7 +87,7 @@ def test_pending_changes_beside_the_recovery_are_named_and_left_alone(apis):
     runner = RecordingRunner(pending=pending)
     rec, said = recoverer(runner)
     report = rec.run_round()
-    assert runner.targets == [[STACK_URN, VM_URN]]
+    assert runner.targets == [[VM_URN]]
     assert [p.urn for p in report.pending] == [BUCKET_URN, JOB_URN]
     assert (
         "warning: pending change left alone (deploy it with `pulumi up`, or recover with --apply-pending): "
@@ -140,7 +140,8 @@ def test_a_dry_run_shows_the_targeted_command(apis):
     rec, said = recoverer(None)
     report = rec.run_round()
     assert report.up is not None and report.up.status == "dry-run"
-    assert f"--target {STACK_URN} --target {VM_URN}" in report.up.message
+    assert report.up.message.endswith(f"--target {VM_URN}` not run")
+    assert STACK_URN not in report.up.message
 
 
 def test_at_256_vms_a_round_that_recovers_one_vm_targets_one_vm(scratch_project, monkeypatch):
@@ -169,8 +170,7 @@ def test_at_256_vms_a_round_that_recovers_one_vm_targets_one_vm(scratch_project,
         assert len(tpu.calls) == 4  # one list call per zone
     assert report.error is None, report.error
     (targets,) = runner.targets
-    assert len(targets) == 2 and targets[0].endswith("pulumi:pulumi:Stack::tpu-training-big")
-    assert targets[1].endswith("$gcp:tpu/v2Vm:V2Vm::vm-77-vm")
+    assert len(targets) == 1 and targets[0].endswith("$gcp:tpu/v2Vm:V2Vm::vm-77-vm")
 
 
 # --- through the CLI stub: the flags the Automation API passes ---------------------------------
@@ -202,13 +202,14 @@ def test_the_cli_gets_a_preview_then_an_up_with_exactly_these_targets(apis, stub
     assert commands[:3] == [
         ["version"],
         ["stack", "select", "--stack", "dev"],
-        ["preview", "--json", "--stack", "dev"],
+        ["stack", "output", "--json", "--stack", "dev"],
     ]
+    assert ["preview", "--json", "--stack", "dev"] in commands
     (up,) = [c for c in commands if c[0] == "up"]
-    assert [up[i + 1] for i, word in enumerate(up) if word == "--target"] == [STACK_URN, VM_URN]
+    assert [up[i + 1] for i, word in enumerate(up) if word == "--target"] == [VM_URN]
     assert "--refresh" in up
     report = json.loads(done.stdout)
-    assert report["targets"] == [STACK_URN, VM_URN]
+    assert report["targets"] == [VM_URN]
     assert [p["urn"] for p in report["pendingChanges"]] == [BUCKET_URN]
     assert (
         "gcp:storage/bucket:Bucket tpu-training-dev-dev-ckpt-europe-west4-bucket: update (labels)"
@@ -233,7 +234,7 @@ def test_a_preview_that_fails_changes_nothing_and_asks_to_try_later(apis, stub, 
 
 
 def test_every_cli_call_has_a_deadline(stub, monkeypatch):
-    monkeypatch.setattr(automation, "CLI_TIMEOUT_SECONDS", 0.5)
+    monkeypatch.setattr(automation, "VERSION_TIMEOUT_SECONDS", 0.5)
     set_behaviour(stub, hang="version")
     started = time.monotonic()
     with pytest.raises(PulumiUnavailable, match=r"does not answer.*did not finish within 0\.5 s"):
@@ -317,7 +318,7 @@ def test_a_vm_lost_twice_is_recreated_without_refresh(apis):
     # without --refresh, which the engine refuses for a target missing from the state.
     runner = RecordingRunner(pending=[PendingChange(VM_URN, "create")])
     report = recoverer(runner)[0].run_round()
-    assert runner.targets == [[STACK_URN, VM_URN]] and runner.refreshes == [False]
+    assert runner.targets == [[VM_URN]] and runner.refreshes == [False]
     assert report.up is not None and report.up.status == "succeeded"
 
 
@@ -359,6 +360,13 @@ recover._exit_now(recover.main(["--stack", "dev", "--once", "--dry-run"], probe=
 """
 
 
+def run_snippet(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Python ``code`` run in a process of its own, from the repository."""
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
 def test_a_jobs_list_past_its_deadline_exits_75_even_with_its_thread_still_blocked(tmp_path):
     # The abandoned probe thread is still blocked in its socket read when the process ends: the
     # exit status is the round's (75), never an abort from interpreter teardown (134).
@@ -368,14 +376,7 @@ def test_a_jobs_list_past_its_deadline_exits_75_even_with_its_thread_still_block
         kube.delay_seconds = 30
         env = dict(os.environ, TPU_API_ENDPOINT=tpu.endpoint, KUBECONFIG=str(kube.kubeconfig(tmp_path)))
         env.pop("TPU_TRAINING_OFFLINE", None)
-        done = subprocess.run(
-            [sys.executable, "-c", _HANGING_JOBS_ROUND],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = run_snippet(_HANGING_JOBS_ROUND, env)
     assert done.returncode == recover.EXIT_TRY_LATER, done.stderr
     assert "DeadlineExceeded: listing Jobs in default" in done.stdout
     assert "Traceback" not in done.stderr

@@ -24,7 +24,7 @@ from .network import NetworkConfig
 from .stack import StackConfig
 from .storage import PROJECT_ROOT, TRAINER_CODE_VARIABLE, BucketConfig, TrainerCodeConfig
 from .tpu_vms import TpuVmConfig
-from .training import CheckpointingConfig, RecoveryConfig, TrainingConfig
+from .training import CheckpointingConfig, RecoveryConfig, RestartBudgetConfig, TrainingConfig
 
 __all__ = [
     "OFFLINE_SECRET",
@@ -43,6 +43,7 @@ __all__ = [
     "NodePoolConfig",
     "Provisioning",
     "RecoveryConfig",
+    "RestartBudgetConfig",
     "StackConfig",
     "TpuVmConfig",
     "TrainerCodeConfig",

@@ -28,7 +28,7 @@ from .network import NetworkConfig
 from .stack import StackConfig
 from .storage import BucketConfig, TrainerCodeConfig
 from .tpu_vms import TpuVmConfig
-from .training import CheckpointingConfig, RecoveryConfig, TrainingConfig
+from .training import CheckpointingConfig, RecoveryConfig, RestartBudgetConfig, TrainingConfig
 
 # Keys of the project namespace this program reads.
 _PROJECT_KEYS = (
@@ -113,6 +113,7 @@ def _allowed_keys() -> dict[str, list[str]]:
         "checkpointing": aliases(CheckpointingConfig),
         "network": aliases(NetworkConfig),
         "recovery": aliases(RecoveryConfig),
+        "recovery.restartBudget": aliases(RestartBudgetConfig),
         "cluster": aliases(ClusterConfig),
         "cluster.maintenanceWindow": aliases(MaintenanceWindowConfig),
         "nodePools.[]": aliases(NodePoolConfig),

@@ -3,6 +3,7 @@ checkpoint, and how `pulumi up` recovers TPU VMs."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Annotated, Optional
 
 from pydantic import (
@@ -16,6 +17,11 @@ from pydantic import (
 )
 from tpu_training_components.domain.goodput import (
     InterruptionModel,
+)
+from tpu_training_components.domain.restart_budget import (
+    DEFAULT_RESTARTS,
+    DEFAULT_WINDOW_HOURS,
+    RestartBudget,
 )
 from tpu_training_components.domain.scaling import LearningRateScaling, TrainingPlan, plan_training
 
@@ -75,9 +81,25 @@ class CheckpointingConfig(Model):
     mean_hours_between_interruptions: dict[InterruptionModel, PositiveHours] = Field(default_factory=dict)
 
 
+class RestartBudgetConfig(Model):
+    """``tpu-training:recovery.restartBudget``: how often one Job or JobSet may start over within
+    a window before `python -m infra.recover` stops re-creating it (domain/restart_budget.py)."""
+
+    restarts: StrictInt = Field(default=DEFAULT_RESTARTS, ge=1, le=1000)
+    # At most 30 days: a longer window would keep a workload that was fixed long ago stopped.
+    window_hours: Annotated[
+        StrictFloat, BeforeValidator(int_is_a_float), Field(gt=0, le=30 * 24, allow_inf_nan=False)
+    ] = DEFAULT_WINDOW_HOURS
+
+    @property
+    def budget(self) -> RestartBudget:
+        return RestartBudget(self.restarts, timedelta(hours=self.window_hours))
+
+
 class RecoveryConfig(Model):
     """``tpu-training:recovery``: how `pulumi up` recovers TPU VMs."""
 
     # At most a week: a maintenance event that has not healed in a week will not heal.
     maintenance_grace_minutes: StrictInt = Field(default=30, ge=0, le=7 * 24 * 60)
     read_live_state: StrictBool = True
+    restart_budget: RestartBudgetConfig = RestartBudgetConfig()

@@ -14,6 +14,9 @@ call. ``behaviour.json`` in the folder chooses what `up` does:
 - ``{"stack_missing": true}``: `stack select` says the stack does not exist;
 - ``{"version": "3.200.0"}``: what `pulumi version` reports (default: ``VERSION``);
 - ``{"hang": "config"}``: the command whose first word this is never answers;
+  ``{"hang_ignoring_sigint": "config"}``: nor stops on SIGINT;
+- ``{"select_output": "...", "select_exit": 255}``: what `stack select` prints on both streams
+  (bytes as latin-1) and its exit status;
 - ``{"linger": 30}``: every command leaves a process behind that holds its pipes for 30 s;
 - ``{"outputs": {...}}``: what `pulumi stack output --json` prints (default ``{}``);
 - ``{"config": {...}}``: what `pulumi config --show-secrets --json` prints (default: ``{}``);
@@ -21,12 +24,20 @@ call. ``behaviour.json`` in the folder chooses what `up` does:
 - ``{"pending": [step, ...]}``: steps `pulumi preview --json` adds to demo-tpu's replacement;
   ``{"preview": "fail"}`` or ``"garbage"``: a failing preview, or one that prints no digest;
 - ``{"version_output": "..."}``: what `pulumi version` prints, verbatim (bytes as latin-1).
+- ``{"state": [{"urn": ..., "parent": ...}, ...]}``: the resources in the stack's state. A
+  targeted `up` then answers as the engine does for a pending ``delete`` step (pulumi/pulumi
+  1b5949891b, pkg/resource/deploy/step_generator.go): the targets and everything below them in
+  the state are allowed deletes (``getTargetDependents``, ~l.2543, children included), and a
+  delete of one that is not itself a target fails the update with the engine's error 2014
+  (``GenerateDeletes``, ~l.2510-2535; sdk/go/common/diag/errors.go). Each `up` also writes the
+  ``TPU_TRAINING_RECOVERY_ROUND`` it was given to ``up-env.jsonl`` (null when unset).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -49,6 +60,10 @@ stack = args[args.index("--stack") + 1] if "--stack" in args else None
 
 if args and args[0] == behaviour.get("hang"):
     time.sleep(3600)  # a CLI that never answers this command
+if args and args[0] == behaviour.get("hang_ignoring_sigint"):
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # nor stops when asked: only SIGKILL ends it
+    time.sleep(3600)
 if behaviour.get("linger"):
     # Leaves a process behind, in a session of its own, that holds stdout and stderr open.
     import subprocess
@@ -61,6 +76,11 @@ if args == ["version"]:
 elif args[:3] == ["config", "--show-secrets", "--json"]:
     print(json.dumps(behaviour.get("config", {{}})))
 elif args[:2] == ["stack", "select"]:
+    if "select_output" in behaviour:
+        garbage = behaviour["select_output"].encode("latin-1")
+        sys.stdout.buffer.write(garbage)
+        sys.stderr.buffer.write(garbage)
+        sys.exit(behaviour.get("select_exit", 0))
     if behaviour.get("stack_missing"):
         print(f"error: no stack named '{{stack}}' found", file=sys.stderr)
         sys.exit(255)
@@ -69,8 +89,29 @@ elif args[:1] == ["up"]:
         print("error: --yes must be passed in to proceed when running in non-interactive mode",
               file=sys.stderr)
         sys.exit(255)
+    with open(HERE / "up-env.jsonl", "a") as log:
+        log.write(json.dumps(os.environ.get("TPU_TRAINING_RECOVERY_ROUND")) + "\n")
     mode = behaviour.get("up", "succeed")
     print(f"Updating ({{stack}})")
+    targets = [args[i + 1] for i, word in enumerate(args) if word == "--target"]
+    if targets and "state" in behaviour:
+        children = {{}}
+        for resource in behaviour["state"]:
+            children.setdefault(resource.get("parent"), []).append(resource["urn"])
+        allowed, frontier = set(), [r["urn"] for r in behaviour["state"] if r["urn"] in targets]
+        while frontier:
+            urn = frontier.pop()
+            if urn not in allowed:
+                allowed.add(urn)
+                frontier += children.get(urn, [])
+        refused = [step["urn"] for step in behaviour.get("pending", [])
+                   if step["op"] == "delete" and step["urn"] in allowed and step["urn"] not in targets]
+        for urn in refused:
+            print(f"error: Resource '{{urn}}' will be destroyed but was not specified in --target list.\n"
+                  f"Either include resource in --target list or pass --target-dependents to proceed.",
+                  file=sys.stderr)
+        if refused:
+            sys.exit(255)
     if behaviour.get("hold"):
         (HERE / "up-started").write_text("")
         while not (HERE / "release").exists():
@@ -142,3 +183,16 @@ def calls(folder: Path) -> list[list[str]]:
 def on_path(folder: Path) -> dict[str, str]:
     """An environment with the stub first on PATH."""
     return {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def up_rounds(folder: Path) -> list[Any]:
+    """What each `up` was told in ``TPU_TRAINING_RECOVERY_ROUND`` (decoded; None when unset)."""
+    log = folder / "up-env.jsonl"
+    if not log.exists():
+        return []
+    return [None if raw is None else json.loads(raw) for raw in map(json.loads, log.read_text().splitlines())]
+
+
+def run(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the stub with ``args``, as the Automation API would."""
+    return subprocess.run([str(folder / "pulumi"), *args], capture_output=True, text=True, timeout=30)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Mapping, Optional
 
 from .job_manifests import KUEUE_QUEUE_LABEL
@@ -145,13 +146,21 @@ class LiveJobSet(_Conditioned):
     """Child Jobs whose Pods are all ready (``replicatedJobsStatus[].ready``)."""
     uid: str = ""
     """``metadata.uid``: what its Kueue Workload names as its controller."""
+    created: Optional[datetime] = None
+    """``metadata.creationTimestamp``: when this generation was created."""
 
 
 def decide_jobset(name: str, live: LiveJobSet | None, kueue: KueueState = NOT_READ) -> Decision:
     """The decision table for one JobSet whose namespace the API answered for (docs/multislice.md);
-    ``kueue``: what is known of its Kueue Workload, when it runs on a queued pool."""
+    ``kueue``: what is known of its Kueue Workload, when it runs on a queued pool. The decision
+    carries the JobSet's own restarts, for the restart budget."""
     if live is None:
         return gone(name, "no such JobSet in its namespace")
+    decision = _decide_jobset(name, live, kueue)
+    return dataclasses.replace(decision, restarts=live.restarts, created=live.created)
+
+
+def _decide_jobset(name: str, live: LiveJobSet, kueue: KueueState) -> Decision:
     generation = live.generation
     restarted = (
         f"; JobSet restarted it {live.restarts} time(s), {live.restarts_counted} counted against maxRestarts"

@@ -101,6 +101,13 @@ class Decision:
     unavailable: bool = False
     """The API could not be read for it: the decision keeps what was last deployed, and a
     watcher should try again later."""
+    restarts: int = 0
+    """Gang restarts the live workload made itself in its current generation (a JobSet's
+    ``status.restarts``, disruptions included): they count against the restart budget."""
+    created: Optional[datetime] = None
+    """When its current generation was created, when known."""
+    over_budget: bool = False
+    """Its restart budget is spent: recovery does not re-create it, and the round fails."""
 
     @property
     def message(self) -> str:

@@ -9,10 +9,12 @@ never replace on unknown.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal, Optional, Sequence
+import json
+from dataclasses import dataclass, field
+from typing import Any, Collection, Literal, Mapping, Optional, Sequence
 
 from .recovery import Decision
+from .restart_budget import Recovery, read_history
 
 RECOVERING_ACTIONS = frozenset({"create", "replace"})
 """The actions that only `pulumi up` carries out."""
@@ -32,6 +34,8 @@ class RoundPlan:
     """The VMs and Jobs that `pulumi up` will create or replace."""
     unavailable: tuple[Decision, ...]
     """Kept because their API could not be read: never an up; a later round tries again."""
+    over_budget: tuple[Decision, ...] = ()
+    """Jobs and JobSets whose restart budget is spent: not recovered, and the round fails."""
 
     @property
     def summary(self) -> str:
@@ -51,7 +55,8 @@ def plan_round(decisions: Sequence[Decision]) -> RoundPlan:
     """`pulumi up` runs when some VM or Job must be created or replaced, and only then."""
     recovering = tuple(d for d in decisions if d.action in RECOVERING_ACTIONS)
     unavailable = tuple(d for d in decisions if d.unavailable)
-    return RoundPlan(run_up=bool(recovering), recovering=recovering, unavailable=unavailable)
+    over_budget = tuple(d for d in decisions if d.over_budget)
+    return RoundPlan(bool(recovering), recovering, unavailable, over_budget)
 
 
 @dataclass
@@ -92,3 +97,79 @@ def next_round_in(interval_seconds: float, backoff: Backoff, last_status: Option
     if last_status == "failed":
         return max(interval_seconds, backoff.delay_seconds)
     return interval_seconds
+
+
+# --- What a round's `pulumi up` tells the stack program ---------------------------------------
+
+ROUND_ENV = "TPU_TRAINING_RECOVERY_ROUND"
+"""Set by `python -m infra.recover` for its own `pulumi up` alone (the CLI hands its environment
+to the language host, and that to the program): which VMs and Jobs the update recovers, so the
+program's outputs say what the state holds after it (``as_deployed``)."""
+
+
+class RoundEnvError(ValueError):
+    """``ROUND_ENV`` holds something no recovery round writes."""
+
+
+@dataclass(frozen=True)
+class RecoveryRound:
+    """A recovery round's `pulumi up`, as the stack program learns of it."""
+
+    targeted: bool
+    """Only the recovered VMs and Jobs are its targets (False: --apply-pending, a full update)."""
+    tpu_vms: frozenset[str] = frozenset()
+    """The TPU VMs it recovers, by name."""
+    jobs: frozenset[str] = frozenset()
+    """The Jobs and JobSets it recovers, by name."""
+    restarts: Mapping[str, tuple[Recovery, ...]] = field(default_factory=dict)
+    """Recovered Job or JobSet -> its recoveries within the restart budget's window, this one
+    included (the stack output ``restart_budget.RESTARTS_OUTPUT``)."""
+
+    def to_env(self) -> str:
+        return json.dumps(
+            {
+                "targeted": self.targeted,
+                "tpuVms": sorted(self.tpu_vms),
+                "jobs": sorted(self.jobs),
+                "restarts": {name: [r.to_json() for r in entries] for name, entries in self.restarts.items()},
+            },
+            sort_keys=True,
+        )
+
+    @staticmethod
+    def from_env(text: Optional[str]) -> Optional[RecoveryRound]:
+        """The round ``ROUND_ENV`` describes; None when it is not set (any other `pulumi up`).
+        Raises ``RoundEnvError``."""
+        if text is None:
+            return None
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict):
+            value = {}
+        vms, jobs = value.get("tpuVms"), value.get("jobs")
+        if not isinstance(value.get("targeted"), bool) or not (_names(vms) and _names(jobs)):
+            raise RoundEnvError(
+                f"{ROUND_ENV} = {text[:80]!r} is not what `python -m infra.recover` sets (an object with "
+                f"targeted, tpuVms and jobs); unset it to run `pulumi up` yourself"
+            )
+        history, problems = read_history(value.get("restarts") or {})
+        if problems:
+            raise RoundEnvError(f"{ROUND_ENV}: {problems[0]}")
+        return RecoveryRound(value["targeted"], frozenset(vms or ()), frozenset(jobs or ()), history)
+
+
+def _names(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(name, str) for name in value)
+
+
+def as_deployed(previous: Any, new: Mapping[str, Any], recovered: Collection[str]) -> dict[str, Any]:
+    """A stack output keyed by VM, Job or node pool name, as the state stands after a targeted
+    update: the new value of each one recovered; for every other one, what the output said before
+    (the engine kept it as the state had it, a removed one included); nothing for one that was
+    never deployed (the engine did not create it)."""
+    kept = {}
+    if isinstance(previous, dict):
+        kept = {name: value for name, value in previous.items() if name not in recovered}
+    return {**kept, **{name: new[name] for name in recovered if name in new}}

@@ -20,6 +20,7 @@ import tempfile
 import threading
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Iterable, Iterator, Optional, Protocol, Sequence
 
 from ..domain.job_manifests import PART_OF, PART_OF_LABEL
@@ -335,7 +336,19 @@ def _live_jobset(item: Any) -> LiveJobSet:
         slices=sum(_int(r.get("replicas")) for r in replicated),
         ready=sum(_int(r.get("ready")) for r in statuses),
         uid=_text(metadata.get("uid")),
+        created=_time(metadata.get("creationTimestamp")),
     )
+
+
+def _time(value: Any) -> Optional[datetime]:
+    """An RFC 3339 time as the API server writes it (``2026-11-26T07:00:00Z``), or None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        at = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return at if at.tzinfo else None
 
 
 def _list_jobsets(custom: Any, namespace: str, timeout: float, max_bytes: int) -> list[LiveJobSet]:
