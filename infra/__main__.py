@@ -16,6 +16,7 @@ from tpu_training_components import (
     FlexStartTpuNodePool,
     GkeTpuCluster,
     PreemptibleTpuVm,
+    ProjectApis,
     QueuedProvisioning,
     TpuTrainingJob,
     TpuTrainingJobSet,
@@ -24,6 +25,7 @@ from tpu_training_components import (
     TrainingServiceAccount,
     WorkloadEngines,
 )
+from tpu_training_components.domain.required_access import apis_for_features
 from tpu_training_components.domain.stack_identity import DEPLOYED_AS_OUTPUT, deployed_as, rename_problem
 from tpu_training_components.errors import InvalidArgument
 from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
@@ -54,6 +56,21 @@ rename = rename_problem(last_outputs(), pulumi.get_project(), pulumi.get_stack()
 if rename:
     raise InvalidArgument(rename)
 
+# A new project has most APIs off: the stack enables those its resources need (enableApis, never
+# disabled on destroy), and what calls an API waits for it.
+stack_apis = apis_for_features(
+    tpu_vms=bool(settings.tpu_vms),
+    cluster=settings.cluster is not None,
+    network=settings.network.create and bool(settings.network_regions),
+    buckets=bool(settings.regions),
+)
+apis = (
+    ProjectApis("apis", {"apis": list(stack_apis), "project": settings.gcp_project})
+    if settings.enable_apis and stack_apis
+    else None
+)
+after_apis = [apis] if apis is not None else []
+
 # Private TPU VMs and nodes reach gs://, packages and images only through Private Google Access
 # and Cloud NAT: the stack declares a network that has both, unless told to use yours.
 network = (
@@ -66,6 +83,7 @@ network = (
             "iap_ssh": settings.network.iap_ssh,
             "project": settings.gcp_project,
         },
+        opts=pulumi.ResourceOptions(depends_on=after_apis),
     )
     if settings.network.create and settings.network_regions
     else None
@@ -93,6 +111,7 @@ checkpoint_buckets = {
             "protect": settings.bucket.protect,
             "retain_on_delete": settings.bucket.retain_on_delete,
         },
+        opts=pulumi.ResourceOptions(depends_on=after_apis),
     )
     for region in settings.regions
 }
@@ -120,6 +139,7 @@ trainer = (
             "project": settings.gcp_project,
             "buckets": {region: b.bucket_name for region, b in checkpoint_buckets.items()},
         },
+        opts=pulumi.ResourceOptions(depends_on=after_apis),
     )
     if settings.tpu_vms
     else None
@@ -224,7 +244,7 @@ cluster = (
             "labels": settings.common_labels,
         },
         # Nodes pull images through the network's NAT from their first boot.
-        opts=pulumi.ResourceOptions(depends_on=[network] if network else []),
+        opts=pulumi.ResourceOptions(depends_on=[*after_apis, *([network] if network else [])]),
     )
     if settings.cluster
     else None
@@ -265,6 +285,7 @@ pod_identity = (
             "buckets": {settings.cluster.location: checkpoint_buckets[settings.cluster.location].bucket_name},
             "display_name": "TPU training Pods on GKE (Workload Identity)",
         },
+        opts=pulumi.ResourceOptions(depends_on=after_apis),
     )
     if settings.jobs and settings.cluster
     else None

@@ -31,6 +31,7 @@ from .training import CheckpointingConfig, RecoveryConfig, TrainingConfig
 
 # Keys of the project namespace this program reads.
 _PROJECT_KEYS = (
+    "enableApis",
     "labels",
     "network",
     "tpuVms",

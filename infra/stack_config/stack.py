@@ -9,6 +9,7 @@ from typing import Annotated, Callable, Optional
 from pydantic import (
     AfterValidator,
     Field,
+    StrictBool,
     StrictStr,
     model_validator,
 )
@@ -56,6 +57,8 @@ class StackConfig(Model):
 
     stack: StrictStr
     gcp_project: Annotated[StrictStr, AfterValidator(no_problem(naming.project_id_problem))]
+    # On by default: a new project has most APIs off, and the first `pulumi up` would fail on each.
+    enable_apis: StrictBool = True
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     network: NetworkConfig = NetworkConfig()
     tpu_vms: tuple[TpuVmConfig, ...] = ()
