@@ -4,6 +4,8 @@ every relative link in README.md and docs/ leads to a file and heading that exis
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -213,3 +215,29 @@ def test_readme_command_1_stops_with_a_clear_message_before_python_3_11(version,
         exec(code, {"sys": FakeSys})  # noqa: S102 - the README's own one-liner
     # sys.exit(False) is status 0; sys.exit("text") prints the text and exits 1.
     assert (exited.value.code or None) == message
+
+
+def test_the_systemd_unit_in_the_docs_is_one_systemd_reads():
+    page = (REPO / "docs" / "hands-free-recovery.md").read_text(encoding="utf-8")
+    (unit,) = re.findall(r"```ini\n(.*?)```", page, re.S)
+    sections = re.findall(r"^\[(\w+)\]$", unit, re.M)
+    # [Install] is what `systemctl enable` reads: without it the unit cannot be enabled.
+    assert sections == ["Unit", "Service", "Install"]
+    for line in unit.splitlines():
+        if "=" in line and not line.startswith("#"):
+            # systemd has no comments after a value: `Environment=A=b  # note` sets A to "b  # note".
+            assert "#" not in line, line
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+def test_systemd_itself_verifies_the_unit(tmp_path):
+    page = (REPO / "docs" / "hands-free-recovery.md").read_text(encoding="utf-8")
+    (unit,) = re.findall(r"```ini\n(.*?)```", page, re.S)
+    path = tmp_path / "tpu-recover@prod.service"
+    path.write_text(unit)
+    done = subprocess.run(
+        ["systemd-analyze", "verify", str(path)], capture_output=True, text=True, timeout=60
+    )
+    # The one complaint allowed: the program it starts is not installed on this machine.
+    problems = [line for line in done.stderr.splitlines() if line.strip() and "is not executable" not in line]
+    assert problems == []
