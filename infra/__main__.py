@@ -28,7 +28,11 @@ from tpu_training_components import (
 from tpu_training_components.domain.required_access import apis_for_features
 from tpu_training_components.domain.stack_identity import DEPLOYED_AS_OUTPUT, deployed_as, rename_problem
 from tpu_training_components.errors import InvalidArgument
-from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
+from tpu_training_components.resources.reconcile import (
+    GENERATIONS_OUTPUT,
+    JOB_GENERATIONS_OUTPUT,
+    RECOVERIES_OUTPUT,
+)
 
 # `python -m infra.plan` sets this unless --live: an offline plan reads no live state.
 OFFLINE = os.environ.get("TPU_TRAINING_OFFLINE") == "1"
@@ -441,5 +445,7 @@ if settings.checkpointing is not None:
                 f"{100 * plan.expected_lost_fraction:.1f}% of the run lost to checkpoints and re-done work"
             )
 pulumi.export(JOB_GENERATIONS_OUTPUT, recovery.job_generations)
+# Read back by the next run, and by `python -m infra.status`: each VM's and Job's last recovery.
+pulumi.export(RECOVERIES_OUTPUT, recovery.last_recoveries)
 # Read back by the next run, which refuses to run under another stack or project name.
 pulumi.export(DEPLOYED_AS_OUTPUT, deployed_as(pulumi.get_project(), pulumi.get_stack()))

@@ -17,6 +17,8 @@ GKE_ENDPOINT_VARIABLE = "GKE_API_ENDPOINT"
 """Overrides the GKE API endpoint, e.g. ``http://127.0.0.1:8081``."""
 SERVICE_USAGE_ENDPOINT_VARIABLE = "SERVICE_USAGE_API_ENDPOINT"
 """Overrides the Service Usage API endpoint (which APIs a project has enabled)."""
+STORAGE_ENDPOINT_VARIABLE = "STORAGE_API_ENDPOINT"
+"""Overrides the Cloud Storage JSON API endpoint (reading the checkpoints in a bucket)."""
 RESOURCE_MANAGER_ENDPOINT_VARIABLE = "RESOURCE_MANAGER_API_ENDPOINT"
 """Overrides the Resource Manager API endpoint (a project, and the caller's permissions on it)."""
 
@@ -67,3 +69,17 @@ def projects_client(endpoint: Optional[str] = None, credentials: Any = None) -> 
     return google_client(
         resourcemanager_v3.ProjectsClient, RESOURCE_MANAGER_ENDPOINT_VARIABLE, endpoint, credentials
     )
+
+
+def storage_client(project: str, endpoint: Optional[str] = None, credentials: Any = None) -> Any:
+    """A ``google.cloud.storage.Client`` for ``project``: lists the checkpoints in a bucket. (The
+    storage library has its own transport, not the REST one of the others; the endpoint and
+    credentials are decided the same way.)"""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud.storage import Client
+
+    endpoint = endpoint or os.environ.get(STORAGE_ENDPOINT_VARIABLE) or None
+    options = {"api_endpoint": endpoint} if endpoint else None
+    if credentials is None and endpoint and endpoint.startswith("http://"):
+        credentials = AnonymousCredentials()
+    return Client(project=project, credentials=credentials, client_options=options)
