@@ -37,6 +37,7 @@ if __name__ == "__main__":
     gc.disable()
 
 import argparse  # noqa: E402 - after the collector is off, on purpose
+import functools  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -165,6 +166,27 @@ def _unchecked(name: str, why: str) -> Check:
     return Check(name, "unchecked", why)
 
 
+class _NoAnswer(Exception):
+    """A check's call failed; ``check`` is its result."""
+
+    def __init__(self, check: Check) -> None:
+        super().__init__(check.detail)
+        self.check = check
+
+
+def _answering(check: Callable[..., Check]) -> Callable[..., Check]:
+    """A check whose failed call (``_NoAnswer``) is its result."""
+
+    @functools.wraps(check)
+    def answered(*args: Any, **kwargs: Any) -> Check:
+        try:
+            return check(*args, **kwargs)
+        except _NoAnswer as unanswered:
+            return unanswered.check
+
+    return answered
+
+
 class Preflight:
     """Runs the checks for one stack; ``clients`` makes each API's client (tests pass their own
     endpoints through the environment, as a user would)."""
@@ -219,22 +241,31 @@ class Preflight:
         assert self.identity is not None
         return make(credentials=self.identity.credentials)
 
+    def _ask(
+        self,
+        check: str,
+        what: str,
+        client: Callable[..., Any],
+        read: Callable[[Any], T],
+        fixes: tuple[str, ...] = (),
+    ) -> T:
+        """``read(client)``, within the budget; a failure raises ``_NoAnswer`` with the check's
+        result (``_refused``)."""
+        try:
+            return self.budget.call(what, lambda: read(self._client(client)))
+        except Exception as exc:  # noqa: BLE001 - reported as the check's result
+            raise _NoAnswer(self._refused(check, exc, what, fixes)) from None
+
+    @_answering
     def project(self) -> Check:
         project = self.stack.project
-        try:
-            state = self.budget.call(
-                f"reading project {project}",
-                lambda: project_api.project_state(
-                    self._client(endpoints.projects_client), project, CALL_SECONDS
-                ),
-            )
-        except Exception as exc:  # noqa: BLE001 - reported as the check's result
-            return self._refused(
-                "project",
-                exc,
-                f"project {project!r} cannot be read",
-                (f"gcloud projects describe {project}", "gcloud projects list"),
-            )
+        state = self._ask(
+            "project",
+            f"reading project {project}",
+            endpoints.projects_client,
+            lambda client: project_api.project_state(client, project, CALL_SECONDS),
+            (f"gcloud projects describe {project}", "gcloud projects list"),
+        )
         if state != "ACTIVE":
             return Check(
                 "project",
@@ -244,22 +275,16 @@ class Preflight:
             )
         return Check("project", "ok", f"{project} is ACTIVE")
 
+    @_answering
     def apis(self) -> Check:
         project, wanted = self.stack.project, self.stack.access.apis
-        try:
-            states = self.budget.call(
-                f"reading the enabled APIs of {project}",
-                lambda: project_api.api_states(
-                    self._client(endpoints.service_usage_client), project, wanted, CALL_SECONDS
-                ),
-            )
-        except Exception as exc:  # noqa: BLE001 - reported as the check's result
-            return self._refused(
-                "apis",
-                exc,
-                "the enabled APIs cannot be read",
-                (f"gcloud services enable {' '.join(BOOTSTRAP_APIS)} --project={project}",),
-            )
+        states = self._ask(
+            "apis",
+            f"reading the enabled APIs of {project}",
+            endpoints.service_usage_client,
+            lambda client: project_api.api_states(client, project, wanted, CALL_SECONDS),
+            (f"gcloud services enable {' '.join(BOOTSTRAP_APIS)} --project={project}",),
+        )
         off = [api for api in wanted if states.get(api) != "ENABLED"]
         # The stack enables what it needs itself (enableApis), except the APIs it enables them with.
         must = [api for api in off if api in BOOTSTRAP_APIS or not self.stack.enables_apis]
@@ -275,17 +300,15 @@ class Preflight:
             )
         return Check("apis", "ok", f"{len(wanted) - len(off)} of {len(wanted)} enabled{note}")
 
+    @_answering
     def permissions(self) -> Check:
         project, access = self.stack.project, self.stack.access
-        try:
-            granted = self.budget.call(
-                f"testing permissions on {project}",
-                lambda: project_api.granted_permissions(
-                    self._client(endpoints.projects_client), project, access.permissions, CALL_SECONDS
-                ),
-            )
-        except Exception as exc:  # noqa: BLE001 - reported as the check's result
-            return self._refused("permissions", exc, "the permissions cannot be tested", ())
+        granted = self._ask(
+            "permissions",
+            f"testing permissions on {project}",
+            endpoints.projects_client,
+            lambda client: project_api.granted_permissions(client, project, access.permissions, CALL_SECONDS),
+        )
         lacking = [p for p in access.permissions if p not in granted]
         unknown = (
             f"; not checked (types preflight does not know): {', '.join(access.unknown_types)}"
@@ -317,18 +340,16 @@ class Preflight:
             missing=tuple(lacking),
         )
 
+    @_answering
     def tpu_vm(self, name: str, zone: str, accelerator_type: str, runtime_version: str) -> Check:
         project = self.stack.project
         check = f"tpu-vm {name}"
-        try:
-            offering = self.budget.call(
-                f"listing the TPU types and versions of {zone}",
-                lambda: project_api.tpu_offering(
-                    self._client(endpoints.tpu_client), project, zone, CALL_SECONDS
-                ),
-            )
-        except Exception as exc:  # noqa: BLE001 - reported as the check's result
-            return self._refused(check, exc, f"the TPU offering of {zone} cannot be read", ())
+        offering = self._ask(
+            check,
+            f"listing the TPU types and versions of {zone}",
+            endpoints.tpu_client,
+            lambda client: project_api.tpu_offering(client, project, zone, CALL_SECONDS),
+        )
         problems, fixes = [], []
         if accelerator_type not in offering.accelerator_types:
             problems.append(f"{zone} offers no {accelerator_type} to this project")
@@ -340,17 +361,15 @@ class Preflight:
             return Check(check, "missing", "; ".join(problems), tuple(fixes))
         return Check(check, "ok", f"{zone} offers {accelerator_type} with {runtime_version}")
 
+    @_answering
     def gke_versions(self, location: str, channel: str, minimum: Optional[str]) -> Check:
         project = self.stack.project
-        try:
-            channels = self.budget.call(
-                f"reading the GKE versions of {location}",
-                lambda: project_api.gke_channel_versions(
-                    self._client(endpoints.container_client), project, location, CALL_SECONDS
-                ),
-            )
-        except Exception as exc:  # noqa: BLE001 - reported as the check's result
-            return self._refused("gke-versions", exc, f"the GKE versions of {location} cannot be read", ())
+        channels = self._ask(
+            "gke-versions",
+            f"reading the GKE versions of {location}",
+            endpoints.container_client,
+            lambda client: project_api.gke_channel_versions(client, project, location, CALL_SECONDS),
+        )
         needs = list(self.stack.needs) + (
             [(minimum, "cluster.minVersion")] if minimum and minimum != "latest" else []
         )
@@ -379,7 +398,8 @@ class Preflight:
             ),
         )
 
-    def _refused(self, name: str, exc: BaseException, what: str, fixes: tuple[str, ...]) -> Check:
+    @staticmethod
+    def _refused(name: str, exc: BaseException, what: str, fixes: tuple[str, ...]) -> Check:
         """A call that failed: an answer of "no" (403, 404) is something to fix; anything else
         (a time-out, a refused connection, a 5xx) leaves the check unanswered."""
         code = getattr(exc, "code", None)

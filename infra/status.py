@@ -116,27 +116,19 @@ def runs_of(settings: stack_config.StackConfig) -> list[RunStatus]:
         value = environment.get("TRAIN_STEPS")
         return int(value) if value and value.isdigit() else None
 
-    return [
+    entries = [
         *(
-            RunStatus(
-                "tpuVm",
-                vm.name,
-                vm.zone,
-                settings.checkpoint_dir(vm),
-                steps(settings.training_environment(vm)),
-            )
+            ("tpuVm", vm.name, vm.zone, settings.checkpoint_dir(vm), settings.training_environment(vm))
             for vm in settings.tpu_vms
         ),
         *(
-            RunStatus(
-                "job",
-                job.name,
-                job.namespace,
-                settings.job_checkpoint_dir(job),
-                steps(settings.job_environment(job)),
-            )
+            ("job", job.name, job.namespace, settings.job_checkpoint_dir(job), settings.job_environment(job))
             for job in settings.jobs
         ),
+    ]
+    return [
+        RunStatus(kind, name, where, folder, steps(environment))
+        for kind, name, where, folder, environment in entries
     ]
 
 
