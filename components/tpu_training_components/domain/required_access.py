@@ -8,7 +8,8 @@ Pure Python with no Pulumi import.
 Read on 2026-11-26 from Google's IAM "roles and permissions" pages, one per product
 (https://cloud.google.com/iam/docs/roles-permissions/<product>: tpu, compute, container, storage,
 iam, resourcemanager, serviceusage), which list each predefined role with its permissions; the
-role named beside each entry is the narrowest predefined one that holds all its permissions. A
+role named beside each entry is the narrowest predefined one that holds its permissions, but for
+``iam.serviceAccounts.actAs`` (``ROLE_OF_PERMISSION``). A
 Pulumi provider creates, reads (refresh), updates and deletes what it declares, so each entry
 holds the create, get, update and delete permissions of its API resource, and what the provider
 also calls on the way (``*.operations.get`` to wait for a long-running operation,
