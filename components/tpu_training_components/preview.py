@@ -20,6 +20,7 @@ the Cloud TPU and Kubernetes APIs what is live, with your credentials.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
@@ -112,6 +113,18 @@ class PreviewMocks(pulumi.runtime.Mocks):
         return {}, None
 
 
+def _ensure_an_event_loop() -> None:
+    """The Pulumi SDK runs its coroutines on the thread's current event loop; a thread whose loop
+    was closed or unset (by an earlier asyncio.run, say) gets a new one, as Python itself gave one
+    before 3.12."""
+    try:
+        if not asyncio.get_event_loop_policy().get_event_loop().is_closed():
+            return
+    except RuntimeError:  # no current loop in this thread
+        pass
+    asyncio.set_event_loop(asyncio.new_event_loop())
+
+
 def preview(
     program: Callable[[], object],
     *,
@@ -125,6 +138,7 @@ def preview(
     objects and lists as Python values); ``previous_outputs`` the stack's outputs as of its last
     update (``pulumi stack output --json``; default none: never deployed). Raises whatever the
     program raises."""
+    _ensure_an_event_loop()
     found = Preview()
     mocks = PreviewMocks(previous_outputs, found)
     pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False)
