@@ -3,6 +3,7 @@ as written, a program's own config reaches it, and a bad argument raises as in `
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import re
@@ -81,3 +82,10 @@ def test_recovery_without_live_state_keeps_the_last_deployed_generation():
     planned = preview(program, previous_outputs={"recoveryGenerations": {"demo-tpu": 3}})
     vm = planned.one("gcp:tpu/v2Vm:V2Vm", "demo-tpu-vm")
     assert vm.inputs["labels"]["recovery-generation"] == "3"
+
+
+def test_it_runs_on_a_thread_whose_event_loop_was_closed():
+    # An earlier asyncio.run() (or a test) leaves the thread without a current loop.
+    asyncio.set_event_loop(None)
+    planned = preview(lambda: CheckpointBucket("ckpt", {"region": "us-east5", "bucket_name": "acme-ckpt"}))
+    assert len(planned.resources) == 2
