@@ -188,8 +188,10 @@ def _answering(check: Callable[..., Check]) -> Callable[..., Check]:
 
 
 class Preflight:
-    """Runs the checks for one stack; ``clients`` makes each API's client (tests pass their own
-    endpoints through the environment, as a user would)."""
+    """Runs the checks for one stack, in order, each within ``budget``. The clients are made by
+    ``live.endpoints`` with the credentials the first check found, at the endpoints the
+    environment names (tests point them at loopback servers, as a user points them at an
+    emulator)."""
 
     def __init__(self, stack: Declared, budget: Budget) -> None:
         self.stack = stack
