@@ -16,6 +16,7 @@ from tpu_training_components import (
     FlexStartTpuNodePool,
     GkeTpuCluster,
     PreemptibleTpuVm,
+    ProjectApis,
     QueuedProvisioning,
     TpuTrainingJob,
     TpuTrainingJobArgs,
@@ -32,10 +33,15 @@ from tpu_training_components.domain.recovery_rounds import (
     RoundEnvError,
     as_deployed,
 )
+from tpu_training_components.domain.required_access import apis_for_features
 from tpu_training_components.domain.restart_budget import RESTARTS_OUTPUT, history_output
 from tpu_training_components.domain.stack_identity import DEPLOYED_AS_OUTPUT, deployed_as, rename_problem
 from tpu_training_components.errors import InvalidArgument
-from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
+from tpu_training_components.resources.reconcile import (
+    GENERATIONS_OUTPUT,
+    JOB_GENERATIONS_OUTPUT,
+    RECOVERIES_OUTPUT,
+)
 
 # `python -m infra.plan` sets this unless --live: an offline plan reads no live state.
 OFFLINE = os.environ.get("TPU_TRAINING_OFFLINE") == "1"
@@ -71,6 +77,21 @@ try:
 except RoundEnvError as exc:
     raise InvalidArgument(str(exc)) from None
 
+# A new project has most APIs off: the stack enables those its resources need (enableApis, never
+# disabled on destroy), and what calls an API waits for it.
+stack_apis = apis_for_features(
+    tpu_vms=bool(settings.tpu_vms),
+    cluster=settings.cluster is not None,
+    network=settings.network.create and bool(settings.network_regions),
+    buckets=bool(settings.regions),
+)
+apis = (
+    ProjectApis("apis", {"apis": list(stack_apis), "project": settings.gcp_project})
+    if settings.enable_apis and stack_apis
+    else None
+)
+after_apis = [apis] if apis is not None else []
+
 # Private TPU VMs and nodes reach gs://, packages and images only through Private Google Access
 # and Cloud NAT: the stack declares a network that has both, unless told to use yours.
 network = (
@@ -83,6 +104,7 @@ network = (
             "iap_ssh": settings.network.iap_ssh,
             "project": settings.gcp_project,
         },
+        opts=pulumi.ResourceOptions(depends_on=after_apis),
     )
     if settings.network.create and settings.network_regions
     else None
@@ -110,6 +132,7 @@ checkpoint_buckets = {
             "protect": settings.bucket.protect,
             "retain_on_delete": settings.bucket.retain_on_delete,
         },
+        opts=pulumi.ResourceOptions(depends_on=after_apis),
     )
     for region in settings.regions
 }
@@ -137,6 +160,7 @@ trainer = (
             "project": settings.gcp_project,
             "buckets": {region: b.bucket_name for region, b in checkpoint_buckets.items()},
         },
+        opts=pulumi.ResourceOptions(depends_on=after_apis),
     )
     if settings.tpu_vms
     else None
@@ -242,7 +266,7 @@ cluster = (
             "labels": settings.common_labels,
         },
         # Nodes pull images through the network's NAT from their first boot.
-        opts=pulumi.ResourceOptions(depends_on=[network] if network else []),
+        opts=pulumi.ResourceOptions(depends_on=[*after_apis, *([network] if network else [])]),
     )
     if settings.cluster
     else None
@@ -284,6 +308,7 @@ pod_identity = (
             "buckets": {settings.cluster.location: checkpoint_buckets[settings.cluster.location].bucket_name},
             "display_name": "TPU training Pods on GKE (Workload Identity)",
         },
+        opts=pulumi.ResourceOptions(depends_on=after_apis),
     )
     if settings.jobs and settings.cluster
     else None
@@ -468,5 +493,7 @@ pulumi.export(
         )
     ),
 )
+# Read back by the next run, and by `python -m infra.status`: each VM's and Job's last recovery.
+export_deployed(RECOVERIES_OUTPUT, recovery.last_recoveries, recovered_vms | recovered_jobs)
 # Read back by the next run, which refuses to run under another stack or project name.
 pulumi.export(DEPLOYED_AS_OUTPUT, deployed_as(pulumi.get_project(), pulumi.get_stack()))

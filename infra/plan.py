@@ -63,7 +63,7 @@ from tpu_training_components.domain.naming import generation_problem  # noqa: E4
 from tpu_training_components.domain.recovery import UNKNOWN_KEPT  # noqa: E402
 from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT  # noqa: E402
 
-from infra import json_file, offline, plan_diff  # noqa: E402
+from infra import cost, json_file, offline, plan_diff  # noqa: E402
 
 EXIT_OK = 0
 EXIT_CONFIG_ERROR = 2
@@ -262,6 +262,7 @@ def plan_document(result: offline.ProgramRun) -> dict[str, Any]:
         "resources": [r.to_json() for r in result.registrations],
         "outputs": result.outputs,
         "warnings": result.warnings,
+        "cost": cost.estimate(result).to_json(),
     }
 
 
@@ -553,6 +554,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(render_tree(result))
         if changes is not None:
             print(plan_diff.render(args.compare_to, changes, document))
+        print(cost.render(cost.estimate(result)))
         print(render_summary(result, live=args.live, compared=changes is not None))
         for message in result.warnings:
             print(f"warning: {message}", file=sys.stderr)

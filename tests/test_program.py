@@ -112,7 +112,7 @@ def test_plan_json_to_a_file_has_the_documented_shape(tmp_path):
     target = tmp_path / "plan.json"
     assert run_plan("--json", str(target)).returncode == 0
     document = json.loads(target.read_text())
-    assert set(document) == {"project", "stack", "resources", "outputs", "warnings"}
+    assert set(document) == {"project", "stack", "resources", "outputs", "warnings", "cost"}
     resource = document["resources"][0]
     assert set(resource) == {"urn", "type", "name", "parent", "custom", "inputs", "options"}
     assert set(resource["options"]) == {
