@@ -16,9 +16,12 @@ from tpu_training_components import (
     FlexStartTpuNodePool,
     GkeTpuCluster,
     PreemptibleTpuVm,
+    ProjectApis,
     QueuedProvisioning,
     TpuTrainingJob,
+    TpuTrainingJobArgs,
     TpuTrainingJobSet,
+    TpuTrainingJobSetArgs,
     TrainingNetwork,
     TrainingRecovery,
     TrainingServiceAccount,
@@ -30,10 +33,15 @@ from tpu_training_components.domain.recovery_rounds import (
     RoundEnvError,
     as_deployed,
 )
+from tpu_training_components.domain.required_access import apis_for_features
 from tpu_training_components.domain.restart_budget import RESTARTS_OUTPUT, history_output
 from tpu_training_components.domain.stack_identity import DEPLOYED_AS_OUTPUT, deployed_as, rename_problem
 from tpu_training_components.errors import InvalidArgument
-from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
+from tpu_training_components.resources.reconcile import (
+    GENERATIONS_OUTPUT,
+    JOB_GENERATIONS_OUTPUT,
+    RECOVERIES_OUTPUT,
+)
 
 # `python -m infra.plan` sets this unless --live: an offline plan reads no live state.
 OFFLINE = os.environ.get("TPU_TRAINING_OFFLINE") == "1"
@@ -69,6 +77,21 @@ try:
 except RoundEnvError as exc:
     raise InvalidArgument(str(exc)) from None
 
+# A new project has most APIs off: the stack enables those its resources need (enableApis, never
+# disabled on destroy), and what calls an API waits for it.
+stack_apis = apis_for_features(
+    tpu_vms=bool(settings.tpu_vms),
+    cluster=settings.cluster is not None,
+    network=settings.network.create and bool(settings.network_regions),
+    buckets=bool(settings.regions),
+)
+apis = (
+    ProjectApis("apis", {"apis": list(stack_apis), "project": settings.gcp_project})
+    if settings.enable_apis and stack_apis
+    else None
+)
+after_apis = [apis] if apis is not None else []
+
 # Private TPU VMs and nodes reach gs://, packages and images only through Private Google Access
 # and Cloud NAT: the stack declares a network that has both, unless told to use yours.
 network = (
@@ -81,6 +104,7 @@ network = (
             "iap_ssh": settings.network.iap_ssh,
             "project": settings.gcp_project,
         },
+        opts=pulumi.ResourceOptions(depends_on=after_apis),
     )
     if settings.network.create and settings.network_regions
     else None
@@ -108,6 +132,7 @@ checkpoint_buckets = {
             "protect": settings.bucket.protect,
             "retain_on_delete": settings.bucket.retain_on_delete,
         },
+        opts=pulumi.ResourceOptions(depends_on=after_apis),
     )
     for region in settings.regions
 }
@@ -135,6 +160,7 @@ trainer = (
             "project": settings.gcp_project,
             "buckets": {region: b.bucket_name for region, b in checkpoint_buckets.items()},
         },
+        opts=pulumi.ResourceOptions(depends_on=after_apis),
     )
     if settings.tpu_vms
     else None
@@ -155,7 +181,7 @@ recovery = TrainingRecovery(
                 "namespace": job.namespace,
                 "kind": job.kind,
                 # Kueue's Workload tells a queued job that waits from one Kueue gave up on.
-                "queued": settings.job_pool(job).queued_provisioning,
+                "queued": settings.job_pool(job).queued,
             }
             for job in settings.jobs
         ],
@@ -240,7 +266,7 @@ cluster = (
             "labels": settings.common_labels,
         },
         # Nodes pull images through the network's NAT from their first boot.
-        opts=pulumi.ResourceOptions(depends_on=[network] if network else []),
+        opts=pulumi.ResourceOptions(depends_on=[*after_apis, *([network] if network else [])]),
     )
     if settings.cluster
     else None
@@ -263,6 +289,7 @@ for pool in settings.node_pools:
             "reservation": pool.reservation,
             "max_run_duration": pool.max_run_duration,
             "queued_provisioning": pool.queued_provisioning,
+            "kueue_queue": pool.kueue_queue,
             "service_account_email": cluster.node_service_account_email,
             "labels": settings.common_labels,
             "project": settings.gcp_project,
@@ -281,6 +308,7 @@ pod_identity = (
             "buckets": {settings.cluster.location: checkpoint_buckets[settings.cluster.location].bucket_name},
             "display_name": "TPU training Pods on GKE (Workload Identity)",
         },
+        opts=pulumi.ResourceOptions(depends_on=after_apis),
     )
     if settings.jobs and settings.cluster
     else None
@@ -297,9 +325,9 @@ namespaces = {
 }
 
 # The engines a stack's workloads need, installed only then: the JobSet controller for JobSets,
-# Kueue for pools with queued provisioning.
+# Kueue for pools with a queue (queued provisioning, or kueueQueue).
 uses_jobsets = any(job.kind == "JobSet" for job in settings.jobs)
-queued_pools = [pool for pool in settings.node_pools if pool.queued_provisioning]
+queued_pools = [pool for pool in settings.node_pools if pool.queued]
 engines = (
     WorkloadEngines(
         "engines", {"provider": cluster.provider, "jobset": uses_jobsets, "kueue": bool(queued_pools)}
@@ -332,7 +360,7 @@ jobs: dict[str, Any] = {}
 for job in settings.jobs:
     assert cluster is not None and pod_identity is not None
     job_pool = node_pools[job.node_pool]
-    job_args: dict[str, Any] = {
+    job_args: TpuTrainingJobArgs = {
         "provider": cluster.provider,
         "node_pool": job_pool.selection,
         "image": job.image,
@@ -360,17 +388,12 @@ for job in settings.jobs:
         ]
     )
     if job.kind == "JobSet":
-        jobs[job.name] = TpuTrainingJobSet(
-            job.name,
-            {
-                **job_args,  # type: ignore[typeddict-item]
-                "slices": job.slices,
-                **({"max_restarts": job.max_restarts} if job.max_restarts is not None else {}),
-            },
-            opts=job_opts,
-        )
+        jobset_args = TpuTrainingJobSetArgs(**job_args, slices=job.slices)
+        if job.max_restarts is not None:
+            jobset_args["max_restarts"] = job.max_restarts
+        jobs[job.name] = TpuTrainingJobSet(job.name, jobset_args, opts=job_opts)
     else:
-        jobs[job.name] = TpuTrainingJob(job.name, job_args, opts=job_opts)  # type: ignore[arg-type]
+        jobs[job.name] = TpuTrainingJob(job.name, job_args, opts=job_opts)
 
 
 def export_deployed(key: str, value: Any, recovered: frozenset[str] = frozenset()) -> None:
@@ -471,5 +494,7 @@ pulumi.export(
         )
     ),
 )
+# Read back by the next run, and by `python -m infra.status`: each VM's and Job's last recovery.
+export_deployed(RECOVERIES_OUTPUT, recovery.last_recoveries, recovered_vms | recovered_jobs)
 # Read back by the next run, which refuses to run under another stack or project name.
 pulumi.export(DEPLOYED_AS_OUTPUT, deployed_as(pulumi.get_project(), pulumi.get_stack()))

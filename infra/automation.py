@@ -165,7 +165,10 @@ class DeadlineCommand(PulumiCommand):
         except PulumiTimedOut as exc:
             raise PulumiUnavailable(f"the Pulumi CLI does not answer: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - missing, not executable, failing: unusable
-            raise PulumiUnavailable(f"the Pulumi CLI cannot be run: {_tail(str(exc))}") from None
+            raise PulumiUnavailable(
+                f"the Pulumi CLI cannot be run: {_tail(str(exc))}; install it (version {MIN_CLI_VERSION} or "
+                f"later): curl -fsSL https://get.pulumi.com | sh, or see https://www.pulumi.com/docs/install/"
+            ) from None
         try:
             self.version: Optional[VersionInfo] = VersionInfo.parse(text.removeprefix("v"))
         except ValueError:

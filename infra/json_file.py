@@ -5,6 +5,7 @@ nobody writes to, /dev/zero), with every problem said in one line that names the
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from tpu_training_components.live.deadline import DeadlineExceeded, call_with_deadline
@@ -54,7 +55,7 @@ def read_json(source: str, option: str, *, writer: str, seconds: float = SECONDS
     """The JSON document in ``source`` (``read_text``'s bounds), or ``JsonFileError``."""
     text = read_text(source, option, writer=writer, seconds=seconds)
     try:
-        return json.loads(text)
+        document = json.loads(text)
     except json.JSONDecodeError as exc:
         raise JsonFileError(
             f"{option} {source}: not JSON ({exc.msg}, line {exc.lineno}); write it with `{writer}`"
@@ -62,3 +63,33 @@ def read_json(source: str, option: str, *, writer: str, seconds: float = SECONDS
     except (ValueError, RecursionError) as exc:  # a number of thousands of digits; deep nesting
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
         raise JsonFileError(f"{option} {source}: cannot be read as JSON ({reason})") from None
+    where = lone_surrogate(document)
+    if where is not None:
+        # JSON's \udXXX escapes can spell half a character, which no UTF-8 output (the terminal,
+        # protobuf, a file) can carry; `pulumi stack output --json` never writes one.
+        raise JsonFileError(
+            f"{option} {source}: {where} holds a lone surrogate escape (\\ud800-\\udfff alone), "
+            f"which is no Unicode text; write it with `{writer}`"
+        )
+    return document
+
+
+def lone_surrogate(value: Any, path: str = "the document") -> str | None:
+    """Where in ``value`` a key or text holds half of a UTF-16 surrogate pair, or None."""
+    pending = [(path, value)]
+    while pending:
+        where, item = pending.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return where
+        elif isinstance(item, dict):
+            for key, sub in item.items():
+                if _SURROGATE.search(key):
+                    return f"{where}: a key ({key.encode('utf-8', 'backslashreplace').decode()})"
+                pending.append((f"{where}.{key}", sub))
+        elif isinstance(item, list):
+            pending.extend((f"{where}[{index}]", sub) for index, sub in enumerate(item))
+    return None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")

@@ -36,6 +36,7 @@ from ruamel.yaml import nodes as ruamel_nodes
 from ruamel.yaml.constructor import SafeConstructor
 from ruamel.yaml.reader import Reader
 from semver import VersionInfo
+from tpu_training_components import preview as library_preview
 from tpu_training_components.domain import wire_values
 from yaml import events as libyaml_events
 
@@ -484,53 +485,10 @@ class Registration:
         }
 
 
-OFFLINE_CLUSTER_ENDPOINT = "192.0.2.1"
-OFFLINE_CA_CERTIFICATE = "b2ZmbGluZSBwbGFjZWhvbGRlcg=="  # base64 of "offline placeholder"
-
-
-def _computed_outputs(type_: str, name: str, inputs: dict[str, Any]) -> dict[str, Any]:
-    """Plausible values for outputs the cloud would compute, so the program's applies run."""
-    project = inputs.get("project") or "mock-project"
-    if type_ == "gcp:storage/bucket:Bucket":
-        return {"url": f"gs://{inputs.get('name', name)}", "selfLink": f"mock://buckets/{name}"}
-    if type_ == "gcp:serviceaccount/account:Account":
-        account = inputs.get("accountId", name)
-        email = f"{account}@{project}.iam.gserviceaccount.com"
-        return {
-            "email": email,
-            "member": f"serviceAccount:{email}",
-            "name": f"projects/{project}/serviceAccounts/{email}",
-        }
-    if type_ == "gcp:container/cluster:Cluster":
-        # A documentation address (RFC 5737) and a placeholder CA: nothing offline can reach it.
-        master_auth = dict(inputs.get("masterAuth") or {}, clusterCaCertificate=OFFLINE_CA_CERTIFICATE)
-        return {"endpoint": OFFLINE_CLUSTER_ENDPOINT, "masterAuth": master_auth}
-    if type_ == "gcp:tpu/v2Vm:V2Vm":
-        return {"state": "(unknown offline)", "health": "(unknown offline)"}
-    return {}
-
-
-class PlanMocks(pulumi_mocks.Mocks):
-    def __init__(self, previous_outputs: Optional[dict[str, Any]] = None) -> None:
-        # What a reference to this stack reads: its outputs from the last update. Offline there
-        # was none, unless a caller says otherwise.
-        self.previous_outputs = dict(previous_outputs or {})
-
-    def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[Optional[str], dict]:
-        if args.typ == "pulumi:pulumi:StackReference":
-            name = args.inputs.get("name", args.name)
-            return name, {"name": name, "outputs": self.previous_outputs, "secretOutputNames": []}
-        state = dict(args.inputs)
-        state.update(_computed_outputs(args.typ, args.name, args.inputs))
-        return f"{args.name}-id", state
-
-    def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict, Optional[list]]:
-        if args.token == "pulumi:pulumi:readStackOutputs":
-            # The engine's own read of a stack's outputs (pkg/resource/deploy/builtins.go).
-            name = args.args.get("name")
-            # No check failures: an empty list (the SDK's mock monitor cannot iterate None).
-            return {"name": name, "outputs": self.previous_outputs, "secretOutputNames": []}, []
-        return {}, None
+class PlanMocks(library_preview.PreviewMocks):
+    """The library's offline-preview mocks: stand-ins for what the cloud computes, and the stack's
+    outputs from its last update as what a read of them returns (none offline, unless a caller
+    says otherwise)."""
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):
@@ -556,6 +514,11 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 if request.HasField("replacement_trigger")
                 else None
             ),
+            "replaceOnChanges": sorted(request.replaceOnChanges),
+            # As the SDK sends them: {"urn": ...} or {"spec": {name, type, parentUrn, noParent, ...}}.
+            "aliases": [json_format.MessageToDict(alias) for alias in request.aliases],
+            # The provider reference's URN ("urn::id" without the id); "" for the default provider.
+            "provider": request.provider.rsplit("::", 1)[0] if request.provider else "",
         }
         inputs = rpc.deserialize_properties(request.object)
         self.registrations[response.urn] = Registration(

@@ -53,6 +53,7 @@ def read_base(source: str, stack: Optional[str] = None) -> dict[str, Any]:
         for key in ("inputs", "options"):
             if not isinstance(resource.get(key, {}), dict):
                 raise CompareError(f"{where}.{key} must be an object, not {json.dumps(resource[key])[:80]}")
+        _check_shapes(where, resource)
     base_stack = document.get("stack")
     if stack is not None and base_stack is not None and base_stack != stack:
         raise CompareError(
@@ -60,6 +61,51 @@ def read_base(source: str, stack: Optional[str] = None) -> dict[str, Any]:
             f"with its own deployed plan"
         )
     return document
+
+
+# The shape of what the comparison reads besides inputs, as `python -m infra.plan --json` writes it.
+_OPTION_LISTS = ("dependsOn", "ignoreChanges", "replaceOnChanges")
+
+
+def _check_shapes(where: str, resource: dict[str, Any]) -> None:
+    def refuse(key: str, expected: str) -> None:
+        raise CompareError(f"{where}.{key} = {json.dumps(_dotted(resource, key))[:80]}; expected {expected}")
+
+    if not isinstance(resource.get("parent", ""), str):
+        refuse("parent", "a URN (a string)")
+    if not isinstance(resource.get("custom", True), bool):
+        refuse("custom", "true or false")
+    options = resource.get("options") or {}
+    for key in _OPTION_LISTS:
+        value = options.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            refuse(f"options.{key}", "a list of strings")
+    if not isinstance(options.get("provider", ""), str):
+        refuse("options.provider", "a provider URN (a string)")
+    aliases = options.get("aliases", [])
+    if not isinstance(aliases, list) or not all(_an_alias(alias) for alias in aliases):
+        refuse("options.aliases", 'a list of {"urn": URN} or {"spec": {name, type, parentUrn, ...}}')
+    # The provider's kubeconfig is compared by its active cluster; any shape is read (an
+    # unreadable one is a change that replaces: provider_rules._active_cluster).
+
+
+def _an_alias(alias: Any) -> bool:
+    if not isinstance(alias, dict):
+        return False
+    spec = alias.get("spec", {})
+    return (
+        isinstance(alias.get("urn", ""), str)
+        and isinstance(spec, dict)
+        and all(isinstance(spec.get(k, ""), str) for k in ("name", "type", "parentUrn", "stack", "project"))
+        and isinstance(spec.get("noParent", False), bool)
+    )
+
+
+def _dotted(resource: dict[str, Any], key: str) -> Any:
+    value: Any = resource
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
 
 
 def compare(base: dict[str, Any], plan: dict[str, Any]) -> list[ResourceChange]:
@@ -112,6 +158,10 @@ def render(source: str, changes: list[ResourceChange], plan: dict[str, Any]) -> 
             means = f" — {change.replaced_means}" if change.replaced_means else ""
             lines.append(f"      {change.name}: replaced{means}")
             lines.extend(f"      because {reason}" for reason in change.because)
+            if change.delete_first is not None:
+                order = "deleted before the new one is created" if change.delete_first else "deleted after"
+                lines.append(f"      the old one is {order}")
+            lines.extend(f"      note: {note}" for note in change.notes)
         elif change.action == "update":
             lines.append(
                 f"      changed: {', '.join(change.changed[:8])}{' ...' if len(change.changed) > 8 else ''}"
@@ -124,6 +174,8 @@ def render(source: str, changes: list[ResourceChange], plan: dict[str, Any]) -> 
                 f"      {change.name}: deleted — its training stops (checkpoints stay in the bucket)"
             )
         lines.extend(f"      note: {note}" for note in change.notes if change.action in ("create", "delete"))
+        if change.blocked:
+            lines.append(f"      `pulumi up` FAILS here: {change.blocked}")
     lines.append(
         f"  {counts['create']} to create, {counts['update']} to update in place, {counts['replace']} to "
         f"replace, {counts['delete']} to delete, {counts['same']} unchanged"

@@ -250,7 +250,7 @@ class Probe:
                 ClusterRef(settings.gcp_project, settings.cluster.location, settings.cluster.name),
                 [(job.name, job.namespace, job.kind) for job in settings.jobs],
                 read=self.read_jobs,
-                queued={job.name for job in settings.jobs if settings.job_pool(job).queued_provisioning},
+                queued={job.name for job in settings.jobs if settings.job_pool(job).queued},
             )
             if settings.cluster
             else []

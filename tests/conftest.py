@@ -21,7 +21,8 @@ from infra import offline
 # No test reads live state unless it says so, and none may look for Google credentials (which
 # would try the GCE metadata server, off this machine): live tests use a loopback endpoint.
 os.environ["TPU_TRAINING_OFFLINE"] = "1"
-os.environ["NO_GCE_CHECK"] = "True"
+# (google-auth reads it once, at import, and only as lower-case "true".)
+os.environ["NO_GCE_CHECK"] = "true"
 for variable in ("TPU_API_ENDPOINT", "GKE_API_ENDPOINT", "KUBECONFIG"):
     os.environ.pop(variable, None)
 # Never the developer's own Application Default Credentials: a live test that forgets its
@@ -99,12 +100,13 @@ def scratch_project(tmp_path: Path) -> Path:
 
 
 def run_plan(
-    *args: str, cwd: Path = REPO, env: dict[str, str] | None = None
+    *args: str, cwd: Path = REPO, env: dict[str, str] | None = None, module: str = "infra.plan"
 ) -> subprocess.CompletedProcess[str]:
-    """`python -m infra.plan ARGS` in a subprocess, as a user runs it."""
+    """`python -m infra.plan ARGS` (or another command's ``module``) in a subprocess, as a user
+    runs it."""
     env = dict(os.environ, PYTHONPATH=str(REPO), **(env or {}))
     return subprocess.run(
-        [sys.executable, "-m", "infra.plan", *args],
+        [sys.executable, "-m", module, *args],
         cwd=cwd,
         env=env,
         capture_output=True,

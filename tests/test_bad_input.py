@@ -124,8 +124,16 @@ def test_a_dotted_stack_name_makes_no_dotted_bucket(config):
 
 
 def test_nodes_beyond_gkes_cluster_limit(config):
+    # One pool beyond the limit is refused by its own plan (as the Python API refuses it) ...
     config[POOLS][0].update(machineType="ct5p-hightpu-4t", topology="16x16x24", slices=10)
     config[POOLS][0]["nodeLocations"] = ["us-east5-a"]
+    message = refused(config)
+    assert "tpu-training:nodePools[0] (v6e-4x4): slices 10 of 1536 VM(s) each" in message
+    assert "limit of 15000 nodes per cluster; at most 9 slices" in message
+    # ... and pools within it one by one, beyond it together, by the cluster's count.
+    config[POOLS][0]["slices"] = 5
+    config[POOLS].append(dict(config[POOLS][0], name="v5p-more"))
+    config[JOBS] = []
     message = refused(config)
     assert "tpu-training:nodePools: the pools reach 15363 nodes" in message
     assert "limit of 15000 nodes per cluster" in message

@@ -234,7 +234,7 @@ def whole_round_stack() -> dict:
     config = dev_config()
     config.pop("tpu-training:trainerCode")  # the scratch project has no trainer folder
     pools = config["tpu-training:nodePools"]
-    pools.append({**pools[0], "name": "v6e-b"})
+    pools.append({**pools[0], "name": "v6e-b", "slices": 2})  # a slice for each of its two jobs
     jobs = config["tpu-training:jobs"]
     jobs += [
         {**jobs[0], "name": "train-b", "nodePool": "v6e-b"},

@@ -214,6 +214,7 @@ def _job(run, name="train-v6e"):
 
 def test_failed_job_is_replaced_alone(gke_only, live_cluster, decided_at):
     gke_only["tpu-training:jobs"].append(dict(gke_only["tpu-training:jobs"][0], name="other-run"))
+    gke_only["tpu-training:nodePools"][0]["slices"] = 2  # a slice for each run
     live_cluster.add(
         "default", job("train-v6e", generation=3, conditions=(("Failed", "True", "BackoffLimitExceeded"),))
     )

@@ -15,7 +15,9 @@ import pytest
 from conftest import changed_registrations, refused, run_components, run_stack
 from support.fake_kube_api import FakeKubernetesApi, job
 from support.loopback import not_found
-from test_jobset_conformance import JOBSET_TYPE, PROJECT, declared_jobset
+from support.workloads import tpu_pool, workload_args
+from test_jobset_conformance import JOBSET_TYPE, PROJECT, declared_jobset, schema_errors
+from test_queued_provisioning import CRD_FILES as KUEUE_CRDS
 from tpu_training_components import FlexStartTpuNodePool, InvalidArgument, TpuTrainingJobSet, reconcile
 from tpu_training_components.domain.job_manifests import TrainingJobSpec, job_manifest
 from tpu_training_components.domain.job_recovery import JobCondition, LiveJobSet, decide_jobset
@@ -133,18 +135,7 @@ def test_a_new_generation_or_a_changed_spec_re_creates_the_jobset_with_its_fixed
     monkeypatch.setattr(offline.RecordingMonitor, "RegisterResource", recording)
 
     def body() -> None:
-        pool = FlexStartTpuNodePool(
-            "np",
-            {
-                "cluster": "c",
-                "cluster_region": "europe-west4",
-                "machine_type": "ct6e-standard-4t",
-                "topology": "4x4",
-                "node_locations": ["europe-west4-a"],
-                "slices": 2,
-                "service_account_email": "n@p.iam.gserviceaccount.com",
-            },
-        )
+        pool = tpu_pool()
         TpuTrainingJobSet("train", _component_args(pool.selection, recovery_generation=7))
 
     options = run_components(body).one(JOBSET_TYPE, "train-jobset").options
@@ -153,18 +144,7 @@ def test_a_new_generation_or_a_changed_spec_re_creates_the_jobset_with_its_fixed
     assert options.get("replacementTrigger") == 7
 
 
-def _component_args(selection: Any, **extra: Any) -> dict[str, Any]:
-    return {
-        "provider": k8s.Provider("cluster", kubeconfig="{}"),
-        "node_pool": selection,
-        "image": "trainer:1",
-        "command": ["python3", "train.py"],
-        "checkpoint_dir": "gs://bucket/checkpoints/train",
-        "google_service_account": "t@p.iam.gserviceaccount.com",
-        "google_service_account_id": "projects/p/serviceAccounts/t",
-        "workload_pool": "p.svc.id.goog",
-        **extra,
-    }
+_component_args = workload_args
 
 
 # --- refused, with the reason --------------------------------------------------------------------
@@ -523,3 +503,76 @@ def test_engines_refuse_a_version_range():
 
     with pytest.raises(InvalidArgument, match="pinned version"):
         run_components(body)
+
+
+# --- a pool without a queue is not oversubscribed (issue 26 item 6) -------------------------------
+
+
+def _two_runs(
+    config: dict[str, Any], *, pool_slices: int, slices: tuple[int, int], **pool: Any
+) -> dict[str, Any]:
+    config = copy.deepcopy(config)
+    config["tpu-training:nodePools"][0].update({"slices": pool_slices, **pool})
+    first = _job(config)
+    first["slices"] = slices[0]
+    config["tpu-training:jobs"].append(dict(first, name="train-second", slices=slices[1]))
+    return config
+
+
+def test_two_multislice_jobsets_on_a_pool_that_holds_one_are_refused(config):
+    says = refused(_two_runs(config, pool_slices=2, slices=(2, 2)))
+    assert "nodePools[0] (v6e-4x4): its jobs ask for 4 slices together" in says
+    assert "train-v6e (2), train-second (2)" in says and "holds 2" in says
+    assert "kueueQueue: true" in says
+
+
+def test_two_jobs_on_one_slice_are_refused_too(config):
+    assert "ask for 2 slices together" in refused(_two_runs(config, pool_slices=1, slices=(1, 1)))
+
+
+def test_runs_that_fit_the_pool_together_are_accepted(config):
+    run = run_stack(_two_runs(config, pool_slices=3, slices=(2, 1)))
+    assert len(run.by_type(JOBSET_TYPE)) == 1 and len(run.by_type("kubernetes:batch/v1:Job")) == 1
+
+
+def test_a_queued_pool_takes_more_runs_than_slices_they_wait_in_its_queue(config):
+    run = run_stack(_two_runs(config, pool_slices=1, slices=(1, 1), queuedProvisioning=True))
+    assert len(run.by_type("kubernetes:batch/v1:Job")) == 2
+
+
+def test_a_pool_with_a_kueue_queue_admits_multislice_jobsets_whole_in_turn(config):
+    # Two 2-slice JobSets on a 2-slice pool: refused without a queue (above); with kueueQueue each
+    # waits in the pool's queue until its whole quota (both slices' chips) is free.
+    run = run_stack(_two_runs(config, pool_slices=2, slices=(2, 2), kueueQueue=True))
+    jobsets = run.by_type(JOBSET_TYPE)
+    assert [j.inputs["metadata"]["labels"][KUEUE_QUEUE_LABEL] for j in jobsets] == ["v6e-4x4"] * 2
+    kinds = {r.type.rsplit(":", 1)[-1]: r for r in run.registrations if r.type.startswith("kubernetes:kueue")}
+    # Quota alone: no ProvisioningRequestConfig, no AdmissionCheck; the nodes come from the autoscaler.
+    assert set(kinds) == {"ResourceFlavor", "ClusterQueue", "LocalQueue"}
+    quota = kinds["ClusterQueue"].inputs["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
+    assert quota["nominalQuota"] == 2 * 16  # two 4x4 slices
+    assert "admissionChecksStrategy" not in kinds["ClusterQueue"].inputs["spec"]
+    for registration in kinds.values():
+        manifest = {k: registration.inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")}
+        assert schema_errors(manifest, KUEUE_CRDS[manifest["kind"]]) == [], manifest["kind"]
+    (pool,) = [r for r in run.by_type("gcp:container/nodePool:NodePool") if r.name == "v6e-4x4-pool"]
+    assert "queuedProvisioning" not in pool.inputs  # the pool itself is as without a queue
+    pods = [j.inputs["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"] for j in jobsets]
+    assert all("tolerations" not in pod for pod in pods)  # no queued-provisioning taint to tolerate
+
+
+def test_recovery_reads_the_kueue_workloads_of_a_pool_with_a_kueue_queue(config, monkeypatch):
+    # A suspended JobSet there waits for admission, which only its Kueue Workload tells apart
+    # from one Kueue gave up on: recovery is told the job is queued, as on a queued pool.
+    seen: set[str] = set()
+    original = reconcile.reconcile_jobs
+
+    def spy(cluster, jobs, **kwargs):
+        seen.update(kwargs.get("queued", ()))
+        return original(cluster, jobs, **kwargs)
+
+    monkeypatch.setattr(reconcile, "reconcile_jobs", spy)
+    config = copy.deepcopy(config)
+    config["tpu-training:nodePools"][0]["kueueQueue"] = True
+    run_stack(config)
+    assert seen == {_job(config)["name"]}

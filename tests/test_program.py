@@ -73,24 +73,24 @@ def test_plan_writes_every_kubernetes_object_as_valid_yaml(tmp_path):
     target = tmp_path / "manifests"
     target.mkdir()
     (target / "mine.yaml").write_text("kind: Mine\n")  # not ours: left alone
-    (target / "job-default-gone.yaml").write_text(plan.MANIFEST_HEADER + "kind: Job\n")  # ours, stale
+    (target / "job_default_gone.yaml").write_text(plan.MANIFEST_HEADER + "kind: Job\n")  # ours, stale
     result = run_plan("--manifests", str(target))
     assert result.returncode == 0, result.stderr
     # A notice, not the plan: standard output holds the plan alone.
     assert "4 Kubernetes manifests written to" in result.stderr
     written = sorted(p.name for p in target.glob("*.yaml"))
     assert written == [
-        "configmap-default-train-v6e-run-parameters.yaml",
-        "job-default-train-v6e.yaml",
+        "configmap_default_train-v6e-run-parameters.yaml",
+        "job_default_train-v6e.yaml",
         "mine.yaml",
-        "service-default-train-v6e.yaml",
-        "serviceaccount-default-train-v6e.yaml",
+        "service_default_train-v6e.yaml",
+        "serviceaccount_default_train-v6e.yaml",
     ]
     for name in written:
         if name != "mine.yaml":
             manifest = yaml.safe_load((target / name).read_text())
             kubernetes_validate.validate(manifest, "1.33.0", strict=True)
-    job = yaml.safe_load((target / "job-default-train-v6e.yaml").read_text())
+    job = yaml.safe_load((target / "job_default_train-v6e.yaml").read_text())
     assert job["spec"]["template"]["spec"]["nodeSelector"] == {
         "cloud.google.com/gke-flex-start": "true",
         "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
@@ -112,7 +112,7 @@ def test_plan_json_to_a_file_has_the_documented_shape(tmp_path):
     target = tmp_path / "plan.json"
     assert run_plan("--json", str(target)).returncode == 0
     document = json.loads(target.read_text())
-    assert set(document) == {"project", "stack", "resources", "outputs", "warnings"}
+    assert set(document) == {"project", "stack", "resources", "outputs", "warnings", "cost"}
     resource = document["resources"][0]
     assert set(resource) == {"urn", "type", "name", "parent", "custom", "inputs", "options"}
     assert set(resource["options"]) == {
@@ -122,6 +122,9 @@ def test_plan_json_to_a_file_has_the_documented_shape(tmp_path):
         "retainOnDelete",
         "dependsOn",
         "ignoreChanges",
+        "replaceOnChanges",
+        "aliases",
+        "provider",
     }
 
 

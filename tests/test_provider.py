@@ -10,6 +10,7 @@ TypeScript or YAML program declares a component.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 from conftest import REPO, fresh_stamp_since, run_components
@@ -106,7 +108,16 @@ def test_schema_lists_every_component_with_every_input_and_output(schema):
         assert resource["description"], component.__name__
         inputs = {camel_case(key) for key in args_type(component).__annotations__}
         assert set(resource["inputProperties"]) == inputs, component.__name__
-        outputs = {camel_case(key) for key in component.__annotations__ if not key.startswith("_")}
+        # A component's outputs are its class annotations and its bases' (the analyzer walks the MRO).
+        declared = [
+            cls for cls in component.__mro__ if cls not in (object, pulumi.Resource, pulumi.ComponentResource)
+        ]
+        outputs = {
+            camel_case(key)
+            for cls in declared
+            for key in inspect.get_annotations(cls)
+            if not key.startswith("_")
+        }
         assert set(resource["properties"]) == outputs, component.__name__
 
 

@@ -197,6 +197,10 @@ def _queue() -> dict[str, Any]:
     }
 
 
+def _apis() -> dict[str, Any]:
+    return {"apis": ["tpu.googleapis.com", "storage.googleapis.com"], "project": "proj-123"}
+
+
 def _engines() -> dict[str, Any]:
     return {
         "provider": k8s.Provider("cluster", kubeconfig="{}"),
@@ -219,6 +223,7 @@ COMPONENTS = {
     "TpuTrainingJobSet": Component(api.TpuTrainingJobSet, api.TpuTrainingJobSetArgs, _jobset),
     "WorkloadEngines": Component(api.WorkloadEngines, api.WorkloadEnginesArgs, _engines),
     "QueuedProvisioning": Component(api.QueuedProvisioning, api.QueuedProvisioningArgs, _queue),
+    "ProjectApis": Component(api.ProjectApis, api.ProjectApisArgs, _apis),
 }
 
 

@@ -42,7 +42,7 @@ from tpu_training_components import (
     TpuTrainingJobSet,
     WorkloadEngines,
 )
-from tpu_training_components.domain import change_impact
+from tpu_training_components.domain import provider_rules
 from tpu_training_components.domain.job_manifests import KUEUE_QUEUE_LABEL
 from tpu_training_components.domain.kueue_manifests import (
     MAX_RUN_DURATION_PARAMETER,
@@ -482,7 +482,7 @@ def test_what_the_queued_pool_sets_beyond_the_tutorial_has_its_reason():
 
 def test_turning_queued_provisioning_on_replaces_the_pool_as_the_provider_does():
     """terraform-provider-google: `queued_provisioning` is ForceNew (change_impact's table)."""
-    assert "queuedProvisioning" in change_impact.NODE_POOL.replace
+    assert "queuedProvisioning" in provider_rules.NODE_POOL.replace
 
 
 def test_queued_provisioning_needs_a_gke_version_of_googles_tutorial():
@@ -523,7 +523,7 @@ def _refused(**kwargs: Any) -> str:
         ),
         (
             dict(workload="jobset", queue_name="team-queue"),
-            ["queue_name = 'team-queue'", f"its own queue '{POOL_NAME}'"],
+            ["queue_name = 'team-queue'", f"its own Kueue queue '{POOL_NAME}'"],
         ),
     ],
     ids=[
@@ -550,7 +550,7 @@ def test_a_queue_for_a_pool_without_queued_provisioning_is_refused():
             "queue", {"provider": k8s.Provider("c", kubeconfig="{}"), "node_pool": pool.selection}
         )
 
-    with pytest.raises(InvalidArgument, match="queued_provisioning = False.*set queued_provisioning: True"):
+    with pytest.raises(InvalidArgument, match="has neither queued_provisioning nor kueue_queue"):
         run_components(body)
 
 
@@ -804,7 +804,7 @@ def test_every_immutable_field_changes_only_with_the_name():
     the pool's name, which is every object's ``metadata.name`` too: whenever one changes, so does
     the name, which pulumi-kubernetes replaces an object for (diff.go
     ``metadataForceNewProperties``) rather than update it."""
-    assert "metadata.name" in change_impact.KUBERNETES_METADATA
+    assert "metadata.name" in provider_rules.KUBERNETES_METADATA
     first = {o["kind"]: o for o in kueue_objects(declare())}
     second = {o["kind"]: o for o in kueue_objects(declare(pool={"node_pool_name": "v6e-other"}))}
     for kind, (section, field) in IMMUTABLE.items():

@@ -581,6 +581,7 @@ def test_no_pulumi_cli_exits_69_before_any_probe(apis, tmp_path):
     done = run_recover("--stack", "dev", env=env)
     assert done.returncode == recover.EXIT_UNAVAILABLE
     assert "Pulumi CLI cannot be run" in done.stderr
+    assert "install it (version 3.226.0 or later): curl -fsSL https://get.pulumi.com | sh" in done.stderr
     assert tpu.calls == []
 
 

@@ -287,3 +287,29 @@ def test_plan_live_shows_the_bump_and_nothing_else():
     assert fresh_stamp_since(started, vm["options"]["replacementTrigger"])
     assert vm["options"]["deleteBeforeReplace"] is True
     assert "info: demo-tpu: node is PREEMPTED -> will be replaced (a new recovery generation)" in tree.stdout
+
+
+def test_the_last_recovery_and_its_cause_are_exported_and_kept_until_the_next(config, live_api, decided_at):
+    from conftest import DECIDED_AT
+
+    live_api.add(ZONE, "demo-tpu", "PREEMPTED", labels={"recovery-generation": "3"})
+    recovered = run_stack(copy.deepcopy(config), previous_outputs={"recoveryGenerations": {"demo-tpu": 3}})
+    last = recovered.outputs["lastRecoveries"]
+    assert last["tpuVms"] == {
+        "demo-tpu": {
+            "action": "replace",
+            "cause": "node is PREEMPTED",
+            "generation": decided_at,
+            "decidedAt": DECIDED_AT.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+    }
+    # The next run finds the node working: it keeps it, and keeps what the stack exported.
+    live_api.nodes.clear()
+    live_api.add(ZONE, "demo-tpu", "READY", labels={"recovery-generation": str(decided_at)})
+    previous = {"recoveryGenerations": {"demo-tpu": decided_at}, "lastRecoveries": last}
+    steady = run_stack(copy.deepcopy(config), previous_outputs=previous)
+    assert steady.outputs["lastRecoveries"]["tpuVms"] == last["tpuVms"]
+    # A VM the stack no longer declares drops out of it.
+    config["tpu-training:tpuVms"][0]["name"] = "other-tpu"
+    renamed = run_stack(copy.deepcopy(config), previous_outputs=previous)
+    assert "demo-tpu" not in renamed.outputs["lastRecoveries"]["tpuVms"]

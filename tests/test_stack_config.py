@@ -4,6 +4,7 @@ that names the key, shows the value and says what is allowed, before any resourc
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 
 import pytest
@@ -258,3 +259,84 @@ def test_a_list_given_as_one_value_says_list_not_tuple(config):
         "(in YAML, for example [us-east5-a])" in message
     )
     assert "tuple" not in message
+
+
+@pytest.mark.parametrize(
+    ("command", "hint"),
+    [
+        ("python3 train.py", "[python3, train.py]"),
+        ("python3 train.py --steps 10", '[python3, train.py, --steps, "10"]'),
+        ("bash -c 'python3 train.py --resume'", '[bash, -c, "python3 train.py --resume"]'),
+    ],
+)
+def test_a_command_given_as_one_string_is_refused_with_the_list_it_meant(config, command, hint):
+    from ruamel.yaml import YAML
+
+    config["tpu-training:jobs"][0]["command"] = command
+    message = _refused(config)
+    assert (
+        f"tpu-training:jobs[0].command = {json.dumps(command)}: should be a list "
+        f"(in YAML, for example {hint})" in message
+    )
+    # The hint is the list it names: as YAML it reads back as the command's words, which plan.
+    words = YAML(typ="safe").load(hint)
+    assert words == shlex.split(command)
+    config["tpu-training:jobs"][0]["command"] = words
+    assert run_stack(config).by_type("kubernetes:batch/v1:Job")
+
+
+# --- runtimeVersion against the TPU generation (Google's "TPU software versions" page) --------
+
+
+def _vm(config, **fields):
+    config["tpu-training:tpuVms"][0].update(fields)
+    return config
+
+
+def test_a_runtime_named_for_another_generation_is_refused_with_the_right_one(config):
+    message = _refused(
+        _vm(config, acceleratorType="v5litepod-8", zone="us-west4-a", runtimeVersion="v2-alpha-tpuv6e")
+    )
+    assert (
+        "tpu-training:tpuVms[0].runtimeVersion = \"v2-alpha-tpuv6e\": 'v2-alpha-tpuv6e' is the TPU "
+        "software version for TPU v6e, "
+        "not v5e (Google's TPU software versions page, https://cloud.google.com/tpu/docs/runtimes); "
+        "for JAX or PyTorch on v5e use 'v2-alpha-tpuv5-lite'"
+    ) in message
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "zone", "runtime"),
+    [
+        ("v5litepod-8", "us-west4-a", "v2-alpha-tpuv5-lite"),
+        ("v6e-8", "us-east5-a", "v2-alpha-tpuv6e"),
+        ("v3-8", "europe-west4-a", "tpu-ubuntu2204-base"),
+        ("v4-8", "us-central2-b", "tpu-vm-v4-base"),
+    ],
+)
+def test_the_runtime_google_lists_for_the_generation_plans_without_a_word(config, accelerator, zone, runtime):
+    run = run_stack(_vm(config, acceleratorType=accelerator, zone=zone, runtimeVersion=runtime))
+    assert [w for w in run.warnings if "runtimeVersion" in w] == []
+
+
+def test_a_v2_to_v4_tensorflow_runtime_on_v5e_is_warned_about(config):
+    run = run_stack(_vm(config, acceleratorType="v5litepod-8", zone="us-west4-a"))  # tpu-vm-tf-2.16.1-pjrt
+    (warning,) = [w for w in run.warnings if "runtimeVersion" in w]
+    assert warning.startswith(
+        "tpu-training:tpuVms[0].runtimeVersion: 'tpu-vm-tf-2.16.1-pjrt' is a TensorFlow version; make sure "
+        "the zone offers it for TPU v5e"
+    )
+    assert "use 'v2-alpha-tpuv5-lite'" in warning
+
+
+def test_a_pod_tensorflow_runtime_on_one_host_is_warned_about(config):
+    run = run_stack(_vm(config, runtimeVersion="tpu-vm-tf-2.16.1-pod-pjrt"))
+    assert any("for multi-host slices (-pod), and this TPU is a single host" in w for w in run.warnings)
+
+
+def test_the_dev_project_in_another_stack_is_warned_about(config):
+    assert not [w for w in run_stack(config, stack="dev").warnings if "dev stack's project" in w]
+    (warning,) = [w for w in run_stack(config, stack="mystack").warnings if "dev stack's project" in w]
+    assert "pulumi config set gcp:project MY_PROJECT --stack mystack" in warning
+    config["gcp:project"] = "my-own-project"
+    assert not [w for w in run_stack(config, stack="mystack").warnings if "dev stack's project" in w]

@@ -22,7 +22,8 @@ from typing import Any, Callable
 import pytest
 from conftest import dev_config, run_components, run_stack
 from tpu_training_components import GkeTpuCluster
-from tpu_training_components.domain import change_impact
+from tpu_training_components import preview as library_preview
+from tpu_training_components.domain import provider_rules
 from tpu_training_components.domain.node_pool_plan import GKE_DEFAULT_NODE_ZONES, system_pool_zones
 from tpu_training_components.domain.stack_identity import DEPLOYED_AS_OUTPUT, rename_problem
 
@@ -37,10 +38,10 @@ PROVIDER = "pulumi:providers:kubernetes"
 # with its provider source in change_impact): one list, so the two cannot drift apart.
 JOB_FORCE_NEW = tuple(
     field.removeprefix("spec.")
-    for field in change_impact.KUBERNETES_RULES["batch/v1/Job"].replace
+    for field in provider_rules.KUBERNETES_RULES["batch/v1/Job"].replace
     if field.startswith("spec.")
 )
-VM_FORCE_NEW = change_impact.TPU_VM.replace
+VM_FORCE_NEW = provider_rules.TPU_VM.replace
 
 Edit = Callable[[dict[str, Any]], None]
 
@@ -197,8 +198,8 @@ def test_the_pods_read_the_config_map_by_its_fixed_name_from_a_provider_that_upd
 
 
 def _provider_with_endpoint(monkeypatch: pytest.MonkeyPatch, endpoint: str, ca: str) -> dict[str, Any]:
-    monkeypatch.setattr(offline, "OFFLINE_CLUSTER_ENDPOINT", endpoint)
-    monkeypatch.setattr(offline, "OFFLINE_CA_CERTIFICATE", ca)
+    monkeypatch.setattr(library_preview, "OFFLINE_CLUSTER_ENDPOINT", endpoint)
+    monkeypatch.setattr(library_preview, "OFFLINE_CA_CERTIFICATE", ca)
     run = run_components(lambda: GkeTpuCluster("tpu-dev", {"location": "us-east5", "project": "proj"}))
     (provider,) = run.by_type(PROVIDER)
     return provider.inputs

@@ -224,7 +224,7 @@ def test_secrets_only_in_the_steps_that_use_them(name):
 def test_the_deployers_token_lives_in_an_environment_and_previews_use_their_own():
     """A repository secret is readable by any branch's workflow; an environment's only where its
     branch rule allows (README: the `recover` environment, default branch only)."""
-    (recover_job,) = load("recover.yml")["jobs"].values()
+    recover_job = load("recover.yml")["jobs"]["recover"]
     assert recover_job["environment"] == "recover"
     preview_text = (WORKFLOWS / "preview.yml").read_text()
     assert "secrets.PULUMI_ACCESS_TOKEN" not in preview_text
@@ -257,52 +257,149 @@ def test_google_cloud_only_through_workload_identity_federation(name):
             }, f"{name}: {job_id}"
 
 
-def matrix_problem(listed: set[str], where: str) -> str:
-    """What to edit when a stack file was added or removed: said by the failure itself."""
-    added, gone = sorted(stack_files() - listed), sorted(listed - stack_files())
-    lines = [f"{where} must list every stack file Pulumi.<stack>.yaml, and only those:"]
-    if added:
-        lines.append(f"  add {', '.join(added)} (a stack file of yours: Pulumi.{added[0]}.yaml)")
-    if gone:
-        lines.append(f"  remove {', '.join(gone)} (no Pulumi.<stack>.yaml for it)")
-    lines.append(
-        "  the two places: .github/workflows/preview.yml jobs.*.strategy.matrix.stack, and "
-        ".github/workflows/recover.yml on.workflow_dispatch.inputs.stack.options and the JSON list "
-        "in jobs.*.strategy.matrix.stack"
-    )
-    return "\n".join(lines)
+# --- the stacks: listed in one place, the stack files themselves ---------------------------------
+
+STACKS_EXPRESSION = "${{ fromJSON(needs.stacks.outputs.stacks) }}"
 
 
-def test_the_preview_matrix_is_every_stack_file():
-    (job,) = load("preview.yml")["jobs"].values()
-    listed = set(job["strategy"]["matrix"]["stack"])
-    assert listed == stack_files(), matrix_problem(listed, "preview.yml's matrix")
+def ci_stacks(*argv: str, root: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return run_tool("bash", str(root / ".ci" / "stacks"), *argv, cwd=root)
 
 
-def test_a_stack_file_missing_from_the_matrices_says_where_to_add_it():
-    listed = (stack_files() - {"dev"}) | {"gone"}  # dev left out, a stack file that is gone listed
-    message = matrix_problem(listed, "preview.yml's matrix")
-    assert "add dev (a stack file of yours: Pulumi.dev.yaml)" in message and "remove gone" in message
-    assert "preview.yml jobs.*.strategy.matrix.stack" in message and "recover.yml" in message
+@pytest.mark.parametrize(("name", "job_id"), [("preview.yml", "preview"), ("recover.yml", "recover")])
+def test_each_matrix_is_the_stack_files_listed_by_ci_stacks(name, job_id):
+    jobs = load(name)["jobs"]
+    assert jobs[job_id]["strategy"]["matrix"]["stack"] == STACKS_EXPRESSION
+    assert jobs[job_id]["needs"] == "stacks"
+    (listing,) = [s for s in jobs["stacks"]["steps"] if s.get("id") == "list"]
+    assert "bash .ci/stacks" in listing["run"]
+    assert jobs["stacks"]["outputs"]["stacks"] == "${{ steps.list.outputs.stacks }}"
 
 
-def test_the_recover_matrix_is_every_stack_file_or_the_one_asked_for():
+def test_ci_stacks_lists_every_stack_file_and_a_new_one_with_no_edit(tmp_path):
+    assert json.loads(ci_stacks().stdout) == sorted(stack_files())
+    # A copy of the repository with one more stack file: the list has it, no workflow edit.
+    (tmp_path / ".ci").mkdir()
+    shutil.copy(REPO / ".ci" / "stacks", tmp_path / ".ci" / "stacks")
+    for stack in ("dev", "prod-eu"):
+        (tmp_path / f"Pulumi.{stack}.yaml").write_text("config: {}\n")
+    (tmp_path / "Pulumi.yaml").write_text("name: x\n")  # the project file is no stack
+    assert json.loads(ci_stacks(root=tmp_path).stdout) == ["dev", "prod-eu"]
+    assert json.loads(ci_stacks("prod-eu", root=tmp_path).stdout) == ["prod-eu"]
+    asked = ci_stacks("prod", root=tmp_path)
+    assert asked.returncode == 1
+    assert "no stack prod: there is no Pulumi.prod.yaml (stacks: dev prod-eu)" in asked.stderr
+
+
+def test_recover_by_hand_takes_any_stack_file_and_the_schedule_takes_all():
     document = load("recover.yml")
     choice = document["on"]["workflow_dispatch"]["inputs"]["stack"]
-    assert choice["default"] == ALL_STACKS
-    options = set(choice["options"]) - {ALL_STACKS}
-    assert options == stack_files(), matrix_problem(options, "recover.yml's stack choice")
-    (job,) = document["jobs"].values()
-    expression = job["strategy"]["matrix"]["stack"]
-    # The matrix is the stack typed in, or for `all` and for the schedule, this JSON list.
-    (every_stack,) = [s for s in re.findall(r"'(\[.*?\])'", expression) if "{0}" not in s]
-    listed = set(json.loads(every_stack))
-    assert listed == stack_files(), matrix_problem(listed, "recover.yml's matrix")
-    assert "inputs.stack" in expression
+    assert choice["type"] == "string" and choice["default"] == ALL_STACKS
+    (listing,) = [s for s in document["jobs"]["stacks"]["steps"] if s.get("id") == "list"]
+    assert listing["env"]["ASKED"] == "${{ inputs.stack || 'all' }}"
+    assert 'bash .ci/stacks "$ASKED"' in listing["run"]
+
+
+# --- a repository that has not set CI up gets a notice, not a failure ---------------------------
+
+CONFIGURATION = {
+    "preview.yml": ("preview", "GCP_PREVIEW_SERVICE_ACCOUNT"),
+    "recover.yml": ("recover", "GCP_SERVICE_ACCOUNT"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGURATION))
+def test_an_unconfigured_repository_skips_with_a_notice(name, tmp_path):
+    job_id, account = CONFIGURATION[name]
+    jobs = load(name)["jobs"]
+    assert jobs[job_id]["if"] == "needs.stacks.outputs.configured == 'true'"
+    (check,) = [s for s in jobs["stacks"]["steps"] if s.get("id") == "configured"]
+    assert check["env"] == {
+        "PROVIDER": "${{ vars.GCP_WORKLOAD_IDENTITY_PROVIDER }}",
+        "ACCOUNT": f"${{{{ vars.{account} }}}}",
+    }
+
+    def run_check(provider: str, service_account: str) -> tuple[str, str]:
+        output = tmp_path / "output"
+        output.write_text("")
+        env = {
+            "PATH": os.environ["PATH"],
+            "GITHUB_OUTPUT": str(output),
+            "PROVIDER": provider,
+            "ACCOUNT": service_account,
+        }
+        done = subprocess.run(
+            ["bash", "-e", "-c", check["run"]], env=env, capture_output=True, text=True, timeout=30
+        )
+        assert done.returncode == 0, done.stderr
+        return output.read_text().strip(), done.stdout
+
+    configured, notice = run_check("", "")
+    assert configured == "configured=false"
+    assert notice.startswith("::notice title=") and account in notice and "docs/ci.md" in notice
+    assert run_check("projects/1/locations/global/workloadIdentityPools/p/providers/g", "sa@p.iam")[0] == (
+        "configured=true"
+    )
+
+
+# --- what the Pulumi steps need ------------------------------------------------------------------
+
+
+def pulumi_steps(name: str) -> list[dict[str, Any]]:
+    """The steps that run the Pulumi CLI: pulumi/actions with a command, and infra.recover."""
+    return [
+        step
+        for _, step in steps(load(name))
+        if (step.get("uses", "").startswith("pulumi/actions@") and "command" in step.get("with", {}))
+        or "infra.recover" in step.get("run", "")
+    ]
+
+
+@pytest.mark.parametrize("name", ["preview.yml", "recover.yml"])
+def test_every_pulumi_step_gets_the_backend_and_the_passphrase(name):
+    found = pulumi_steps(name)
+    assert found
+    for step in found:
+        assert step["env"]["PULUMI_BACKEND_URL"] == "${{ vars.PULUMI_BACKEND_URL }}", step.get("name")
+        assert step["env"]["PULUMI_CONFIG_PASSPHRASE"] == "${{ secrets.PULUMI_CONFIG_PASSPHRASE }}", step.get(
+            "name"
+        )
+
+
+@pytest.mark.parametrize(("name", "job_id"), [("preview.yml", "preview"), ("recover.yml", "recover")])
+def test_the_gke_auth_plugin_is_installed_before_pulumi_runs(name, job_id):
+    job = load(name)["jobs"][job_id]
+    names = [step.get("name") for step in job["steps"]]
+    (setup,) = [
+        s for s in job["steps"] if s.get("uses", "").startswith("google-github-actions/setup-gcloud@")
+    ]
+    assert setup["with"]["install_components"] == "gke-gcloud-auth-plugin"
+    (auth,) = [s for s in job["steps"] if s.get("uses", "").startswith("google-github-actions/auth@")]
+    for step in pulumi_steps(name):
+        assert names.index(auth["name"]) < names.index(setup["name"]) < names.index(step["name"])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_pip_downloads_are_cached(name):
+    for job_id, step in steps(load(name)):
+        if step.get("uses", "").startswith("actions/setup-python@"):
+            assert step["with"]["cache"] == "pip", f"{name}: {job_id}"
+            paths = step["with"]["cache-dependency-path"].split()
+            assert "requirements.txt" in paths and all((REPO / p).is_file() for p in paths), paths
+
+
+def test_the_preview_creates_a_stack_the_backend_does_not_have_yet():
+    (preview,) = [
+        s
+        for s in load("preview.yml")["jobs"]["preview"]["steps"]
+        if s.get("uses", "").startswith("pulumi/actions@")
+    ]
+    # pulumi/actions v7.0.0's action.yml: `upsert`, "Create the stack if it currently does not exist".
+    assert preview["with"]["upsert"] is True
 
 
 def test_recover_never_overlaps_itself_for_a_stack():
-    (job,) = load("recover.yml")["jobs"].values()
+    job = load("recover.yml")["jobs"]["recover"]
     group = job["concurrency"]["group"]
     assert "${{ matrix.stack }}" in group
     assert job["concurrency"]["cancel-in-progress"] is False
@@ -312,7 +409,7 @@ def test_recover_never_overlaps_itself_for_a_stack():
 def test_recover_runs_on_a_schedule_and_by_hand():
     triggers = load("recover.yml")["on"]
     assert triggers["schedule"] and "workflow_dispatch" in triggers
-    (job,) = load("recover.yml")["jobs"].values()
+    job = load("recover.yml")["jobs"]["recover"]
     (recover,) = [s for s in job["steps"] if "infra.recover" in s.get("run", "")]
     assert '--stack "$STACK" --once --json' in recover["run"]
     assert recover["env"]["STACK"] == "${{ matrix.stack }}"
@@ -322,7 +419,7 @@ def test_the_preview_runs_the_policy_pack_in_its_own_environment():
     """`pulumi preview --policy-pack policy`: pulumi/actions v7.0.0 (the pinned commit) names the
     input `policyPacks` in its action.yml and passes each entry as --policy-pack; actionlint does
     not know this action's inputs, so the name is pinned here."""
-    (job,) = load("preview.yml")["jobs"].values()
+    job = load("preview.yml")["jobs"]["preview"]
     names = [step.get("name") for step in job["steps"]]
     (preview,) = [s for s in job["steps"] if s.get("uses", "").startswith("pulumi/actions@")]
     assert preview["uses"].endswith("@8e5e406f4007fca908480587cb9893c07090f58d")

@@ -36,6 +36,7 @@ from .resources.engines import WorkloadEngines, WorkloadEnginesArgs
 from .resources.gke_cluster import GkeTpuCluster, GkeTpuClusterArgs
 from .resources.identity import TrainingServiceAccount, TrainingServiceAccountArgs
 from .resources.network import TrainingNetwork, TrainingNetworkArgs
+from .resources.project_apis import ProjectApis, ProjectApisArgs
 from .resources.queued_provisioning import QueuedProvisioning, QueuedProvisioningArgs
 from .resources.tpu_node_pool import FlexStartTpuNodePool, FlexStartTpuNodePoolArgs, TpuNodePoolSelection
 from .resources.tpu_vm import PreemptibleTpuVm, PreemptibleTpuVmArgs
@@ -62,6 +63,8 @@ __all__ = [
     "MachineType",
     "PreemptibleTpuVm",
     "PreemptibleTpuVmArgs",
+    "ProjectApis",
+    "ProjectApisArgs",
     "QueuedProvisioning",
     "QueuedProvisioningArgs",
     "SliceShape",

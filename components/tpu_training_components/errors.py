@@ -11,7 +11,7 @@ from typing import Any, ForwardRef, Iterable, Mapping, Optional, Sequence
 
 import pulumi
 
-from .domain.naming import MAX_LABELS, PROVIDER_LABELS, label_problem
+from .domain.naming import MAX_LABELS, PROVIDER_LABELS, kubernetes_label_problem, label_problem
 from .domain.startup_script import user_env_problem
 
 
@@ -54,6 +54,9 @@ def check_known(where: str, args: Any, allowed: Iterable[str]) -> None:
 
 
 def _shown(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        # repr() refuses integers beyond 4,300 digits (sys.int_info.default_max_str_digits).
+        return f"a whole number of about {int(value.bit_length() * 0.30103) + 1} digits"
     text = repr(value)
     return text if len(text) <= 80 else f"{text[:77]}..."
 
@@ -258,6 +261,15 @@ def check_labels(where: str, labels: Mapping[str, str], *, added: int = 0) -> No
         )
 
 
+def check_kubernetes_labels(where: str, labels: Mapping[str, str]) -> None:
+    """Reject labels the Kubernetes API server would refuse (a Google Cloud label may still be one:
+    a key ending in '-', a value with an accented letter), before anything is declared."""
+    for key, value in labels.items():
+        problem = kubernetes_label_problem(key, value)
+        if problem:
+            raise InvalidArgument(f"{where}: labels: {problem}")
+
+
 def check_checkpoint_dir(where: str, checkpoint_dir: str) -> None:
     """Checkpoints live in Cloud Storage: refuse anything but a ``gs://`` prefix."""
     if not checkpoint_dir.startswith("gs://"):
@@ -285,11 +297,14 @@ def check_environment(where: str, environment: Mapping[str, str], checkpoint_dir
             raise InvalidArgument(f"{where}: environment: {problem}")
 
 
-def check_whole_number(where: str, key: str, value: Any) -> None:
-    """A plain count must be a whole number >= 0 (an Output is checked by nobody: its value is not
-    known yet). For a recovery generation: it becomes a label value and the replacement trigger,
-    where ``2.0`` or ``-1`` would read as a different generation."""
+def check_whole_number(where: str, key: str, value: Any, *, most: Optional[int] = None) -> None:
+    """A plain count must be a whole number >= 0, and at most ``most`` when given (an Output is
+    checked by nobody: its value is not known yet). For a recovery generation: it becomes a label
+    value and the replacement trigger, where ``2.0`` or ``-1`` would read as a different
+    generation."""
     if isinstance(value, pulumi.Output):
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidArgument(f"{where}: {key} {value!r} must be a whole number >= 0")
+        raise InvalidArgument(f"{where}: {key} {_shown(value)} must be a whole number >= 0")
+    if most is not None and value > most:
+        raise InvalidArgument(f"{where}: {key} = {_shown(value)}; allowed: 0-{most}")

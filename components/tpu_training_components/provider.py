@@ -3,8 +3,11 @@ library, under the package name ``tpu-training``. Kept here so that tests and th
 point read one list."""
 
 import asyncio
+import inspect
+import json
 import re
 import sys
+import typing
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Optional
 
@@ -27,6 +30,7 @@ from pulumi.provider.experimental.analyzer import (  # noqa: E402
     PropertyType,
 )
 from pulumi.provider.experimental.component import ComponentProvider  # noqa: E402
+from pulumi.provider.experimental.util import camel_case  # noqa: E402
 from pulumi.provider.server import ComponentInitError  # noqa: E402
 
 from .errors import InvalidArgument  # noqa: E402
@@ -90,6 +94,7 @@ class TpuTrainingProvider(ComponentProvider):
 
     def __init__(self) -> None:
         super().__init__(list(COMPONENTS), PACKAGE_NAME, None, PACKAGE_VERSION)
+        self.schema = json.dumps(_with_inherited_descriptions(json.loads(self.schema or "{}"), self.analyzer))
 
     def map_inputs(self, inputs: Any, component_def: ComponentDefinition) -> Any:
         prepared: dict[str, Any] = {}
@@ -137,6 +142,50 @@ class TpuTrainingProvider(ComponentProvider):
                     f"({type(inner).__name__}: {inner})"
                 )
             raise pulumi.RunError(_in_schema_names(message, component_def)) from None
+
+
+def _declaring_classes(owner: Any) -> list[Any]:
+    """``owner`` and the classes it inherits fields from: a class's MRO, or for a ``TypedDict``
+    (whose MRO is only ``dict``, and which keeps no bases before Python 3.12) the TypedDicts its
+    module sees whose fields it has: those it was declared from."""
+    if typing.is_typeddict(owner):
+        keys = owner.__annotations__.keys()
+        seen = vars(sys.modules[owner.__module__]).values()
+        return [
+            owner,
+            *(
+                v
+                for v in seen
+                if typing.is_typeddict(v) and v is not owner and v.__annotations__.keys() <= keys
+            ),
+        ]
+    return [cls for cls in owner.__mro__ if cls not in (object, pulumi.Resource, pulumi.ComponentResource)]
+
+
+def _with_inherited_descriptions(schema: dict[str, Any], analyzer: Any) -> dict[str, Any]:
+    """The schema with a description for every property a component inherits. The SDK's analyzer
+    reads a property's docstring from the source of the class it analyses only, so a field of a
+    base (``TpuTrainingJobSetArgs`` from ``TpuTrainingJobArgs``, the outputs of
+    ``TrainingWorkload``) would have none: it is read here from the class that declares it, with
+    the analyzer's own reader (``Analyzer.get_docstring``)."""
+    for component in COMPONENTS:
+        resource = schema.get("resources", {}).get(f"{PACKAGE_NAME}:index:{component.__name__}", {})
+        args_type = inspect.signature(component.__init__).parameters["args"].annotation
+        for section, owner in (("inputProperties", args_type), ("properties", component)):
+            names = {
+                camel_case(key): key
+                for cls in _declaring_classes(owner)
+                for key in inspect.get_annotations(cls)
+            }
+            for schema_name, prop in resource.get(section, {}).items():
+                if prop.get("description") or schema_name not in names:
+                    continue
+                for cls in _declaring_classes(owner):
+                    docstring = analyzer.get_docstring(cls, names[schema_name])
+                    if docstring:
+                        prop["description"] = docstring
+                        break
+    return schema
 
 
 def _whole_number(value: Any) -> Any:

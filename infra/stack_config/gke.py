@@ -149,6 +149,14 @@ class NodePoolConfig(Model):
     reservation: Optional[StrictStr] = None
     # Nodes only through Kueue and GKE's ProvisioningRequests: a whole slice at once, or a wait.
     queued_provisioning: StrictBool = False
+    # Workloads admitted whole, in turn, through a Kueue queue of the pool's chips (no
+    # ProvisioningRequests): a multislice JobSet starts only when all its slices are free.
+    kueue_queue: StrictBool = False
+
+    @property
+    def queued(self) -> bool:
+        """The pool's workloads go through its Kueue queue (queued provisioning or kueueQueue)."""
+        return self.queued_provisioning or self.kueue_queue
 
     @field_validator("machine_type")
     @classmethod
@@ -317,6 +325,33 @@ def gke_problems(config: StackConfig, planned: list[TpuNodePoolPlan | catalogue.
         plan = planned[pool_index]
         if isinstance(plan, TpuNodePoolPlan):
             problems.extend(_jobset_problems(index, job, plan))
+    problems.extend(_oversubscription_problems(config, planned))
+    return problems
+
+
+def _oversubscription_problems(
+    config: StackConfig, planned: list[TpuNodePoolPlan | catalogue.CatalogueError]
+) -> list[str]:
+    """A pool without a queue holds at once no more slices than its jobs ask for together. Without
+    a queue nothing admits a workload whole: two 2-slice JobSets on a 2-slice pool each start on
+    what is free, and with one slice each (JobSet's exclusive placement) both wait forever; two
+    multi-host Jobs on one slice split its nodes the same way. A queued pool's Kueue admits one
+    workload at a time within the pool's chips, so its jobs may ask for more: they wait their turn."""
+    problems = []
+    for index, (pool, plan) in enumerate(zip(config.node_pools, planned, strict=True)):
+        if not isinstance(plan, TpuNodePoolPlan) or plan.queue_name is not None:
+            continue
+        runs = [(job.name, job.slices) for job in config.jobs if job.node_pool == pool.name]
+        asked = sum(slices for _, slices in runs)
+        if len(runs) > 1 and asked > plan.slices:
+            shown = ", ".join(f"{name} ({slices})" for name, slices in runs)
+            problems.append(
+                f"{PROJECT}:nodePools[{index}] ({pool.name}): its jobs ask for {asked} slices together "
+                f"({shown}) and it holds {plan.slices}; without a queue nothing admits a run whole, so "
+                f"they would split its slices and nodes and wait for each other: raise its slices to "
+                f"{asked}, move a job to another pool, or give it kueueQueue: true (Kueue then "
+                f"admits each whole, in turn)"
+            )
     return problems
 
 

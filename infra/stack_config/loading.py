@@ -9,6 +9,8 @@ import functools
 import importlib.util
 import json
 import re
+import shlex
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -31,6 +33,7 @@ from .training import CheckpointingConfig, RecoveryConfig, RestartBudgetConfig, 
 
 # Keys of the project namespace this program reads.
 _PROJECT_KEYS = (
+    "enableApis",
     "labels",
     "network",
     "tpuVms",
@@ -89,12 +92,28 @@ def _format_error(error: Any, allowed_by_path: dict[str, list[str]]) -> str:
     value = error["input"]
     if error["type"] in ("tuple_type", "list_type"):
         # pydantic says "tuple"; the stack file holds a YAML list.
-        example = f"[{value}]" if isinstance(value, (str, int, float)) else "[a, b]"
+        example = _as_yaml_list(value) if isinstance(value, (str, int, float)) else "[a, b]"
         message = f"should be a list (in YAML, for example {example})"
     if error["type"] == "string_type" and isinstance(value, (bool, int, float)):
         # YAML reads `5` and `true` as a number and a boolean: the value wants quotes.
         message += f'; write it in quotes ("{json.dumps(value)}") so YAML reads it as text'
     return f"{path} = {json.dumps(value, default=str, ensure_ascii=False)}: {message}"
+
+
+def _as_yaml_list(value: str | int | float) -> str:
+    """``value`` as the YAML list it was meant to be: a command line split into its words as a
+    shell would (``python3 train.py`` -> ``[python3, train.py]``), each quoted where YAML needs it."""
+    try:
+        words = shlex.split(value) if isinstance(value, str) else [str(value)]
+    except ValueError:  # an unbalanced quote: leave the text as one item
+        words = [str(value)]
+    plain = re.compile(r"[A-Za-z_./$][A-Za-z0-9_./$=+@%-]*|--?[A-Za-z][A-Za-z0-9_=-]*")
+    typed = {"true", "false", "null", "yes", "no", "on", "off"}  # YAML would not read these as text
+    return (
+        "["
+        + ", ".join(w if plain.fullmatch(w) and w.lower() not in typed else json.dumps(w) for w in words)
+        + "]"
+    )
 
 
 def _shape(loc: tuple[Any, ...]) -> str:
@@ -131,6 +150,20 @@ def is_config_secret(key: str) -> bool:
     from pulumi.runtime import config as runtime_config
 
     return runtime_config.is_config_secret(key)
+
+
+class _HugeNumber(ValueError):
+    def __init__(self, digits: int) -> None:
+        super().__init__(digits)
+        self.digits = digits
+
+
+def _bounded_int(text: str) -> int:
+    # Python's int() refuses more digits than this (4,300 by default) with a bare ValueError; up
+    # to it, the number reaches the model, whose own limits name its exact key.
+    if len(text.lstrip("-")) > sys.get_int_max_str_digits():
+        raise _HugeNumber(len(text.lstrip("-")))
+    return int(text)
 
 
 def _not_structured(key: str, text: str) -> str:
@@ -286,7 +319,11 @@ def load(stack: str | None = None) -> StackConfig:
             )
             continue
         try:
-            raw[key] = json.loads(text)
+            raw[key] = json.loads(text, parse_int=_bounded_int)
+        except _HugeNumber as exc:
+            problems.append(
+                f"{PROJECT}:{key} holds a number of {exc.digits} digits; no setting takes one that long"
+            )
         except json.JSONDecodeError:
             problems.append(_not_structured(key, text))
 

@@ -9,6 +9,7 @@ from typing import Annotated, Callable, Optional
 from pydantic import (
     AfterValidator,
     Field,
+    StrictBool,
     StrictStr,
     model_validator,
 )
@@ -32,6 +33,7 @@ from tpu_training_components.domain.termination_grace import (
     save_fit_problem,
 )
 from tpu_training_components.domain.tpu_availability import zone_warning
+from tpu_training_components.domain.tpu_software import runtime_version_warning
 
 from .fields import (
     PROJECT,
@@ -46,6 +48,9 @@ from .network import NetworkConfig
 from .storage import TRAINER_CODE_VARIABLE, BucketConfig, TrainerCodeConfig
 from .tpu_vms import TpuVmConfig
 from .training import CheckpointingConfig, RecoveryConfig, TrainingConfig
+
+DEV_PROJECT = "tpu-training-dev"
+"""The dev stack's project (Pulumi.dev.yaml): another stack naming it was copied and not edited."""
 
 _GS_BUCKET = re.compile(r"gs://([a-z0-9][a-z0-9._-]{1,220}[a-z0-9])")
 
@@ -62,6 +67,8 @@ class StackConfig(Model):
 
     stack: StrictStr
     gcp_project: Annotated[StrictStr, AfterValidator(no_problem(naming.project_id_problem))]
+    # On by default: a new project has most APIs off, and the first `pulumi up` would fail on each.
+    enable_apis: StrictBool = True
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     network: NetworkConfig = NetworkConfig()
     tpu_vms: tuple[TpuVmConfig, ...] = ()
@@ -244,6 +251,17 @@ class StackConfig(Model):
             warning = zone_warning(vm.accelerator.generation, vm.zone)
             if warning:
                 found.append(f"{PROJECT}:tpuVms[{index}].zone: {warning}")
+            runtime = runtime_version_warning(
+                vm.runtime_version, vm.accelerator.generation, multi_host=vm.accelerator.multi_host
+            )
+            if runtime:
+                found.append(f"{PROJECT}:tpuVms[{index}].runtimeVersion: {runtime}")
+        if self.gcp_project == DEV_PROJECT and self.stack != "dev":
+            found.append(
+                f"gcp:project = {DEV_PROJECT!r} is the dev stack's project, copied from Pulumi.dev.yaml: "
+                f"put your own project in Pulumi.{self.stack}.yaml (`pulumi config set gcp:project "
+                f"MY_PROJECT --stack {self.stack}`)"
+            )
         if self.cluster is not None:
             for index, pool in enumerate(self.node_pools):
                 plan = self.pool_plan(pool)

@@ -10,11 +10,13 @@ from pydantic import (
     StrictBool,
     StrictInt,
     StrictStr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 from tpu_training_components.domain import catalogue, naming
 from tpu_training_components.domain.gcp_locations import zone_problem
+from tpu_training_components.domain.tpu_software import runtime_version_problem
 
 from .fields import (
     EnvName,
@@ -44,6 +46,16 @@ class TpuVmConfig(Model):
     # Bumped by the user to re-create this VM now (a fresh boot running the current startup
     # script); edits of the command, environment or scale otherwise wait for the next boot.
     restart_generation: StrictInt = Field(default=0, ge=0)
+
+    @field_validator("runtime_version")
+    @classmethod
+    def _runtime_for_the_generation(cls, value: str, info: ValidationInfo) -> str:
+        accelerator = info.data.get("accelerator_type")  # absent when it was refused itself
+        if accelerator is not None:
+            problem = runtime_version_problem(value, catalogue.accelerator_type(accelerator).generation)
+            if problem:
+                raise ValueError(problem)
+        return value
 
     @model_validator(mode="after")
     def _subnetwork_in_the_vms_region(self) -> TpuVmConfig:

@@ -40,6 +40,8 @@ class LoopbackJsonServer(BackgroundServer):
 
     def __init__(self, tls: Optional[tuple[Path, Path]] = None) -> None:
         self.calls: list[str] = []
+        self.bodies: list[bytes] = []
+        """The body of each POST request, in order."""
         self.headers: list[dict[str, str]] = []
         """Each request's headers, names in lower case."""
         self.fail_with: int | None = None
@@ -54,6 +56,14 @@ class LoopbackJsonServer(BackgroundServer):
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                self._answer("GET")
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                length = int(self.headers.get("Content-Length") or 0)
+                server.bodies.append(self.rfile.read(length))
+                self._answer("POST")
+
+            def _answer(self, method: str) -> None:
                 path, _, query = self.path.partition("?")
                 server.calls.append(path)
                 server.headers.append({k.lower(): v for k, v in self.headers.items()})
@@ -62,7 +72,7 @@ class LoopbackJsonServer(BackgroundServer):
                 if server.fail_with is not None:
                     status, body = server.fail_with, {"error": {"code": server.fail_with, "message": "boom"}}
                 else:
-                    status, body = server.route("GET", path, query, dict(self.headers.items()))
+                    status, body = server.route(method, path, query, dict(self.headers.items()))
                 data = server.raw_body if server.raw_body is not None else json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", server.content_type)

@@ -1,328 +1,44 @@
-"""What `pulumi up` does to each resource when its declared inputs change, by the providers' own
-rules: create, delete, update in place or replace; and what that means for a running training.
+"""What `pulumi up` does to each resource when its declared inputs or options change: create,
+delete, update in place or replace, in which order, and what that means for a running training.
 
 Pure Python (no Pulumi): it compares two plans in the shape ``python -m infra.plan --json``
-writes (``resources: [{urn, type, name, inputs, options}]``), so a plan written from the deployed
-commit tells what the next `pulumi up` of this commit would replace. Field paths are the
-engine's camelCase inputs (``nodeConfig.maxRunDuration``, ``spec.template``), with list items
-matched whatever their index: a rule knows fields, not this stack's resources, so it holds for
-any program that declares these resource types.
-
-Where a rule comes from (each table entry names its file):
-
-- pulumi-gcp is the Terraform provider bridged: a field marked ``ForceNew`` in the Terraform
-  schema makes the bridge answer "replace". Read in hashicorp/terraform-provider-google at
-  e03b7622 (2026-08-21) and, for the TPU VM (a beta resource), terraform-provider-google-beta
-  ``google-beta/services/tpuv2/resource_tpu_v2_vm.go`` at 049a8b9e. A ForceNew *block*
-  (``node_config``, ``placement_policy``) replaces when it appears or disappears (the SDK checks
-  the block's own ForceNew on its item count); a field inside it follows its own ForceNew.
-- pulumi-kubernetes ``provider/pkg/provider/diff.go`` (94977969, 2026-07-01):
-  ``metadataForceNewProperties`` (``.metadata.name``, ``.metadata.namespace`` for every kind) and
-  the ``forceNew`` table per group/version/kind; its ``provider.go`` ``DiffConfig`` for the
-  provider itself.
-- The Pulumi engine: a resource whose ``replacement_trigger`` value differs from the stored one
-  is replaced (a trigger that appears where there was none does not replace), and every resource
-  of a provider that is replaced is replaced with it (shared/REFERENCE.md, "Pulumi").
+writes (``resources: [{urn, type, name, parent, custom, inputs, options}]``), so a plan written
+from the deployed commit tells what the next `pulumi up` of this commit would do. It models the
+Pulumi engine (pulumi/pulumi v3.259.0, commit 0ac56e876614aedf12771d73ef7e80959b8a6fd4,
+``pkg/resource/deploy/step_generator.go``): finding a resource's old state by its URN or its
+aliases (``getOldResource``, ``generateAliases``), ``ignoreChanges`` (``processIgnoreChanges``),
+``replaceOnChanges`` (``applyReplaceOnChanges``), replacement triggers, delete-before-replace,
+protect, and the replacement of everything on a replaced provider. Which fields each provider
+replaces on is data, per type, in ``provider_rules``: nothing here knows a resource type. Field
+paths are the engine's camelCase inputs (``nodeConfig.maxRunDuration``, ``spec.template``), list
+items matched whatever their index.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal, Mapping, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, Optional, Sequence
+
+from .provider_rules import (
+    HELM_RELEASE_TYPE,
+    KUBERNETES_PROVIDER,
+    NEXT_BOOT,
+    TRAINING_RESTARTS,
+    content_replacements,
+    kubernetes_provider_replaced,
+    plan_facts,
+    rules_for,
+)
+
+__all__ = ["NEXT_BOOT", "TRAINING_RESTARTS", "ResourceChange", "changed_paths", "classify", "compare_plans"]
 
 Action = Literal["create", "delete", "update", "replace", "same"]
 
 _INDEX = re.compile(r"\[\d+\]")
-
-_TF = "hashicorp/terraform-provider-google"
-_TF_BETA = "hashicorp/terraform-provider-google-beta"
-_K8S_DIFF = "pulumi/pulumi-kubernetes provider/pkg/provider/diff.go"
-
-
-@dataclass(frozen=True)
-class TypeRules:
-    """How one resource type's provider decides between an update in place and a replacement."""
-
-    source: str
-    """Where the rules were read (repository, file, function)."""
-    replace: tuple[str, ...] = ()
-    """Field paths whose change, at or under the path, replaces the resource."""
-    replace_if_added_or_removed: tuple[str, ...] = ()
-    """ForceNew blocks: replacing when the block appears or disappears, not when a field inside
-    it changes (that field's own rule decides)."""
-    replace_any: bool = False
-    """Every input forces replacement (the resource has no update at all)."""
-    notes: Mapping[str, str] = field(default_factory=dict)
-    """Field path -> what an in-place change of it means (when it takes effect, what it disturbs)."""
-    replaced_means: str = ""
-    """What a replacement does to a running training, when it does something; '' when it does not."""
-
-
-TRAINING_RESTARTS = "training restarts from its checkpoint"
-
-NEXT_BOOT = "next-boot"
-"""``ResourceChange.effects`` marker: the change reaches the machine only when it next boots."""
-
-# The Terraform provider's ForceNew fields of google_tpu_v2_vm (resource_tpu_v2_vm.go, schema of
-# ResourceTpuV2Vm): name, runtime_version, accelerator_config, accelerator_type, cidr_block,
-# network_config(s), scheduling_config, service_account, shielded_instance_config, zone, project.
-# Updatable: description, labels, metadata, tags, data_disks.
-TPU_VM = TypeRules(
-    source=f"{_TF_BETA} google-beta/services/tpuv2/resource_tpu_v2_vm.go, ForceNew in ResourceTpuV2Vm",
-    replace=(
-        "name",
-        "zone",
-        "project",
-        "runtimeVersion",
-        "acceleratorType",
-        "acceleratorConfig",
-        "cidrBlock",
-        "networkConfig",
-        "networkConfigs",
-        "schedulingConfig",
-        "serviceAccount",
-        "shieldedInstanceConfig",
-    ),
-    notes={
-        # Cloud TPU API: `startup-script` "runs at every boot" (shared/REFERENCE.md); the provider
-        # patches the node's metadata without restarting it.
-        "metadata": (
-            "metadata updated in place: takes effect at the node's next boot (or restart it on purpose)"
-        ),
-    },
-    replaced_means=TRAINING_RESTARTS,
-)
-
-_NODES_RECREATED = "GKE re-creates the pool's nodes with the new machine or disk: Pods on them restart"
-
-# google_container_node_pool: top-level ForceNew fields in resource_container_node_pool.go
-# (schemaNodePool and ResourceContainerNodePool), node_config's in node_config.go
-# (schemaNodeConfig). node_config and placement_policy are ForceNew blocks.
-NODE_POOL = TypeRules(
-    source=(
-        f"{_TF} google/services/container/resource_container_node_pool.go schemaNodePool and "
-        f"node_config.go schemaNodeConfig, ForceNew"
-    ),
-    replace=(
-        "project",
-        "cluster",
-        "location",
-        "name",
-        "namePrefix",
-        "initialNodeCount",
-        "maxPodsPerNode",
-        "placementPolicy.policyName",
-        "queuedProvisioning",
-        "networkConfig.createPodRange",
-        "networkConfig.podRange",
-        "networkConfig.podIpv4CidrBlock",
-        "networkConfig.additionalNodeNetworkConfigs",
-        "networkConfig.additionalPodNetworkConfigs",
-        "networkConfig.podCidrOverprovisionConfig",
-        "networkConfig.acceleratorNetworkProfile",
-        "networkConfig.subnetwork",
-        "nodeConfig.guestAccelerators",
-        "nodeConfig.localSsdCount",
-        "nodeConfig.ephemeralStorageLocalSsdConfig",
-        "nodeConfig.localNvmeSsdBlockConfig",
-        "nodeConfig.secondaryBootDisks",
-        "nodeConfig.metadata",
-        "nodeConfig.minCpuPlatform",
-        "nodeConfig.oauthScopes",
-        "nodeConfig.preemptible",
-        "nodeConfig.reservationAffinity",
-        "nodeConfig.spot",
-        "nodeConfig.serviceAccount",
-        "nodeConfig.shieldedInstanceConfig",
-        "nodeConfig.sandboxConfig",
-        "nodeConfig.bootDiskKmsKey",
-        "nodeConfig.nodeGroup",
-        "nodeConfig.advancedMachineFeatures",
-        "nodeConfig.soleTenantConfig",
-        "nodeConfig.hostMaintenancePolicy",
-        "nodeConfig.enableConfidentialStorage",
-        "nodeConfig.localSsdEncryptionMode",
-        "nodeConfig.maxRunDuration",
-        "nodeConfig.flexStart",
-    ),
-    replace_if_added_or_removed=("nodeConfig", "placementPolicy"),
-    notes={
-        # nodePoolNodeConfigUpdate (node_config.go) sends these in one UpdateNodePool call; GKE
-        # applies a new machine type or boot disk by re-creating the pool's nodes.
-        "nodeConfig.machineType": _NODES_RECREATED,
-        "nodeConfig.diskSizeGb": _NODES_RECREATED,
-        "nodeConfig.diskType": _NODES_RECREATED,
-        "nodeConfig.imageType": _NODES_RECREATED,
-        # Updated in place (not ForceNew), but a zone taken away takes its nodes with it: a slice
-        # there is deleted, and the training on it restarts from its checkpoint where it comes back.
-        "nodeLocations": (
-            "node locations are updated in place, but the nodes in a zone taken away are deleted: "
-            f"a slice there goes, and {TRAINING_RESTARTS} on the new nodes"
-        ),
-        # Neither ForceNew nor read by nodePoolUpdate: the provider plans it and never applies it.
-        "placementPolicy.tpuTopology": (
-            "the provider does not change an existing pool's TPU topology (nodePoolUpdate has no "
-            "placement_policy update): replace the pool by hand (`pulumi up --replace URN`)"
-        ),
-    },
-    replaced_means=f"its nodes are deleted and re-created; {TRAINING_RESTARTS} on the new nodes",
-)
-
-# google_container_cluster: top-level ForceNew fields of ResourceContainerCluster.
-CLUSTER = TypeRules(
-    source=f"{_TF} google/services/container/resource_container_cluster.go, ForceNew",
-    replace=(
-        "name",
-        "location",
-        "project",
-        "clusterIpv4Cidr",
-        "description",
-        "enableKubernetesAlpha",
-        "enableTpu",
-        "enableAutopilot",
-        "initialNodeCount",
-        "confidentialNodes",
-        "network",
-        "subnetwork",
-        "nodePools",
-        "ipAllocationPolicy",
-        "networkingMode",
-        "defaultMaxPodsPerNode",
-        "datapathProvider",
-        "dataplaneOptimizationMode",
-    ),
-    replaced_means=f"every node pool and Job on it goes with it; {TRAINING_RESTARTS} on the new cluster",
-)
-
-# google_storage_bucket: name, location, project, enable_object_retention and
-# hierarchical_namespace are ForceNew; CustomizeDiff ForceNewIfChange("retention_policy.0.is_locked").
-BUCKET = TypeRules(
-    source=f"{_TF} google/services/storage/resource_storage_bucket.go, ForceNew",
-    replace=(
-        "name",
-        "location",
-        "project",
-        "enableObjectRetention",
-        "hierarchicalNamespace",
-        "retentionPolicy.isLocked",
-    ),
-    replaced_means="a new, empty bucket: checkpoints in the old one are not copied",
-)
-
-# IAM members have no update: role, member, condition and the resource are all ForceNew
-# (google/tpgiamresource/resource_iam_member.go; the bucket in storage/iam_storage_bucket.go).
-IAM_MEMBER = TypeRules(
-    source=f"{_TF} google/tpgiamresource/resource_iam_member.go, no update", replace_any=True
-)
-
-_COMPUTE = f"{_TF} google/services/compute"
-GCP_RULES: Mapping[str, TypeRules] = {
-    "gcp:tpu/v2Vm:V2Vm": TPU_VM,
-    "gcp:container/nodePool:NodePool": NODE_POOL,
-    "gcp:container/cluster:Cluster": CLUSTER,
-    "gcp:storage/bucket:Bucket": BUCKET,
-    "gcp:storage/bucketIAMMember:BucketIAMMember": IAM_MEMBER,
-    "gcp:projects/iAMMember:IAMMember": IAM_MEMBER,
-    "gcp:serviceaccount/iAMMember:IAMMember": IAM_MEMBER,
-    "gcp:serviceaccount/account:Account": TypeRules(
-        source=f"{_TF} google/services/resourcemanager/resource_google_service_account.go",
-        replace=("accountId", "project"),
-    ),
-    "gcp:compute/network:Network": TypeRules(
-        source=f"{_COMPUTE}/resource_compute_network.go",
-        replace=(
-            "name",
-            "autoCreateSubnetworks",
-            "description",
-            "internalIpv6Range",
-            "networkProfile",
-            "params",
-            "project",
-        ),
-        replaced_means=f"every subnetwork, TPU VM and cluster on it is re-created: {TRAINING_RESTARTS}",
-    ),
-    "gcp:compute/subnetwork:Subnetwork": TypeRules(
-        source=f"{_COMPUTE}/resource_compute_subnetwork.go",
-        replace=(
-            "name",
-            "network",
-            "description",
-            "externalIpv6Prefix",
-            "internalIpv6Prefix",
-            "params",
-            "region",
-            "reservedInternalRange",
-            "resolveSubnetMask",
-            "project",
-        ),
-        replaced_means=f"the TPU VMs and cluster in it are re-created: {TRAINING_RESTARTS}",
-    ),
-    "gcp:compute/firewall:Firewall": TypeRules(
-        source=f"{_COMPUTE}/resource_compute_firewall.go",
-        replace=("name", "direction", "params", "project"),
-    ),
-    "gcp:compute/router:Router": TypeRules(
-        source=f"{_COMPUTE}/resource_compute_router.go",
-        replace=(
-            "name",
-            "encryptedInterconnectRouter",
-            "nccGateway",
-            "network",
-            "params",
-            "region",
-            "project",
-        ),
-    ),
-    "gcp:compute/routerNat:RouterNat": TypeRules(
-        source=f"{_COMPUTE}/resource_compute_router_nat.go",
-        replace=("name", "router", "endpointTypes", "initialNatIps", "region", "type", "project"),
-    ),
-}
-
-# diff.go: every kind replaces on a new name or namespace (metadataForceNewProperties).
-KUBERNETES_METADATA = ("metadata.name", "metadata.namespace")
-
-_CONFIG_READ_AT_START = (
-    "running Pods keep the values they read when they started; they see the new ones when they next start"
-)
-
-KUBERNETES_RULES: Mapping[str, TypeRules] = {
-    # diff.go `job`: .spec.completions, .spec.parallelism, .spec.selector, .spec.template: any
-    # change in the Pod template (an env value, an image, an affinity term) re-creates the Job.
-    "batch/v1/Job": TypeRules(
-        source=f"{_K8S_DIFF}, forceNew: batch/v1 Job",
-        replace=(
-            *KUBERNETES_METADATA,
-            "spec.completions",
-            "spec.parallelism",
-            "spec.selector",
-            "spec.template",
-        ),
-        replaced_means=TRAINING_RESTARTS,
-    ),
-    "v1/Service": TypeRules(
-        source=f"{_K8S_DIFF}, forceNew: core/v1 Service",
-        replace=(*KUBERNETES_METADATA, "spec.clusterIP"),
-    ),
-    # ConfigMap data replaces unless the provider sets enableConfigMapMutable (and the map is
-    # not immutable): see `classify`. Running Pods keep what they read when they started.
-    "v1/ConfigMap": TypeRules(
-        source=f"{_K8S_DIFF}, forceNewProperties: ConfigMap .data, .binaryData unless enableConfigMapMutable",
-        replace=KUBERNETES_METADATA,
-        notes={"data": _CONFIG_READ_AT_START, "binaryData": _CONFIG_READ_AT_START},
-        replaced_means=_CONFIG_READ_AT_START,
-    ),
-    "v1/Secret": TypeRules(
-        source=f"{_K8S_DIFF}, forceNewProperties: Secret .type; .data, .stringData unless mutable",
-        replace=(*KUBERNETES_METADATA, "type"),
-    ),
-}
-
-KUBERNETES_DEFAULT = TypeRules(source=f"{_K8S_DIFF}, metadataForceNewProperties", replace=KUBERNETES_METADATA)
-
-KUBERNETES_PROVIDER = "pulumi:providers:kubernetes"
+_ENGINE = "Pulumi engine, pkg/resource/deploy/step_generator.go"
+ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
 
 
 @dataclass(frozen=True)
@@ -338,10 +54,17 @@ class ResourceChange:
     because: tuple[str, ...] = ()
     """Why it is replaced: the paths or trigger that force it, each with its rule's source."""
     notes: tuple[str, ...] = ()
-    """What an in-place change means for the running thing (when it takes effect)."""
+    """What the change means for the running thing (when it takes effect, what blocks it)."""
     effects: tuple[str, ...] = ()
     """Markers for callers (``NEXT_BOOT``)."""
     replaced_means: str = ""
+    delete_first: Optional[bool] = None
+    """For a replacement: the old resource is deleted before the new one is created (True), or
+    after (False); None when the provider decides and this module cannot say."""
+    previous_urn: str = ""
+    """The URN the resource was deployed at, when it is found there by an alias."""
+    blocked: str = ""
+    """Why `pulumi up` fails on this step instead of doing it ('' when it does not)."""
 
     @property
     def restarts_training(self) -> bool:
@@ -358,6 +81,9 @@ class ResourceChange:
             "notes": list(self.notes),
             "effects": list(self.effects),
             "restartsTraining": self.restarts_training,
+            "deleteFirst": self.delete_first,
+            "previousUrn": self.previous_urn or None,
+            "blocked": self.blocked or None,
         }
 
 
@@ -395,9 +121,12 @@ def _components(path: str) -> list[str]:
 
 
 def _at_or_under(path: str, rule: str) -> bool:
-    """``path`` is ``rule`` or lies under it (list indices aside)."""
+    """``path`` is ``rule`` or lies under it (list indices aside; ``*`` in ``rule`` matches any
+    one key, as in an engine property path)."""
     parts, rule_parts = _components(path), _components(rule)
-    return parts[: len(rule_parts)] == rule_parts
+    return len(parts) >= len(rule_parts) and all(
+        r in ("*", p) for p, r in zip(parts, rule_parts, strict=False)
+    )
 
 
 def _covers(path: str, rule: str) -> bool:
@@ -405,49 +134,132 @@ def _covers(path: str, rule: str) -> bool:
     return _at_or_under(path, rule) or _at_or_under(rule, path)
 
 
-def kubernetes_kind(inputs: Mapping[str, Any]) -> str:
-    """``apiVersion/kind`` of a Kubernetes object's inputs: ``batch/v1/Job``, ``v1/Service``."""
-    return f"{inputs.get('apiVersion', '')}/{inputs.get('kind', '')}"
+def _options(resource: Mapping[str, Any]) -> Mapping[str, Any]:
+    return resource.get("options") or {}
 
 
-def rules_for(type_: str, inputs: Mapping[str, Any]) -> Optional[TypeRules]:
-    """The rules for a resource type, or None when this module has none (the provider decides)."""
-    if type_.startswith("kubernetes:"):
-        return KUBERNETES_RULES.get(kubernetes_kind(inputs), KUBERNETES_DEFAULT)
-    return GCP_RULES.get(type_)
+# --- URNs and aliases (step_generator.go collapseAliasToUrn, inheritedChildAlias, generateAliases) --
 
 
-def _active_cluster(kubeconfig: Any) -> Optional[tuple[Any, Any]]:
-    """(server, CA) of the kubeconfig's current context, as DiffConfig's
-    getActiveClusterFromConfig compares them; None when it cannot be read."""
+def _urn_parts(urn: str) -> tuple[str, str, str, str]:
+    """(stack, project, qualified type, name) of ``urn:pulumi:STACK::PROJECT::QTYPE::NAME``;
+    ValueError for anything else."""
+    parts = urn.split("::", 3)
+    if len(parts) != 4 or not parts[0].startswith("urn:pulumi:"):
+        raise ValueError(f"not a URN: {urn!r}")
+    head, project, qualified, name = parts
+    return head.removeprefix("urn:pulumi:"), project, qualified, name
+
+
+def _qualified_type(urn: str) -> str:
+    return _urn_parts(urn)[2]
+
+
+def _make_urn(stack: str, project: str, parent: str, type_: str, name: str) -> str:
+    """resource.NewURN: a child's type is qualified by its parent's, except under the root stack."""
+    parent_type = _qualified_type(parent) if parent else ""
+    qualified = f"{parent_type}${type_}" if parent_type and parent_type != ROOT_STACK_TYPE else type_
+    return f"urn:pulumi:{stack}::{project}::{qualified}::{name}"
+
+
+def normal_urn(urn: str) -> str:
+    """A URN as the engine writes it: without the root stack's type in front of the type of a
+    resource under it (the SDK's mock monitor, which the offline plan runs under, puts it there)."""
     try:
-        config = json.loads(kubeconfig) if isinstance(kubeconfig, str) else kubeconfig
-        context = next(c["context"] for c in config["contexts"] if c["name"] == config["current-context"])
-        cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
-        return cluster.get("server"), cluster.get("certificate-authority-data")
-    except (ValueError, TypeError, KeyError, StopIteration):
+        stack, project, qualified, name = _urn_parts(urn)
+    except ValueError:
+        return urn  # not a URN: matched as it is, never through an alias
+    return f"urn:pulumi:{stack}::{project}::{qualified.removeprefix(ROOT_STACK_TYPE + '$')}::{name}"
+
+
+class _AliasResolver:
+    """Which deployed resource each declared one is, as the engine's step generator finds it: its
+    own URN first, then its aliases, its parent's aliases carried down to it."""
+
+    def __init__(self, new: Mapping[str, Mapping[str, Any]], olds: set[str]) -> None:
+        self.new = new
+        self.olds = olds
+        self.found: dict[str, str] = {}
+        """New URN -> the old URN it was found at through an alias."""
+        self.claimed: set[str] = set()
+
+    def old_urn(self, urn: str) -> Optional[str]:
+        """The deployed URN of ``urn`` (itself, or an alias), or None when it is new."""
+        if urn in self.olds:
+            return urn
+        try:
+            aliases = self._aliases(urn)
+        except (ValueError, TypeError, KeyError, AttributeError):
+            aliases = []  # a URN or alias this module cannot read: matched by URN alone
+        for alias in aliases:
+            if alias in self.olds and alias not in self.new and alias not in self.claimed:
+                self.found[urn] = alias
+                self.claimed.add(alias)
+                return alias
         return None
 
+    def _aliases(self, urn: str) -> list[str]:
+        resource = self.new[urn]
+        stack, project, _, name = _urn_parts(urn)
+        type_ = resource["type"]
+        parent = normal_urn(resource["parent"]) if resource.get("parent") else ""
+        specs = [a for a in _options(resource).get("aliases") or [] if isinstance(a, Mapping)]
+        result = [self._collapse(spec, name, type_, parent, stack, project) for spec in specs]
+        parent_alias = self.found.get(parent) if parent else None
+        if parent_alias:
+            result.append(self._inherited(type_, name, parent, parent_alias))
+            for alias in list(result[: len(specs)]):
+                _, _, qualified, alias_name = _urn_parts(alias)
+                result.append(self._inherited(qualified.rsplit("$", 1)[-1], alias_name, parent, parent_alias))
+        return [a for a in dict.fromkeys(result) if a]
 
-def _kubernetes_provider_replaced(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """Why pulumi-kubernetes' DiffConfig (provider/pkg/provider/provider.go) replaces the provider:
-    a new clusterIdentifier; without an unchanged one, a new active cluster in the kubeconfig (or
-    a kubeconfig it cannot compare); a new renderYamlToDirectory."""
-    reasons = []
-    old_id, new_id = old.get("clusterIdentifier"), new.get("clusterIdentifier")
-    if old_id is not None and new_id is not None and old_id != new_id:
-        reasons.append("clusterIdentifier changed")
-    if old.get("renderYamlToDirectory") != new.get("renderYamlToDirectory"):
-        reasons.append("renderYamlToDirectory changed")
-    if new_id is not None and old_id == new_id:
-        return reasons  # an unchanged identifier: DiffConfig drops every other replacement
-    for key in ("kubeconfig", "context", "cluster"):
-        if old.get(key) == new.get(key):
-            continue
-        before, after = _active_cluster(old.get("kubeconfig")), _active_cluster(new.get("kubeconfig"))
-        if before is None or after is None or before != after or key != "kubeconfig":
-            reasons.append(f"{key} changed: the active cluster is another one (or cannot be compared)")
-    return reasons
+    def _collapse(
+        self, alias: Mapping[str, Any], name: str, type_: str, parent: str, stack: str, project: str
+    ) -> str:
+        if alias.get("urn"):
+            return normal_urn(str(alias["urn"]))
+        spec = alias.get("spec") or {}
+        alias_parent = normal_urn(spec["parentUrn"]) if spec.get("parentUrn") else parent
+        if spec.get("parentUrn"):
+            alias_parent = self.found.get(alias_parent, alias_parent)
+        if spec.get("noParent") or (alias_parent and _qualified_type(alias_parent) == ROOT_STACK_TYPE):
+            alias_parent = ""
+        return _make_urn(
+            spec.get("stack") or stack,
+            spec.get("project") or project,
+            alias_parent,
+            spec.get("type") or type_,
+            spec.get("name") or name,
+        )
+
+    @staticmethod
+    def _inherited(type_: str, name: str, parent: str, parent_alias: str) -> str:
+        # A child named after its parent ("{parent}-ksa") is aliased under the parent's old name.
+        parent_name, alias_parent_name = _urn_parts(parent)[3], _urn_parts(parent_alias)[3]
+        alias_name = alias_parent_name + name[len(parent_name) :] if name.startswith(parent_name) else name
+        stack, project, _, _ = _urn_parts(parent_alias)
+        return _make_urn(stack, project, parent_alias, type_, alias_name)
+
+
+def _parent_first(resources: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    order: list[str] = []
+    seen: set[str] = set()
+
+    def visit(urn: str) -> None:
+        if urn in seen:
+            return
+        seen.add(urn)
+        parent = resources[urn].get("parent")
+        if parent and normal_urn(parent) in resources:
+            visit(normal_urn(parent))
+        order.append(urn)
+
+    for urn in resources:
+        visit(urn)
+    return order
+
+
+# --- One resource --------------------------------------------------------------------------------
 
 
 def classify(
@@ -460,78 +272,78 @@ def classify(
     context: Optional[Mapping[str, Any]] = None,
 ) -> ResourceChange:
     """What `pulumi up` does to a resource declared with ``old`` before and ``new`` now; each a
-    plan resource ``{inputs, options}``. ``context`` holds facts about the whole plan:
-    ``configMapMutable`` (every Kubernetes provider sets enableConfigMapMutable) and
-    ``replacedProviders`` (provider types replaced in this plan)."""
+    plan resource ``{inputs, options}``. ``context`` holds facts about the whole plan
+    (``provider_rules.plan_facts``) and ``replacedProviders``: the URNs (or, for resources whose
+    plan names none, the types) of the providers this plan replaces."""
     context = context or {}
     old_inputs, new_inputs = old.get("inputs") or {}, new.get("inputs") or {}
-    changed = tuple(changed_paths(old_inputs, new_inputs))
+    old_options, new_options = _options(old), _options(new)
+    ignored = [str(p) for p in new_options.get("ignoreChanges") or []]
+    # processIgnoreChanges: an ignored input keeps its old value, so it is no change at all.
+    changed = tuple(
+        path
+        for path in changed_paths(old_inputs, new_inputs)
+        if not any(_at_or_under(path, i) for i in ignored)
+    )
     because: list[str] = []
     notes: list[str] = []
     effects: list[str] = []
 
-    old_trigger = (old.get("options") or {}).get("replacementTrigger")
-    new_trigger = (new.get("options") or {}).get("replacementTrigger")
-    # The engine replaces on a trigger that differs from the stored one; one that appears where
-    # there was none is not a change (REFERENCE.md, "Pulumi").
+    old_trigger, new_trigger = old_options.get("replacementTrigger"), new_options.get("replacementTrigger")
+    # A trigger that differs from the stored one replaces; one that appears where there was none
+    # does not (step_generator.go generateStepsFromDiff, shared/REFERENCE.md "Pulumi").
     if old_trigger is not None and new_trigger is not None and not _same(old_trigger, new_trigger):
         because.append(
-            f"replacement trigger {json.dumps(old_trigger)} -> {json.dumps(new_trigger)} [Pulumi engine]"
+            f"replacement trigger {json.dumps(old_trigger)} -> {json.dumps(new_trigger)} [{_ENGINE}]"
         )
 
-    rules = rules_for(type_, new_inputs)
     if type_ == KUBERNETES_PROVIDER:
-        because.extend(
-            f"{reason} [{_K8S_DIFF.replace('diff.go', 'provider.go')}, DiffConfig]"
-            for reason in _kubernetes_provider_replaced(old_inputs, new_inputs)
-        )
-    elif type_.startswith("kubernetes:") and KUBERNETES_PROVIDER in context.get("replacedProviders", ()):
-        # The plan does not record which provider each object uses; this stack's objects all use
-        # its cluster's provider, so all are said to go with it (never fewer than do).
-        because.append(
-            "its Kubernetes provider is replaced, and every resource on it with it [Pulumi engine]"
-        )
+        because.extend(kubernetes_provider_replaced(old_inputs, new_inputs))
+    provider = normal_urn(new_options["provider"]) if new_options.get("provider") else ""
+    replaced_providers = context.get("replacedProviders", ())
+    if (provider and provider in replaced_providers) or (
+        not provider and type_.startswith("kubernetes:") and KUBERNETES_PROVIDER in replaced_providers
+    ):
+        because.append(f"its provider is replaced, and every resource on it with it [{_ENGINE}]")
+
+    rules = rules_for(type_, new_inputs)
     if rules is not None and changed:
         for path in changed:
-            if rules.replace_any:
+            if (
+                rules.replace_any
+                or any(_covers(path, rule) for rule in rules.replace)
+                or any(_components(path) == _components(rule) for rule in rules.replace_if_added_or_removed)
+            ):
                 because.append(f"{path} changed [{rules.source}]")
-                continue
-            hit = next((rule for rule in rules.replace if _covers(path, rule)), None)
-            whole = next(
-                (
-                    rule
-                    for rule in rules.replace_if_added_or_removed
-                    if _components(path) == _components(rule)
-                ),
-                None,
-            )
-            if hit or whole:
-                because.append(f"{path} changed [{rules.source}]")
-        if type_.startswith("kubernetes:") and kubernetes_kind(new_inputs) in ("v1/ConfigMap", "v1/Secret"):
-            mutable_key = "configMapMutable" if new_inputs.get("kind") == "ConfigMap" else "secretMutable"
-            content = ("data", "binaryData") if mutable_key == "configMapMutable" else ("data", "stringData")
-            if new_inputs.get("immutable") or not context.get(mutable_key):
-                because.extend(
-                    f"{path} changed [{rules.source}]"
-                    for path in changed
-                    if any(_at_or_under(path, key) for key in content)
-                )
+        because.extend(
+            f"{path} changed [{rules.source}]"
+            for path in content_replacements(type_, new_inputs, changed, context)
+        )
         for path in changed:
             for rule, note in rules.notes.items():
                 if _covers(path, rule) and note not in notes:
                     notes.append(note)
-                    if type_ == "gcp:tpu/v2Vm:V2Vm" and rule == "metadata":
-                        effects.append(NEXT_BOOT)
+            for rule, marker in rules.effects.items():
+                if _covers(path, rule) and marker not in effects:
+                    effects.append(marker)
     if rules is None and changed and type_ != KUBERNETES_PROVIDER:
         notes.append("no rule here for this type: `pulumi preview` shows whether the provider replaces it")
+    # applyReplaceOnChanges: a change at or under a replaceOnChanges path is a replacement.
+    for path in changed:
+        roc = next((r for r in new_options.get("replaceOnChanges") or [] if _at_or_under(path, str(r))), None)
+        if roc is not None:
+            because.append(f"{path} changed, and the resource replaces on changes of {roc!r} [{_ENGINE}]")
 
     if because:
         action: Action = "replace"
-        effects = []  # a replaced VM boots fresh: nothing waits for a next boot
+        effects = []  # a replaced machine boots fresh: nothing waits for a next boot
     elif changed:
         action = "update"
     else:
         action = "same"
+    blocked = ""
+    if action == "replace" and old_options.get("protect") and new_options.get("protect"):
+        blocked = "it is protected: `pulumi up` refuses to replace it (remove `protect` first)"
     return ResourceChange(
         urn=urn,
         type=type_,
@@ -542,60 +354,100 @@ def classify(
         notes=tuple(notes) if action == "update" else (),
         effects=tuple(effects),
         replaced_means=rules.replaced_means if rules and action == "replace" else "",
+        delete_first=_delete_first(type_, new_inputs, new_options) if action == "replace" else None,
+        blocked=blocked,
     )
 
 
-def _provider_flag(value: Any) -> bool:
-    # A provider's inputs reach the engine as strings: `true` arrives as "true".
-    return value is True or value == "true"
+def _delete_first(type_: str, inputs: Mapping[str, Any], options: Mapping[str, Any]) -> Optional[bool]:
+    """Whether a replacement deletes the old resource first: the program's deleteBeforeReplace
+    when it sets one (step_generator.go: the goal's option overrides the provider's answer);
+    otherwise pulumi-kubernetes asks for it for every named object (provider.go Diff,
+    ``deleteBeforeReplace``) and never for a Helm release; other providers decide for themselves
+    (None)."""
+    if options.get("deleteBeforeReplace"):
+        return True
+    if type_ == HELM_RELEASE_TYPE:
+        return False  # helm_release.go Diff: DeleteBeforeReplace false
+    if type_.startswith("kubernetes:") and type_ != KUBERNETES_PROVIDER:
+        return bool((inputs.get("metadata") or {}).get("name"))
+    return None
 
 
-def _context(resources: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    providers = [r.get("inputs") or {} for r in resources if r.get("type") == KUBERNETES_PROVIDER]
-    return {
-        "configMapMutable": bool(providers)
-        and all(_provider_flag(p.get("enableConfigMapMutable")) for p in providers),
-        "secretMutable": bool(providers)
-        and all(_provider_flag(p.get("enableSecretMutable")) for p in providers),
-    }
+# --- A whole plan --------------------------------------------------------------------------------
 
 
 def compare_plans(
     base: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]
 ) -> list[ResourceChange]:
     """Every resource of ``base`` (what is deployed) and ``new`` (what `pulumi up` would declare),
-    matched by URN, with what happens to it. New resources first in ``new``'s order, then the
-    deleted ones in ``base``'s. Component resources (``custom: false``) are left out: the engine
-    creates nothing for them in the cloud."""
-    before = {r["urn"]: r for r in base if r.get("custom", True)}
-    after = {r["urn"]: r for r in new if r.get("custom", True)}
-    context = _context(after.values())
+    matched as the engine matches them (URN, then aliases), with what happens to it. New
+    resources first in ``new``'s order, then the deleted ones in ``base``'s. Component resources
+    (``custom: false``) are matched (their aliases carry to their children) but left out: the
+    engine creates nothing for them in the cloud."""
+    before = {normal_urn(r["urn"]): r for r in base}
+    after = {normal_urn(r["urn"]): r for r in new}
+    resolver = _AliasResolver(after, set(before))
+    matched = {urn: resolver.old_urn(urn) for urn in _parent_first(after)}
+    context: dict[str, Any] = plan_facts(
+        [r.get("inputs") or {} for r in after.values() if r.get("type") == KUBERNETES_PROVIDER]
+    )
     # Providers first: what they do decides what happens to every resource on them.
-    replaced_providers = set()
+    replaced_providers: set[str] = set()
     for urn, resource in after.items():
-        if resource["type"].startswith("pulumi:providers:") and urn in before:
-            change = classify(urn, resource["type"], resource["name"], before[urn], resource, context=context)
+        old_urn = matched[urn]
+        if resource["type"].startswith("pulumi:providers:") and old_urn is not None:
+            change = classify(
+                urn, resource["type"], resource["name"], before[old_urn], resource, context=context
+            )
             if change.action == "replace":
-                replaced_providers.add(resource["type"])
+                replaced_providers.update((urn, resource["type"]))
     context["replacedProviders"] = tuple(sorted(replaced_providers))
 
+    # Each change names the resource by the URN its plan gives it.
     changes = []
     for urn, resource in after.items():
-        if urn not in before:
-            changes.append(ResourceChange(urn, resource["type"], resource["name"], "create"))
+        if not resource.get("custom", True):
             continue
-        changes.append(
-            classify(urn, resource["type"], resource["name"], before[urn], resource, context=context)
+        old_urn = matched[urn]
+        if old_urn is None:
+            changes.append(ResourceChange(resource["urn"], resource["type"], resource["name"], "create"))
+            continue
+        change = classify(
+            resource["urn"], resource["type"], resource["name"], before[old_urn], resource, context=context
         )
+        if old_urn != urn:
+            change = _moved(change, before[old_urn]["urn"])
+        changes.append(change)
+    claimed = {old for old in matched.values() if old is not None}
     for urn, resource in before.items():
-        if urn not in after:
-            changes.append(ResourceChange(urn, resource["type"], resource["name"], "delete"))
+        if urn not in claimed and resource.get("custom", True):
+            changes.append(_deleted(resource["urn"], resource))
     return _moves_noted(changes)
 
 
+def _moved(change: ResourceChange, old_urn: str) -> ResourceChange:
+    note = f"found at its deployed URN {old_urn} through an alias: diffed, not re-created"
+    return ResourceChange(
+        **{**change.__dict__, "previous_urn": old_urn, "notes": (*change.notes, note)},
+    )
+
+
+def _deleted(urn: str, resource: Mapping[str, Any]) -> ResourceChange:
+    options = _options(resource)
+    notes, blocked = [], ""
+    if options.get("protect"):
+        blocked = "it is protected: `pulumi up` refuses to delete it (remove `protect` first)"
+    if options.get("retainOnDelete"):
+        notes.append("retainOnDelete: dropped from the stack's state, left in the cloud")
+    return ResourceChange(
+        urn, resource["type"], resource["name"], "delete", notes=tuple(notes), blocked=blocked
+    )
+
+
 def _moves_noted(changes: list[ResourceChange]) -> list[ResourceChange]:
-    """A resource whose URN changed (a new parent or type, a rename) is, to the engine, one
-    resource deleted and another created, unless the program gives the old URN as an alias."""
+    """A resource whose URN changed (a new parent or type, a rename) and that no alias carries is,
+    to the engine, one resource deleted and another created."""
     created = {(c.type, c.name) for c in changes if c.action == "create"}
     deleted = {(c.type, c.name) for c in changes if c.action == "delete"}
     moved = created & deleted
@@ -605,7 +457,7 @@ def _moves_noted(changes: list[ResourceChange]) -> list[ResourceChange]:
         "its URN changed (a new parent?): without `aliases` Pulumi deletes the old one and creates this one"
     )
     return [
-        ResourceChange(c.urn, c.type, c.name, c.action, notes=(note,))
+        ResourceChange(**{**c.__dict__, "notes": (*c.notes, note)})
         if c.action in ("create", "delete") and (c.type, c.name) in moved
         else c
         for c in changes

@@ -26,6 +26,7 @@ from .job_manifests import (
     PRIVILEGED_OPT_IN_ANNOTATION,
     SKIP_AWAIT_ANNOTATION,
     TrainingJobSpec,
+    headless_service_manifest,
     job_manifest,
 )
 from .node_pool_plan import NODE_POOL_LABEL
@@ -36,6 +37,8 @@ EXCLUSIVE_TOPOLOGY_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 """JobSet places each child Job alone in one value of this node label (api/jobset/v1alpha2/
 jobset_types.go ``ExclusiveKey``): with ``cloud.google.com/gke-nodepool``, one slice per GKE node
 pool, which is one multi-host slice (``TpuNodePoolPlan.pool_names``)."""
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+"""The label JobSet puts on every Pod of a JobSet (api/jobset/v1alpha2 ``JobSetNameKey``)."""
 REPLICATED_JOB = "slice-job"
 """The replicated job's name, as xpk names it: Pods are ``{jobset}-slice-job-{slice}-{worker}``."""
 DEFAULT_MAX_RESTARTS = 3
@@ -161,9 +164,27 @@ def jobset_manifest(spec: TrainingJobSetSpec) -> dict[str, Any]:
                 }
             ],
         },
-        # JobSet's own headless Service (named after the JobSet) gives every Pod the DNS name
-        # `{jobset}-slice-job-{slice}-{worker}.{jobset}`; set explicitly, though it is the default.
+        # The headless Service named after the JobSet (``jobset_service_manifest``, declared by
+        # the component) gives every Pod the DNS name `{jobset}-slice-job-{slice}-{worker}.{jobset}`;
+        # set explicitly, though it is the default.
         "network": {"enableDNSHostnames": True},
         "replicatedJobs": [{"name": REPLICATED_JOB, "replicas": spec.slices, "template": {"spec": child}}],
     }
     return {"apiVersion": JOBSET_API_VERSION, "kind": JOBSET_KIND, "metadata": metadata, "spec": jobset_spec}
+
+
+def jobset_service_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
+    """The JobSet's headless Service, as JobSet's controller would make it when none of its name
+    exists (pkg/controllers/jobset_controller.go ``createHeadlessSvcIfNecessary`` at v0.12.0:
+    clusterIP None, selector ``jobset.sigs.k8s.io/jobset-name``, ``publishNotReadyAddresses``
+    true). Declared by the component, at the URN and name of a Job's Service: a run that turns
+    from a Job into a JobSet keeps one Service, its selector updated in place, where JobSet would
+    otherwise take over the Job's Service as it is (that function only checks the name; its
+    selector, `job-name`, selects none of the JobSet's Pods) and the end of the update delete it."""
+    manifest = headless_service_manifest(spec)
+    manifest["spec"] = {
+        "clusterIP": "None",
+        "selector": {JOBSET_NAME_LABEL: spec.name},
+        "publishNotReadyAddresses": True,
+    }
+    return manifest

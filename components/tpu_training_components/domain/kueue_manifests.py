@@ -87,6 +87,11 @@ class QueuedProvisioningSpec:
     max_run_seconds: Optional[int] = None
     """How long GKE keeps the nodes of one ProvisioningRequest; GKE's default (7 days) when None."""
     labels: Mapping[str, str] = field(default_factory=dict)
+    provisioning: bool = True
+    """The pool's nodes come through GKE's queued provisioning: a ProvisioningRequestConfig and an
+    AdmissionCheck, which every workload passes before it is admitted. Without, the queue admits
+    by quota alone: a workload whole when the pool's chips allow it, as GKE's "Orchestrate
+    Multislice workloads using JobSet and Kueue" does, and the autoscaler brings up its nodes."""
 
     def __post_init__(self) -> None:
         problem = self.problem()
@@ -116,10 +121,11 @@ def queued_provisioning_spec(
     namespaces: Sequence[str] = ("default",),
     labels: Optional[Mapping[str, str]] = None,
 ) -> QueuedProvisioningSpec:
-    """The queue of a queued pool, from the pool's own plan; ``ValueError`` for any other pool."""
-    if not plan.queued_provisioning:
+    """The queue of a pool with one (queued provisioning, or ``kueue_queue``), from the pool's
+    own plan; ``ValueError`` for any other pool."""
+    if plan.queue_name is None:
         raise ValueError(
-            f"node pool {plan.name!r} has no queued provisioning; only a pool with "
+            f"node pool {plan.name!r} has no queue; only a pool with kueue_queue or "
             f"queued_provisioning gets a Kueue queue"
         )
     return QueuedProvisioningSpec(
@@ -127,8 +133,9 @@ def queued_provisioning_spec(
         node_labels={**plan.node_selector, **plan.node_labels},
         tpu_chips=plan.slices * plan.shape.chips,
         namespaces=tuple(namespaces),
-        max_run_seconds=plan.max_run_seconds,
+        max_run_seconds=plan.max_run_seconds if plan.queued_provisioning else None,
         labels=dict(labels or {}),
+        provisioning=plan.queued_provisioning,
     )
 
 
@@ -208,7 +215,15 @@ def cluster_queue_manifest(spec: QueuedProvisioningSpec) -> dict[str, Any]:
                 }
             ],
             # v1beta2 has only the strategy form; v1beta1's `admissionChecks: [name]` is gone.
-            "admissionChecksStrategy": {"admissionChecks": [{"name": spec.name, "onFlavors": [spec.name]}]},
+            **(
+                {
+                    "admissionChecksStrategy": {
+                        "admissionChecks": [{"name": spec.name, "onFlavors": [spec.name]}]
+                    }
+                }
+                if spec.provisioning
+                else {}
+            ),
         },
     )
 
@@ -222,8 +237,11 @@ def manifests(spec: QueuedProvisioningSpec) -> list[dict[str, Any]]:
     """Every Kueue object of one queued pool, in the order they are applied."""
     return [
         resource_flavor_manifest(spec),
-        provisioning_request_config_manifest(spec),
-        admission_check_manifest(spec),
+        *(
+            [provisioning_request_config_manifest(spec), admission_check_manifest(spec)]
+            if spec.provisioning
+            else []
+        ),
         cluster_queue_manifest(spec),
         *(local_queue_manifest(spec, namespace) for namespace in spec.namespaces),
     ]

@@ -112,6 +112,33 @@ def label_problem(key: str, value: str) -> str | None:
     return f"{problem} (key {key!r})" if problem else None
 
 
+# Kubernetes label syntax (k8s.io/apimachinery pkg/util/validation/validation.go
+# IsQualifiedName, IsValidLabelValue, IsDNS1123Subdomain): ASCII only, unlike Google Cloud's labels.
+_KUBE_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", re.ASCII)
+_KUBE_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", re.ASCII)
+KUBERNETES_LABEL_RULE = (
+    "a key is [PREFIX/]NAME, NAME up to 63 ASCII letters, digits, '-', '_' or '.', starting and "
+    "ending with a letter or digit, PREFIX a DNS subdomain of up to 253 characters; a value is empty "
+    "or up to 63 such characters, starting and ending with a letter or digit"
+)
+
+
+def kubernetes_label_problem(key: object, value: object) -> str | None:
+    """Why the API server would refuse the label ``key: value`` on an object, or None."""
+    if not isinstance(key, str) or not isinstance(value, str):
+        return f"label {key!r}: {value!r}: keys and values are text; {KUBERNETES_LABEL_RULE}"
+    prefix, _, name = key.rpartition("/")
+    if (
+        ("/" in key and not (prefix and len(prefix) <= 253 and _KUBE_PREFIX.fullmatch(prefix)))
+        or len(name) > MAX_LABEL_CHARACTERS
+        or not _KUBE_NAME.fullmatch(name)
+    ):
+        return f"Kubernetes label key {key!r} is not valid: {KUBERNETES_LABEL_RULE}"
+    if len(value) > MAX_LABEL_CHARACTERS or (value and not _KUBE_NAME.fullmatch(value)):
+        return f"Kubernetes label value {value!r} (key {key!r}) is not valid: {KUBERNETES_LABEL_RULE}"
+    return None
+
+
 # Cloud Storage, "Bucket naming requirements" (https://cloud.google.com/storage/docs/buckets#naming):
 # "Bucket names cannot begin with the goog prefix"; "cannot contain google or close misspellings,
 # such as g00gle"; "cannot be represented as an IP address in dotted-decimal notation"; names with

@@ -98,6 +98,11 @@ class TpuNodePoolPlan:
     queued_provisioning: bool = False
     """Nodes only through GKE's queued provisioning: a ProvisioningRequest, which Kueue makes for
     each workload it admits, brings up a whole slice at once or nothing (``QueuedProvisioning``)."""
+    kueue_queue: bool = False
+    """The pool's workloads are admitted whole, one after another, through a Kueue queue of the
+    pool's chips (``QueuedProvisioning`` without a ProvisioningRequest): how xpk runs every
+    JobSet, and GKE's "Orchestrate Multislice workloads using JobSet and Kueue". Implied by
+    ``queued_provisioning``."""
 
     # Flex-start starts empty and lets the autoscaler bring up exactly what a workload asks for.
     initial_node_count: int = 0
@@ -178,8 +183,8 @@ class TpuNodePoolPlan:
     @property
     def queue_name(self) -> Optional[str]:
         """The Kueue LocalQueue (and ClusterQueue) that admits this pool's workloads, named after
-        the pool; None for a pool without queued provisioning."""
-        return self.name if self.queued_provisioning else None
+        the pool; None for a pool without a queue (neither ``kueue_queue`` nor queued provisioning)."""
+        return self.name if self.queued_provisioning or self.kueue_queue else None
 
     @property
     def node_max_run_duration(self) -> Optional[str]:
@@ -284,11 +289,20 @@ def plan_tpu_node_pool(
     reservation: Optional[str] = None,
     max_run_duration: Optional[str] = None,
     queued_provisioning: bool = False,
+    kueue_queue: bool = False,
 ) -> TpuNodePoolPlan:
     """Validate a TPU node pool and derive its settings, or raise ``NodePoolError``."""
     shape = slice_shape(machine_type, topology)
+    shown = slices if slices.bit_length() <= 64 else f"{'-' if slices < 0 else ''}(a number beyond 2**64)"
     if slices < 1:
-        raise NodePoolError(f"slices {slices} must be at least 1")
+        raise NodePoolError(f"slices {shown} must be at least 1")
+    # Checked before any per-slice work: a billion slices would be a billion pool names.
+    if shape.vms * slices > MAX_NODES_PER_CLUSTER:
+        raise NodePoolError(
+            f"slices {shown} of {shape.vms} VM(s) each are more nodes than GKE's limit of "
+            f"{MAX_NODES_PER_CLUSTER} nodes per cluster; at most {MAX_NODES_PER_CLUSTER // shape.vms} "
+            f"slices of {topology} {machine_type}"
+        )
     if flex_start:
         problem = flex_start_problem(shape.machine_type.generation.name)
         if problem:
@@ -354,6 +368,7 @@ def plan_tpu_node_pool(
         reservation=reservation,
         max_run_seconds=seconds,
         queued_provisioning=queued_provisioning,
+        kueue_queue=kueue_queue,
     )
     if not plan.multi_host and plan.max_nodes_per_pool > MAX_NODES_PER_POOL_ZONE * len(zones):
         raise NodePoolError(
@@ -369,7 +384,15 @@ def plan_tpu_node_pool(
 
 
 PLAN_REQUIRED = ("machine_type", "topology", "node_locations", "cluster_region")
-PLAN_OPTIONAL = ("slices", "flex_start", "spot", "reservation", "max_run_duration", "queued_provisioning")
+PLAN_OPTIONAL = (
+    "slices",
+    "flex_start",
+    "spot",
+    "reservation",
+    "max_run_duration",
+    "queued_provisioning",
+    "kueue_queue",
+)
 """The arguments of ``plan_tpu_node_pool`` besides the name, by the names a pool's component
 arguments, its selection (``TpuNodePoolSelection``) and the stack's ``nodePools`` entries use too."""
 

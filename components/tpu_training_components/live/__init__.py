@@ -1,1 +1,2 @@
-"""Live-state clients: the Cloud TPU, GKE and Kubernetes APIs, with their deadlines."""
+"""Live-state clients: the Cloud TPU, GKE, Kubernetes, Cloud Storage, Service Usage and Resource
+Manager APIs, with their deadlines."""

@@ -15,28 +15,71 @@ TPU_ENDPOINT_VARIABLE = "TPU_API_ENDPOINT"
 """Overrides the Cloud TPU API endpoint, e.g. ``http://127.0.0.1:8080``."""
 GKE_ENDPOINT_VARIABLE = "GKE_API_ENDPOINT"
 """Overrides the GKE API endpoint, e.g. ``http://127.0.0.1:8081``."""
+SERVICE_USAGE_ENDPOINT_VARIABLE = "SERVICE_USAGE_API_ENDPOINT"
+"""Overrides the Service Usage API endpoint (which APIs a project has enabled)."""
+STORAGE_ENDPOINT_VARIABLE = "STORAGE_API_ENDPOINT"
+"""Overrides the Cloud Storage JSON API endpoint (reading the checkpoints in a bucket)."""
+RESOURCE_MANAGER_ENDPOINT_VARIABLE = "RESOURCE_MANAGER_API_ENDPOINT"
+"""Overrides the Resource Manager API endpoint (a project, and the caller's permissions on it)."""
 
 
-def google_client(client_class: Any, variable: str, endpoint: Optional[str] = None) -> Any:
+def google_client(
+    client_class: Any, variable: str, endpoint: Optional[str] = None, credentials: Any = None
+) -> Any:
     """A Google API client of ``client_class`` at ``endpoint``, or the one ``variable`` names, or
-    Google's own."""
+    Google's own; with ``credentials`` when given (a caller that has checked them already)."""
     from google.auth.credentials import AnonymousCredentials
 
     endpoint = endpoint or os.environ.get(variable) or None
     options = {"api_endpoint": endpoint} if endpoint else {}
-    credentials = AnonymousCredentials() if endpoint and endpoint.startswith("http://") else None
+    if credentials is None and endpoint and endpoint.startswith("http://"):
+        credentials = AnonymousCredentials()
     return client_class(transport="rest", client_options=options, credentials=credentials)
 
 
-def tpu_client(endpoint: Optional[str] = None) -> Any:
-    """A ``tpu_v2.TpuClient``: lists a zone's TPU nodes."""
+def tpu_client(endpoint: Optional[str] = None, credentials: Any = None) -> Any:
+    """A ``tpu_v2.TpuClient``: lists a zone's TPU nodes, accelerator types and runtime versions."""
     from google.cloud import tpu_v2
 
-    return google_client(tpu_v2.TpuClient, TPU_ENDPOINT_VARIABLE, endpoint)
+    return google_client(tpu_v2.TpuClient, TPU_ENDPOINT_VARIABLE, endpoint, credentials)
 
 
-def container_client(endpoint: Optional[str] = None) -> Any:
-    """A ``container_v1.ClusterManagerClient``: finds a GKE cluster's endpoint and CA."""
+def container_client(endpoint: Optional[str] = None, credentials: Any = None) -> Any:
+    """A ``container_v1.ClusterManagerClient``: finds a GKE cluster's endpoint and CA, and the
+    versions a location offers."""
     from google.cloud import container_v1
 
-    return google_client(container_v1.ClusterManagerClient, GKE_ENDPOINT_VARIABLE, endpoint)
+    return google_client(container_v1.ClusterManagerClient, GKE_ENDPOINT_VARIABLE, endpoint, credentials)
+
+
+def service_usage_client(endpoint: Optional[str] = None, credentials: Any = None) -> Any:
+    """A ``service_usage_v1.ServiceUsageClient``: which APIs a project has enabled."""
+    from google.cloud import service_usage_v1
+
+    return google_client(
+        service_usage_v1.ServiceUsageClient, SERVICE_USAGE_ENDPOINT_VARIABLE, endpoint, credentials
+    )
+
+
+def projects_client(endpoint: Optional[str] = None, credentials: Any = None) -> Any:
+    """A ``resourcemanager_v3.ProjectsClient``: a project's state, and which permissions the
+    caller holds on it."""
+    from google.cloud import resourcemanager_v3
+
+    return google_client(
+        resourcemanager_v3.ProjectsClient, RESOURCE_MANAGER_ENDPOINT_VARIABLE, endpoint, credentials
+    )
+
+
+def storage_client(project: str, endpoint: Optional[str] = None, credentials: Any = None) -> Any:
+    """A ``google.cloud.storage.Client`` for ``project``: lists the checkpoints in a bucket. (The
+    storage library has its own transport, not the REST one of the others; the endpoint and
+    credentials are decided the same way.)"""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud.storage import Client
+
+    endpoint = endpoint or os.environ.get(STORAGE_ENDPOINT_VARIABLE) or None
+    options = {"api_endpoint": endpoint} if endpoint else None
+    if credentials is None and endpoint and endpoint.startswith("http://"):
+        credentials = AnonymousCredentials()
+    return Client(project=project, credentials=credentials, client_options=options)

@@ -17,6 +17,7 @@ the release in place. The two charts carry their CRDs differently:
   queue and workload object of the cluster.
 """
 
+import re
 from typing import Optional, TypedDict
 
 import pulumi
@@ -48,8 +49,8 @@ class WorkloadEnginesArgs(TypedDict):
 
 
 def _check_version(where: str, key: str, value: str) -> None:
-    parts = value.split(".")
-    if len(parts) != 3 or not all(part.isdigit() for part in parts):
+    # ASCII digits only: str.isdigit() also takes '٣' or '³', which no chart version has.
+    if not isinstance(value, str) or not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", value):
         raise InvalidArgument(
             f"{where}: {key} = {value!r} is not a chart version; give MAJOR.MINOR.PATCH without a "
             f"'v', e.g. {JOBSET_VERSION!r}: a pinned version, never a range"

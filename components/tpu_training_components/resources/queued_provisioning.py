@@ -18,7 +18,7 @@ from ..domain.kueue_manifests import (
     queued_provisioning_spec,
     resource_flavor_manifest,
 )
-from ..errors import InvalidArgument, check_known, check_labels, check_resource_name
+from ..errors import InvalidArgument, check_known, check_kubernetes_labels, check_resource_name
 from .tpu_node_pool import TpuNodePoolSelection, plan_selection
 
 
@@ -26,8 +26,8 @@ class QueuedProvisioningArgs(TypedDict):
     provider: k8s.Provider
     """Kubernetes provider of the cluster (``GkeTpuCluster.provider``)."""
     node_pool: TpuNodePoolSelection
-    """The queued pool (``FlexStartTpuNodePool.selection`` of a pool with ``queued_provisioning``):
-    its node labels, chips and node lifetime make the queue."""
+    """The pool (``FlexStartTpuNodePool.selection`` of a pool with ``queued_provisioning`` or
+    ``kueue_queue``): its node labels, chips and node lifetime make the queue."""
     namespaces: NotRequired[Sequence[str]]
     """Namespaces of the pool's workloads (default ``["default"]``): each gets a LocalQueue, and
     only these may use the pool's quota. They must exist."""
@@ -38,12 +38,12 @@ class QueuedProvisioningArgs(TypedDict):
 def _spec(name: str, args: QueuedProvisioningArgs) -> QueuedProvisioningSpec:
     where = f"QueuedProvisioning {name!r}"
     check_known(where, args, QueuedProvisioningArgs.__annotations__)
-    check_labels(where, args.get("labels", {}))
+    check_kubernetes_labels(where, args.get("labels", {}))
     pool = plan_selection(where, args["node_pool"])
-    if not pool.queued_provisioning:
+    if pool.queue_name is None:
         raise InvalidArgument(
-            f"{where}: node pool {pool.name!r} has queued_provisioning = False; a Kueue queue asks "
-            f"GKE for the nodes of a queued pool only: set queued_provisioning: True on the pool"
+            f"{where}: node pool {pool.name!r} has neither queued_provisioning nor kueue_queue; "
+            f"set one of them on the pool to give it a Kueue queue"
         )
     try:
         return queued_provisioning_spec(pool, args.get("namespaces", ["default"]), args.get("labels"))
@@ -60,6 +60,9 @@ class QueuedProvisioning(pulumi.ComponentResource):
 
     Kueue must be running first (``WorkloadEngines`` with ``kueue``): declare this component with
     ``depends_on`` it, and the workloads with ``depends_on`` this one.
+
+    On a pool with ``kueue_queue`` and no queued provisioning the queue admits by quota alone:
+    no ProvisioningRequestConfig and no AdmissionCheck.
 
     Children: ``{name}-flavor`` (ResourceFlavor), ``{name}-provisioning``
     (ProvisioningRequestConfig), ``{name}-check`` (AdmissionCheck), ``{name}-cluster-queue``
@@ -95,9 +98,20 @@ class QueuedProvisioning(pulumi.ComponentResource):
             )
 
         self.flavor = declare("flavor", resource_flavor_manifest(spec))
-        self.provisioning = declare("provisioning", provisioning_request_config_manifest(spec))
-        self.check = declare("check", admission_check_manifest(spec), [self.provisioning])
-        self.cluster_queue = declare("cluster-queue", cluster_queue_manifest(spec), [self.flavor, self.check])
+        # A queue by quota alone (kueue_queue) asks GKE for nothing: no ProvisioningRequests.
+        self.provisioning = (
+            declare("provisioning", provisioning_request_config_manifest(spec)) if spec.provisioning else None
+        )
+        self.check = (
+            declare("check", admission_check_manifest(spec), [self.provisioning])
+            if self.provisioning
+            else None
+        )
+        self.cluster_queue = declare(
+            "cluster-queue",
+            cluster_queue_manifest(spec),
+            [self.flavor, *([self.check] if self.check else [])],
+        )
         self.local_queues = {
             namespace: declare(
                 f"queue-{namespace}", local_queue_manifest(spec, namespace), [self.cluster_queue]

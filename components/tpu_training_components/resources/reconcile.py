@@ -21,6 +21,10 @@ GENERATIONS_OUTPUT = "recoveryGenerations"
 """Stack output holding ``{vm name: generation}``; read back on the next run."""
 JOB_GENERATIONS_OUTPUT = "jobRecoveryGenerations"
 """Stack output holding ``{job name: generation}``; read back on the next run."""
+RECOVERIES_OUTPUT = "lastRecoveries"
+"""Stack output holding ``{"tpuVms": {name: recovery}, "jobs": {name: recovery}}``, each the last
+time that VM or Job was created or replaced and why (``TrainingRecovery.last_recoveries``):
+what ``python -m infra.status`` shows."""
 
 
 def _not_read(names: Sequence[str]) -> list[Decision]:

@@ -46,6 +46,11 @@ class FlexStartTpuNodePoolArgs(TypedDict):
     """Obtain nodes only through GKE's queued provisioning (default False): a workload waits in
     its Kueue queue until GKE can bring up its whole slice at once, instead of starting on part
     of it. Multi-host flex-start pools only; declare the pool's ``QueuedProvisioning`` too."""
+    kueue_queue: NotRequired[bool]
+    """Admit the pool's workloads whole, one after another, through a Kueue queue of the pool's
+    chips (default False; implied by queued_provisioning): a multislice JobSet starts only when
+    all its slices fit, and more workloads than slices wait their turn. Declare the pool's
+    ``QueuedProvisioning`` too (it then makes no ProvisioningRequests)."""
     node_pool_name: NotRequired[str]
     """GKE node pool name (of the first slice; further slices add ``-1``, ``-2``, ...); the
     component's name when omitted."""
@@ -84,6 +89,8 @@ class TpuNodePoolSelection(TypedDict):
     queued_provisioning: NotRequired[bool]
     """The pool obtains nodes only through GKE's queued provisioning (default False): its
     workloads go through its Kueue queue."""
+    kueue_queue: NotRequired[bool]
+    """The pool's workloads go through its Kueue queue, admitted by quota (default False)."""
 
 
 def plan_selection(where: str, selection: TpuNodePoolSelection) -> TpuNodePoolPlan:
@@ -164,6 +171,7 @@ class FlexStartTpuNodePool(pulumi.ComponentResource):
             "reservation": plan.reservation,
             "max_run_duration": args.get("max_run_duration"),
             "queued_provisioning": plan.queued_provisioning,
+            "kueue_queue": plan.kueue_queue,
         }
         """What a ``TpuTrainingJob`` on this pool takes as its ``node_pool``."""
 

@@ -4,7 +4,7 @@ zone, one per namespace and kind), decides with the decision tables, says why, a
 stack last deployed, so that a later `pulumi up` re-creates exactly what was lost."""
 
 from datetime import datetime, timedelta
-from typing import Optional, Sequence, TypedDict
+from typing import Any, Optional, Sequence, TypedDict
 
 import pulumi
 from typing_extensions import NotRequired
@@ -71,6 +71,10 @@ class TrainingRecoveryArgs(TypedDict):
     """How long a node under maintenance may stay unhealthy before it is replaced (default 30)."""
 
 
+MAX_GRACE_MINUTES = 7 * 24 * 60
+"""The longest maintenance grace, a week (also the stack file's ``recovery.maintenanceGraceMinutes``)."""
+
+
 def _check(name: str, args: TrainingRecoveryArgs) -> None:
     where = f"TrainingRecovery {name!r}"
     check_known(where, args, TrainingRecoveryArgs.__annotations__)
@@ -93,7 +97,11 @@ def _check(name: str, args: TrainingRecoveryArgs) -> None:
                 )
     if args.get("jobs") and not args.get("cluster"):
         raise InvalidArgument(f"{where}: jobs need the cluster they run on; give cluster")
-    check_whole_number(where, "maintenance_grace_minutes", args.get("maintenance_grace_minutes", 30))
+    # A week at most, as the stack file allows: a longer grace is no recovery (and past about
+    # 10**12 minutes no date can hold it).
+    check_whole_number(
+        where, "maintenance_grace_minutes", args.get("maintenance_grace_minutes", 30), most=MAX_GRACE_MINUTES
+    )
 
 
 class TrainingRecovery(pulumi.ComponentResource):
@@ -117,6 +125,11 @@ class TrainingRecovery(pulumi.ComponentResource):
     """TPU VM name -> what `pulumi up` does with it, and why."""
     job_decisions: pulumi.Output[dict[str, str]]
     """Job name -> what `pulumi up` does with it, and why."""
+    last_recoveries: pulumi.Output[dict[str, Any]]
+    """``{"tpuVms": {name: recovery}, "jobs": {name: recovery}}``: for each VM and Job the last
+    time it was created or replaced, as ``{action, cause, generation, decidedAt}``; a kept one
+    keeps what the stack last exported. Export it as ``lastRecoveries`` (``python -m
+    infra.status`` reads it)."""
 
     def __init__(
         self, name: str, args: TrainingRecoveryArgs, opts: Optional[pulumi.ResourceOptions] = None
@@ -167,12 +180,24 @@ class TrainingRecovery(pulumi.ComponentResource):
         )
         self.vm_decisions = pulumi.Output.from_input({d.name: d.message for d in vm_decisions})
         self.job_decisions = pulumi.Output.from_input({d.name: d.message for d in job_decisions})
+        self.last_recoveries = (
+            pulumi.Output.all(previous.outputs, self.vm_generations, self.job_generations).apply(
+                lambda values: last_recoveries(
+                    values[0],
+                    {"tpuVms": (vm_decisions, values[1]), "jobs": (job_decisions, values[2])},
+                    decided_at,
+                )
+            )
+            if previous is not None
+            else pulumi.Output.from_input({"tpuVms": {}, "jobs": {}})
+        )
         self.register_outputs(
             {
                 "vm_generations": self.vm_generations,
                 "job_generations": self.job_generations,
                 "vm_decisions": self.vm_decisions,
                 "job_decisions": self.job_decisions,
+                "last_recoveries": self.last_recoveries,
             }
         )
 
@@ -206,6 +231,33 @@ class TrainingRecovery(pulumi.ComponentResource):
                 f"TrainingRecovery: {name!r} is not in its {key}; add it there to recover it"
             )
         return generations.apply(lambda by_name: by_name[name])
+
+
+def last_recoveries(
+    outputs: Optional[dict[str, Any]],
+    decided: dict[str, tuple[Sequence[Decision], dict[str, int]]],
+    decided_at: datetime,
+) -> dict[str, Any]:
+    """Per kind (``tpuVms``, ``jobs``) and name, the last creation or replacement and its cause:
+    this run's where it creates or replaces, the one the stack last exported where it keeps
+    (dropped for a VM or Job the stack no longer has)."""
+    exported = (outputs or {}).get(reconcile.RECOVERIES_OUTPUT)
+    found: dict[str, Any] = {}
+    for kind, (decisions, generations) in decided.items():
+        last = exported.get(kind) if isinstance(exported, dict) else None
+        last = last if isinstance(last, dict) else {}
+        found[kind] = {}
+        for decision in decisions:
+            if decision.action != "keep":
+                found[kind][decision.name] = {
+                    "action": decision.action,
+                    "cause": decision.reason,
+                    "generation": generations.get(decision.name),
+                    "decidedAt": decided_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                }
+            elif isinstance(last.get(decision.name), dict):
+                found[kind][decision.name] = last[decision.name]
+    return found
 
 
 def _warn_if_not_exported(outputs: Optional[dict], output: str) -> None:

@@ -1,0 +1,54 @@
+"""The Google Cloud APIs a stack's resources need, enabled in its project by the stack itself."""
+
+from typing import Optional, Sequence, TypedDict
+
+import pulumi
+import pulumi_gcp as gcp
+from typing_extensions import NotRequired
+
+from ..domain.required_access import BOOTSTRAP_APIS
+from ..errors import InvalidArgument, check_known, check_resource_name
+
+
+class ProjectApisArgs(TypedDict):
+    apis: Sequence[str]
+    """Service names to enable, e.g. ``tpu.googleapis.com``
+    (``domain.required_access.apis_for_features`` says which a stack needs)."""
+    project: NotRequired[pulumi.Input[str]]
+    """Google Cloud project; the provider's project when omitted."""
+
+
+class ProjectApis(pulumi.ComponentResource):
+    """One ``gcp.projects.Service`` per API, never disabled by `pulumi destroy`: other stacks and
+    tools in the project may use the same API, and disabling one deletes what it serves.
+
+    Children: ``{name}-{api's first label}`` (``apis-tpu`` for ``tpu.googleapis.com``). Make the
+    resources that call an API depend on this component.
+    """
+
+    def __init__(
+        self, name: str, args: ProjectApisArgs, opts: Optional[pulumi.ResourceOptions] = None
+    ) -> None:
+        check_resource_name("ProjectApis", name, opts)
+        check_known(f"ProjectApis {name!r}", args, ProjectApisArgs.__annotations__)
+        apis = sorted(set(args["apis"]))
+        for api in apis:
+            if not api.endswith(".googleapis.com") or api in BOOTSTRAP_APIS:
+                raise InvalidArgument(
+                    f"ProjectApis {name!r}: apis: {api!r} cannot be enabled here: give Google API service "
+                    f"names such as 'tpu.googleapis.com', but not {' or '.join(BOOTSTRAP_APIS)}, which "
+                    f"enabling any API needs on beforehand (`gcloud services enable`)"
+                )
+        super().__init__("tpu-training:project:ProjectApis", name, {}, opts)
+        self.services = {
+            api: gcp.projects.Service(
+                f"{name}-{api.split('.')[0]}",
+                service=api,
+                project=args.get("project"),
+                # Never off on destroy: a shared project keeps its APIs (and what they serve).
+                disable_on_destroy=False,
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            for api in apis
+        }
+        self.register_outputs({"apis": apis})

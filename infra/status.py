@@ -1,0 +1,327 @@
+"""Show how a stack's training is doing, in one place.
+
+    python -m infra.status --stack NAME [--json] [--outputs FILE]
+
+For each TPU VM and Job of the stack:
+
+- live state and the recovery decision `pulumi up` would take now: the same probe as
+  ``infra.recover`` (one Cloud TPU API call per zone, one Kubernetes call per namespace and kind);
+- the newest complete checkpoint in its ``CHECKPOINT_DIR`` (step, and when it was saved), read
+  from the bucket, and progress at it: that step of the run's ``TRAIN_STEPS``, or done when the
+  trainer wrote ``TRAINING_COMPLETE``;
+- the last recovery (create or replace) and its cause: the stack output ``lastRecoveries``, read
+  with ``pulumi stack output --json``, or from ``--outputs FILE`` (what that command printed).
+
+Whatever cannot be read (offline, no credentials, no Pulumi CLI, an API down) is said, per item,
+and the rest is still shown. Endpoints: TPU_API_ENDPOINT, GKE_API_ENDPOINT, KUBECONFIG and
+STORAGE_API_ENDPOINT replace Google's (``live/endpoints.py``).
+
+Exit status (see EXIT_*): 0 everything was read; 2 invalid configuration or project file; 64
+invalid command line; 75 something could not be read (each named in the output): try again, or
+read the rest.
+"""
+
+from __future__ import annotations
+
+import gc
+
+if __name__ == "__main__":
+    gc.disable()  # a one-shot command, as infra.plan (see there)
+
+import argparse  # noqa: E402 - after the collector is off, on purpose
+import functools  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from datetime import datetime, timezone  # noqa: E402
+from typing import Any, Callable, Optional, Sequence  # noqa: E402
+
+from tpu_training_components.domain.recovery import Decision, failure_summary  # noqa: E402
+from tpu_training_components.live import endpoints  # noqa: E402
+from tpu_training_components.live.checkpoints import CheckpointState, read_checkpoints  # noqa: E402
+from tpu_training_components.live.deadline import PROBE_DEADLINE_SECONDS, call_with_deadline  # noqa: E402
+from tpu_training_components.resources.reconcile import RECOVERIES_OUTPUT  # noqa: E402
+
+from infra import offline, stack_config  # noqa: E402
+from infra.plan import (  # noqa: E402
+    CommandLineParser,
+    UsageError,
+    _exit_now,
+    load_project_for,
+    read_previous_outputs,
+    stack_name,
+)
+from infra.recover import Probe, SecretsNeedTheCli, Target, load_settings  # noqa: E402
+
+EXIT_OK = 0
+EXIT_CONFIG_ERROR = 2
+EXIT_USAGE = 64
+EXIT_UNREAD = 75
+"""Something could not be read; the rest was shown (sysexits.h EX_TEMPFAIL)."""
+
+OUTPUTS_SECONDS = 60.0
+"""How long `pulumi stack output` may take: it reads the backend, and answers in seconds."""
+READ_SECONDS = 15.0
+"""Each Cloud Storage request's timeout; ``PROBE_DEADLINE_SECONDS`` bounds each run's reads."""
+
+
+@dataclass
+class RunStatus:
+    """What is known of one TPU VM or Job."""
+
+    kind: str
+    """``tpuVm`` or ``job``."""
+    name: str
+    where: str
+    checkpoint_dir: str
+    train_steps: Optional[int]
+    decision: Optional[Decision] = None
+    checkpoints: Optional[CheckpointState] = None
+    last_recovery: Optional[dict[str, Any]] = None
+    unread: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        checkpoint = self.checkpoints
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "where": self.where,
+            "live": None if self.decision is None or self.decision.unavailable else self.decision.reason,
+            "decision": None if self.decision is None else self.decision.message,
+            "checkpointDir": self.checkpoint_dir,
+            "newestCheckpoint": (
+                None
+                if checkpoint is None or checkpoint.step is None
+                else {
+                    "step": checkpoint.step,
+                    "savedAt": checkpoint.saved_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+                    if checkpoint.saved_at
+                    else None,
+                }
+            ),
+            "incompleteSteps": list(checkpoint.incomplete_steps) if checkpoint else [],
+            "trainingComplete": checkpoint.complete if checkpoint else None,
+            "trainSteps": self.train_steps,
+            "lastRecovery": self.last_recovery,
+            "unread": self.unread,
+        }
+
+
+def runs_of(settings: stack_config.StackConfig) -> list[RunStatus]:
+    """Every TPU VM and Job of the stack, with where its checkpoints are and how long it runs."""
+
+    def steps(environment: dict[str, str]) -> Optional[int]:
+        value = environment.get("TRAIN_STEPS")
+        return int(value) if value and value.isdigit() else None
+
+    entries = [
+        *(
+            ("tpuVm", vm.name, vm.zone, settings.checkpoint_dir(vm), settings.training_environment(vm))
+            for vm in settings.tpu_vms
+        ),
+        *(
+            ("job", job.name, job.namespace, settings.job_checkpoint_dir(job), settings.job_environment(job))
+            for job in settings.jobs
+        ),
+    ]
+    return [
+        RunStatus(kind, name, where, folder, steps(environment))
+        for kind, name, where, folder, environment in entries
+    ]
+
+
+def stack_outputs(stack: str, outputs_file: Optional[str]) -> tuple[Optional[dict[str, Any]], Optional[str]]:
+    """The stack's outputs (from the file, or `pulumi stack output --json`), or why not."""
+    if outputs_file is not None:
+        return read_previous_outputs(outputs_file), None
+    try:
+        done = subprocess.run(
+            ["pulumi", "stack", "output", "--json", "--stack", stack],
+            capture_output=True,
+            text=True,
+            timeout=OUTPUTS_SECONDS,
+        )
+    except FileNotFoundError:
+        return None, "no Pulumi CLI on PATH; pass --outputs FILE (`pulumi stack output --json > FILE`)"
+    except subprocess.TimeoutExpired:
+        return None, f"`pulumi stack output` took longer than {OUTPUTS_SECONDS:g} s"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        return None, f"`pulumi stack output --json --stack {stack}` failed: {last}"
+    try:
+        document = json.loads(done.stdout)
+    except ValueError:
+        return None, "`pulumi stack output --json` printed no JSON"
+    return (document if isinstance(document, dict) else {}), None
+
+
+def gather(
+    settings: stack_config.StackConfig,
+    outputs: Optional[dict[str, Any]],
+    outputs_unread: Optional[str],
+    *,
+    probe: Callable[[stack_config.StackConfig], list[tuple[str, Decision]]],
+    storage: Callable[[], Any],
+) -> list[RunStatus]:
+    """Everything status shows, read once: the probe, the buckets, the outputs."""
+    runs = runs_of(settings)
+    decisions = {(kind, d.name): d for kind, d in probe(settings)}
+    recoveries = (outputs or {}).get(RECOVERIES_OUTPUT)
+    client: Any = None
+    client_error: Optional[str] = None
+    try:
+        client = storage()
+    except Exception as exc:  # noqa: BLE001 - no credentials: the buckets cannot be read
+        client_error = failure_summary(exc)
+    for run in runs:
+        run.decision = decisions.get((run.kind, run.name))
+        if run.decision is None or run.decision.unavailable:
+            why = run.decision.reason if run.decision else "not probed"
+            run.unread.append(f"live state: {why}")
+        if client is None:
+            run.unread.append(f"checkpoints: {client_error}")
+        else:
+            try:
+                read = functools.partial(read_checkpoints, client, run.checkpoint_dir, timeout=READ_SECONDS)
+                run.checkpoints = call_with_deadline(
+                    read, PROBE_DEADLINE_SECONDS, f"listing {run.checkpoint_dir}"
+                )
+            except Exception as exc:  # noqa: BLE001 - reported per run
+                run.unread.append(f"checkpoints: {failure_summary(exc)}")
+        if outputs is None:
+            run.unread.append(f"last recovery: {outputs_unread}")
+        else:
+            by_kind = (
+                recoveries.get("tpuVms" if run.kind == "tpuVm" else "jobs")
+                if isinstance(recoveries, dict)
+                else None
+            )
+            found = by_kind.get(run.name) if isinstance(by_kind, dict) else None
+            run.last_recovery = found if isinstance(found, dict) else None
+    return runs
+
+
+def _time(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _ago(then: datetime, now: datetime) -> str:
+    minutes = int((now - then).total_seconds() // 60)
+    if minutes < 120:
+        return f"{minutes} min ago"
+    return f"{minutes // 60} h ago" if minutes < 48 * 60 else f"{minutes // (24 * 60)} days ago"
+
+
+def render(stack: str, project: str, runs: Sequence[RunStatus], now: datetime) -> str:
+    lines = [f"Status of stack {stack} (project {project}), {_time(now)}:"]
+    for run in runs:
+        lines.append(f"{'TPU VM' if run.kind == 'tpuVm' else 'Job'} {run.name} ({run.where})")
+        if run.decision is not None and not run.decision.unavailable:
+            lines.append(f"  live:          {run.decision.message.split(': ', 1)[1]}")
+        checkpoint = run.checkpoints
+        if checkpoint is not None:
+            if checkpoint.step is None:
+                lines.append(f"  checkpoint:    none yet in {run.checkpoint_dir}")
+            else:
+                saved = (
+                    f", saved {_time(checkpoint.saved_at)} ({_ago(checkpoint.saved_at, now)})"
+                    if checkpoint.saved_at
+                    else ""
+                )
+                lines.append(f"  checkpoint:    step {checkpoint.step}{saved} in {run.checkpoint_dir}")
+            if checkpoint.incomplete_steps:
+                lines.append(
+                    "                 (newer, incomplete: step "
+                    + ", ".join(map(str, checkpoint.incomplete_steps))
+                    + ")"
+                )
+            if checkpoint.complete:
+                lines.append("  progress:      done (TRAINING_COMPLETE)")
+            elif checkpoint.step is not None and run.train_steps:
+                share = min(100.0, 100.0 * checkpoint.step / run.train_steps)
+                lines.append(
+                    f"  progress:      step {checkpoint.step} of {run.train_steps} ({share:.0f}%) "
+                    f"at that checkpoint"
+                )
+        if run.last_recovery is not None:
+            last = run.last_recovery
+            lines.append(
+                f"  last recovery: {last.get('action')} decided {last.get('decidedAt')} "
+                f"(generation {last.get('generation')}): {last.get('cause')}"
+            )
+        elif not any(u.startswith("last recovery") for u in run.unread):
+            lines.append("  last recovery: none recorded")
+        lines.extend(f"  not read:      {unread}" for unread in run.unread)
+    if not runs:
+        lines.append("  the stack declares no TPU VM and no Job")
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = CommandLineParser(
+        prog="python -m infra.status",
+        description="Show each TPU VM's and Job's live state, recovery decision, newest checkpoint, "
+        "progress and last recovery.",
+        epilog="Exit status: 0 everything read; 2 invalid configuration; 64 invalid command line; "
+        "75 something could not be read (named in the output).",
+    )
+    parser.add_argument("--stack", default="dev", help="stack name: reads Pulumi.<stack>.yaml (default: dev)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument(
+        "--outputs",
+        metavar="FILE",
+        help="the stack's outputs as `pulumi stack output --json > FILE` printed them "
+        "(default: ask the Pulumi CLI)",
+    )
+    return parser
+
+
+def main(
+    argv: Optional[Sequence[str]] = None,
+    *,
+    probe: Optional[Callable[[stack_config.StackConfig], list[tuple[str, Decision]]]] = None,
+    now: Optional[datetime] = None,
+) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        stack, stack_project = stack_name(args.stack)
+        project = load_project_for(args.stack, stack_project)
+        outputs, outputs_unread = stack_outputs(args.stack, args.outputs)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except offline.ProjectFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    try:
+        loaded = load_settings(Target(project, stack, args.stack))
+    except (offline.ProjectFileError, stack_config.ConfigError, SecretsNeedTheCli) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    settings = loaded.settings
+    runs = gather(
+        settings,
+        outputs,
+        outputs_unread,
+        probe=probe or Probe(),
+        storage=lambda: endpoints.storage_client(settings.gcp_project),
+    )
+    now = now or datetime.now(timezone.utc)
+    if args.json:
+        document = {
+            "stack": stack,
+            "project": settings.gcp_project,
+            "at": _time(now),
+            "runs": [run.to_json() for run in runs],
+        }
+        print(json.dumps(document, indent=2))
+    else:
+        print(render(stack, settings.gcp_project, runs, now))
+    return EXIT_UNREAD if any(run.unread for run in runs) else EXIT_OK
+
+
+if __name__ == "__main__":
+    os.environ.pop("TPU_TRAINING_OFFLINE", None)  # status reads what is live
+    _exit_now(main())

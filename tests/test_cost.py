@@ -1,0 +1,112 @@
+"""The plan's hourly cost: every resource priced from the pinned table (domain/prices.py) or said
+to be unknown, split into what bills always and what bills only while training."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from conftest import run_plan, run_stack
+from tpu_training_components.domain import catalogue, prices
+
+from infra import cost
+
+POOLS = "tpu-training:nodePools"
+VMS = "tpu-training:tpuVms"
+
+
+def lines_of(config) -> dict[str, cost.CostLine]:
+    return {
+        line.name + ":" + line.what.split(",")[0]: line for line in cost.estimate(run_stack(config)).lines
+    }
+
+
+def test_the_dev_stack_costs_what_its_parts_cost(config):
+    found = cost.estimate(run_stack(config))
+    by_name = {(line.name, line.when): line for line in found.lines}
+    # A preemptible v3-8 in europe-west4 is billed at the catalogue's Spot price of the device.
+    assert by_name[("demo-tpu-vm", "training")].price.usd_per_hour == 2.244
+    # Flex-start has its own price, which the table does not hold: unknown, not 0.
+    pool = by_name[("v6e-4x4-pool", "training")]
+    assert pool.price.usd_per_hour is None and "flex-start" in pool.price.source
+    # Always on: the regional cluster's fee, its one e2-standard-4 system node, the NAT it uses.
+    assert by_name[("tpu-dev-cluster", "always")].price.usd_per_hour == 0.10
+    assert by_name[("tpu-dev-system", "always")].price.usd_per_hour == pytest.approx(2 * 0.06701)
+    known, unknown = found.total("always")
+    assert (round(known, 5), unknown) == (round(0.10 + 2 * 0.06701 + 0.0014 + 0.005, 5), [])
+    known, unknown = found.total("training")
+    assert unknown == ["v6e-4x4-pool"]
+    document = found.to_json()
+    assert document["whileTraining"]["usdPerHour"] is None  # a total with an unknown part is no total
+    assert document["whileTraining"]["knownUsdPerHour"] == pytest.approx(known, abs=1e-4)
+    assert document["alwaysOn"]["usdPerHour"] == pytest.approx(0.2404, abs=1e-4)
+    assert document["notHourly"] == {
+        "gcp:storage/bucket:Bucket": 2,
+        "gcp:storage/bucketObject:BucketObject": 4,
+    }
+    assert document["unpriced"] == []
+
+
+@pytest.mark.parametrize(
+    ("pool", "expected"),
+    [
+        # The source's own rows for a whole v6e-16 slice in us-east5: $43.20 on demand, $17.28 Spot.
+        ({"flexStart": False}, 43.2),
+        ({"flexStart": False, "spot": True}, 17.28),
+    ],
+)
+def test_a_tpu_pool_at_full_size_costs_its_slice(config, pool, expected):
+    config = copy.deepcopy(config)
+    config[POOLS][0].update(pool)
+    line = next(line for line in cost.estimate(run_stack(config)).lines if line.name == "v6e-4x4-pool")
+    assert line.price.usd_per_hour == pytest.approx(expected)
+    assert line.when == "training" and line.what.startswith("4 x ct6e-standard-4t")
+
+
+def test_a_v3_pod_slice_is_priced_per_eight_cores(config):
+    config = copy.deepcopy(config)
+    config[VMS][0]["acceleratorType"] = "v3-32"
+    line = next(line for line in cost.estimate(run_stack(config)).lines if line.name == "demo-tpu-vm")
+    assert line.price.usd_per_hour == pytest.approx(10.56)  # the source's v3-32 Spot row in europe-west4
+
+
+def test_a_price_the_table_lacks_is_unknown_and_says_why(config):
+    config = copy.deepcopy(config)
+    config[VMS][0].update(provisioning="on-demand", zone="us-central1-b", acceleratorType="v3-32")
+    found = cost.estimate(run_stack(config))
+    line = next(line for line in found.lines if line.name == "demo-tpu-vm")
+    assert line.price.usd_per_hour is None
+    assert line.price.source == "no TPU v3 in us-central1 Pod price in the table"
+    text = cost.render(found)
+    assert (
+        "      unknown  gcp:tpu/v2Vm:V2Vm  demo-tpu-vm: TPU v3-32, on-demand, us-central1 (no TPU v3" in text
+    )
+    assert "while training, on top: at least $" in text
+
+
+def test_every_price_is_sourced_and_every_key_is_in_the_catalogue():
+    generations = {f.generation for f in catalogue.ACCELERATOR_FAMILIES.values()} | set(
+        catalogue.GKE_GENERATIONS
+    )
+    for table in (prices.TPU_CHIP_HOUR, prices.TPU_DEVICE_HOUR, prices.TPU_POD_EIGHT_CORES_HOUR):
+        for (generation, region), (on_demand, spot) in table.items():
+            assert generation in generations and catalogue.is_region(region)
+            assert 0 < spot < on_demand
+    for price in (prices.GKE_CLUSTER_HOUR, prices.NAT_VM_HOUR, prices.NAT_ADDRESS_HOUR):
+        assert price.known and price.source
+    assert prices.machine_hour("n2-standard-4", "us-east5").usd_per_hour is None
+    assert prices.machine_hour("e2-standard-8", "us-east5").usd_per_hour == pytest.approx(4 * 0.06701)
+
+
+def test_the_plan_shows_the_cost_and_writes_it_in_its_json(tmp_path):
+    result = run_plan("--json", str(tmp_path / "plan.json"))
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    assert "Cost per hour (list prices in USD read 2026-11-26; docs/cost.md):" in text
+    assert "  always on: $0.24" in text
+    assert "  while training, on top: at least $2.26 (1 unknown: v6e-4x4-pool)" in text
+    assert text.index("Cost per hour") < text.index("Summary:")
+    document = json.loads((tmp_path / "plan.json").read_text())
+    assert document["cost"]["alwaysOn"]["usdPerHour"] == pytest.approx(0.2404, abs=1e-4)
+    assert document["cost"]["byKind"]["gcp:tpu/v2Vm:V2Vm"] == {"knownUsdPerHour": 2.244, "unknown": []}

@@ -1,0 +1,91 @@
+"""The offline preview importers get (tpu_training_components.preview): the documented example runs
+as written, a program's own config reaches it, and a bad argument raises as in `pulumi preview`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import re
+
+import pulumi
+import pytest
+from conftest import REPO
+from tpu_training_components import CheckpointBucket, InvalidArgument, PreemptibleTpuVm, TrainingRecovery
+from tpu_training_components.preview import preview
+
+
+def _example() -> str:
+    page = (REPO / "docs" / "using-the-components.md").read_text(encoding="utf-8")
+    (block,) = [
+        b for b in re.findall(r"```python\n(.*?)```", page, re.S) if b.startswith("# preview example")
+    ]
+    return block
+
+
+def test_the_documented_example_runs_as_written_and_prints_what_it_says():
+    block = _example()
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(block, "docs/using-the-components.md", "exec"), {})  # noqa: S102 - the page's own example
+    expected = re.search(r"^# (demo-tpu-vm .*)$", block, re.M)
+    assert expected is not None
+    assert printed.getvalue().strip() == expected.group(1)
+
+
+def test_it_records_components_and_cloud_resources_with_their_inputs():
+    planned = preview(lambda: CheckpointBucket("ckpt", {"region": "us-east5", "bucket_name": "acme-ckpt"}))
+    assert [(r.type, r.name, r.custom) for r in planned.resources] == [
+        ("tpu-training:storage:CheckpointBucket", "ckpt", False),
+        ("gcp:storage/bucket:Bucket", "ckpt-bucket", True),
+    ]
+    assert planned.one("gcp:storage/bucket:Bucket", "ckpt-bucket").inputs["location"] == "US-EAST5"
+
+
+def test_the_program_reads_the_config_it_is_given():
+    def program() -> None:
+        region = pulumi.Config("acme").require("region")
+        CheckpointBucket("ckpt", {"region": region, "bucket_name": "acme-ckpt"})
+
+    planned = preview(program, project="acme", config={"acme:region": "europe-west4"})
+    assert planned.one("gcp:storage/bucket:Bucket", "ckpt-bucket").inputs["location"] == "EUROPE-WEST4"
+
+
+def test_a_bad_argument_raises_as_in_pulumi_preview():
+    with pytest.raises(InvalidArgument, match="'nowhere' is not a region name"):
+        preview(lambda: CheckpointBucket("ckpt", {"region": "nowhere", "bucket_name": "acme-ckpt"}))
+
+
+def test_recovery_without_live_state_keeps_the_last_deployed_generation():
+    def program() -> None:
+        recovery = TrainingRecovery(
+            "recovery",
+            {
+                "project": "acme",
+                "tpu_vms": [{"name": "demo-tpu", "zone": "europe-west4-a"}],
+                "read_live_state": False,
+            },
+        )
+        PreemptibleTpuVm(
+            "demo-tpu",
+            {
+                "zone": "europe-west4-a",
+                "accelerator_type": "v3-8",
+                "runtime_version": "tpu-ubuntu2204-base",
+                "train_command": "python3 train.py",
+                "checkpoint_dir": "gs://acme-ckpt/checkpoints/demo-tpu",
+                "service_account_email": "trainer@acme.iam.gserviceaccount.com",
+                "recovery_generation": recovery.vm_generation("demo-tpu"),
+            },
+        )
+
+    planned = preview(program, previous_outputs={"recoveryGenerations": {"demo-tpu": 3}})
+    vm = planned.one("gcp:tpu/v2Vm:V2Vm", "demo-tpu-vm")
+    assert vm.inputs["labels"]["recovery-generation"] == "3"
+
+
+def test_it_runs_on_a_thread_whose_event_loop_was_closed():
+    # An earlier asyncio.run() (or a test) leaves the thread without a current loop.
+    asyncio.set_event_loop(None)
+    planned = preview(lambda: CheckpointBucket("ckpt", {"region": "us-east5", "bucket_name": "acme-ckpt"}))
+    assert len(planned.resources) == 2

@@ -1,0 +1,159 @@
+"""`python -m infra.status`: live state and decisions (the recover probe against loopback TPU and
+Kubernetes APIs), the newest checkpoint from the bucket (google-cloud-storage against a loopback
+Cloud Storage), progress at it, and the last recovery from the stack's outputs; what cannot be
+read is said, per item, with exit 75."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from support import stub_pulumi
+from support.fake_kube_api import FakeKubernetesApi, job
+from support.fake_tpu_api import FakeTpuApi
+from support.loopback_gcs import LoopbackGcs
+from tpu_training_components.live import endpoints
+
+from infra import status
+
+ZONE = "europe-west4-a"
+VM_BUCKET = "tpu-training-dev-dev-ckpt-europe-west4"
+JOB_BUCKET = "tpu-training-dev-dev-ckpt-us-east5"
+NOW = datetime(2026, 11, 26, 9, 0, 0, tzinfo=timezone.utc)
+LAST_RECOVERIES = {
+    "tpuVms": {
+        "demo-tpu": {
+            "action": "replace",
+            "cause": "node is PREEMPTED",
+            "generation": 20261126061500,
+            "decidedAt": "2026-11-26T06:15:00Z",
+        }
+    },
+    "jobs": {},
+}
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeTpuApi, LoopbackGcs, Path]]:
+    """A working dev stack: its node READY, its Job running, demo-tpu's bucket holding step 40
+    (complete) and step 50 (a save cut short), and the stack's outputs in a file."""
+    with FakeTpuApi() as tpu, FakeKubernetesApi() as kube, LoopbackGcs(VM_BUCKET, JOB_BUCKET) as gcs:
+        tpu.add(ZONE, "demo-tpu", "READY", labels={"recovery-generation": "20261126061500"}, health="HEALTHY")
+        kube.add("default", job("train-v6e", generation=1, active=4, ready=4))
+        monkeypatch.setenv("TPU_API_ENDPOINT", tpu.endpoint)
+        monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig(tmp_path)))
+        monkeypatch.setenv(endpoints.STORAGE_ENDPOINT_VARIABLE, gcs.endpoint)
+        bucket = endpoints.storage_client("tpu-training-dev", gcs.endpoint).bucket(VM_BUCKET)
+        for name in ("40/state/array", "40/commit_success.txt", "50/state/array"):
+            bucket.blob(f"checkpoints/demo-tpu/{name}").upload_from_string(b"x")
+        outputs = tmp_path / "outputs.json"
+        outputs.write_text(
+            json.dumps(
+                {"recoveryGenerations": {"demo-tpu": 20261126061500}, "lastRecoveries": LAST_RECOVERIES}
+            )
+        )
+        yield tpu, gcs, outputs
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = status.main(list(argv), now=NOW)
+    return code, capsys.readouterr().out
+
+
+def test_everything_read_shows_each_run_and_exits_0(world, capsys):
+    _, _, outputs = world
+    code, text = run(capsys, "--stack", "dev", "--outputs", str(outputs))
+    assert code == status.EXIT_OK, text
+    lines = text.splitlines()
+    assert lines[0] == "Status of stack dev (project tpu-training-dev), 2026-11-26T09:00:00Z:"
+    vm = lines[lines.index("TPU VM demo-tpu (europe-west4-a)") + 1 : lines.index("Job train-v6e (default)")]
+    assert vm[0] == "  live:          node is READY -> is kept (recovery generation 20261126061500)"
+    assert vm[1].startswith("  checkpoint:    step 40, saved 2026-")
+    assert vm[1].endswith(f"in gs://{VM_BUCKET}/checkpoints/demo-tpu")
+    assert vm[2] == "                 (newer, incomplete: step 50)"
+    assert vm[3] == "  progress:      step 40 of 98 (41%) at that checkpoint"
+    assert vm[4] == (
+        "  last recovery: replace decided 2026-11-26T06:15:00Z (generation 20261126061500): node is PREEMPTED"
+    )
+    job_lines = lines[lines.index("Job train-v6e (default)") + 1 :]
+    assert job_lines[1] == f"  checkpoint:    none yet in gs://{JOB_BUCKET}/checkpoints/train-v6e"
+    assert job_lines[2] == "  last recovery: none recorded"
+
+
+def test_json_says_the_same(world, capsys):
+    _, _, outputs = world
+    code, text = run(capsys, "--stack", "dev", "--outputs", str(outputs), "--json")
+    assert code == status.EXIT_OK
+    document = json.loads(text)
+    (vm, job_run) = document["runs"]
+    assert vm["newestCheckpoint"]["step"] == 40 and vm["incompleteSteps"] == [50]
+    assert vm["trainSteps"] == 98 and vm["trainingComplete"] is False
+    assert vm["lastRecovery"] == LAST_RECOVERIES["tpuVms"]["demo-tpu"]
+    assert vm["live"] == "node is READY" and vm["unread"] == []
+    assert job_run["newestCheckpoint"] is None and job_run["trainSteps"] == 49
+
+
+def test_a_preempted_node_and_a_finished_run_read_as_such(world, capsys):
+    tpu, gcs, outputs = world
+    tpu.nodes[ZONE][0]["state"] = "PREEMPTED"
+    endpoints.storage_client("p", gcs.endpoint).bucket(VM_BUCKET).blob(
+        "checkpoints/demo-tpu/TRAINING_COMPLETE"
+    ).upload_from_string(b"")
+    _, text = run(capsys, "--stack", "dev", "--outputs", str(outputs))
+    assert "  live:          node is PREEMPTED -> will be replaced (a new recovery generation)" in text
+    assert "  progress:      done (TRAINING_COMPLETE)" in text
+
+
+def test_the_outputs_come_from_the_pulumi_cli_when_no_file_is_given(world, capsys, tmp_path, monkeypatch):
+    folder = stub_pulumi.install(tmp_path / "bin")
+    (folder / "behaviour.json").write_text(json.dumps({"outputs": {"lastRecoveries": LAST_RECOVERIES}}))
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    code, text = run(capsys, "--stack", "dev")
+    assert code == status.EXIT_OK, text
+    assert "node is PREEMPTED" in text
+    assert stub_pulumi.calls(folder) == [["stack", "output", "--json", "--stack", "dev"]]
+
+
+def test_offline_it_says_what_it_could_not_read_and_exits_75(capsys, tmp_path, monkeypatch):
+    # No endpoints, no credentials (conftest points ADC at a missing file), no Pulumi CLI.
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    for variable in (
+        "TPU_API_ENDPOINT",
+        "GKE_API_ENDPOINT",
+        "KUBECONFIG",
+        endpoints.STORAGE_ENDPOINT_VARIABLE,
+    ):
+        monkeypatch.delenv(variable, raising=False)
+    code, text = run(capsys, "--stack", "dev")
+    assert code == status.EXIT_UNREAD
+    vm = text.split("TPU VM demo-tpu (europe-west4-a)\n", 1)[1].split("Job ", 1)[0].splitlines()
+    assert vm[0].startswith("  not read:      live state: TPU API unavailable")
+    assert vm[1].startswith("  not read:      checkpoints: DefaultCredentialsError")
+    assert vm[2] == (
+        "  not read:      last recovery: no Pulumi CLI on PATH; pass --outputs FILE "
+        "(`pulumi stack output --json > FILE`)"
+    )
+
+
+def test_bad_input_exits_2_or_64(world, capsys, scratch_project, monkeypatch):
+    assert status.main(["--stack", "a/b/c/d"]) == status.EXIT_USAGE
+    _, _, outputs = world
+    outputs.write_text("[1, 2]")
+    assert status.main(["--stack", "dev", "--outputs", str(outputs)]) == status.EXIT_USAGE
+    (scratch_project / "Pulumi.broken.yaml").write_text("config:\n  tpu-training:tpuVms: 5\n")
+    monkeypatch.chdir(scratch_project)
+    assert (
+        status.main(["--stack", "broken", "--outputs", str(tmp_outputs(scratch_project))])
+        == status.EXIT_CONFIG_ERROR
+    )
+    assert "tpu-training:tpuVms" in capsys.readouterr().err
+
+
+def tmp_outputs(folder: Path) -> Path:
+    path = folder / "outputs.json"
+    path.write_text("{}")
+    return path
