@@ -374,6 +374,10 @@ for job in settings.jobs:
         "recovery_generation": recovery.job_generation(job.name),
         "privileged": job.privileged,
     }
+    grace = settings.job_termination_grace_seconds()
+    if grace is not None:
+        # Time for the stop save: the checkpoint's cost with a margin (docs/trainer.md).
+        job_args["termination_grace_seconds"] = grace
     # Pods wait for their pool's nodes; the bucket access must exist before training starts; a
     # JobSet needs its controller's CRD and webhook, and a workload on a queued pool Kueue's webhook
     # (which suspends it until admitted) and its pool's queue.

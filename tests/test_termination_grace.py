@@ -4,8 +4,12 @@ and Compute Engine's docs, cited in components/tpu_training_components/domain/te
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from conftest import run_stack
+from conftest import run_components, run_stack
+from support.workloads import tpu_pool, workload_args
+from tpu_training_components import TpuTrainingJob, TpuTrainingJobSet
 from tpu_training_components.domain.job_manifests import TrainingJobSpec, job_manifest
 from tpu_training_components.domain.startup_script import render_shutdown_script
 from tpu_training_components.domain.termination_grace import (
@@ -15,20 +19,23 @@ from tpu_training_components.domain.termination_grace import (
     pod_grace_seconds,
     save_fit_problem,
 )
+from tpu_training_components.errors import InvalidArgument
 
 
 @pytest.mark.parametrize(
     ("cost", "grace"),
     [
-        (60, 120),  # the dev stack: 1.5 x 60 s + 30 s
-        (1, 32),  # the margin alone is Kubernetes' default 30 s
-        (0.4, 31),
-        (100, 180),
+        (60, 120),  # the dev stack: 1.5 x 60 s + 30 s = 120 s
+        (57.3, 120),  # re-measured a little lower: the same step, the running Job stays
+        (20, 60),
+        (0.4, 60),  # never less than the margin, above Kubernetes' default 30 s
+        (61, 300),  # just past a step: the next one
+        (400, 1200),
         (2380, 3600),  # 1.5 x 2380 + 30 = 3600: GKE honours a drain's grace up to an hour
         (5000, 3600),  # and no more
     ],
 )
-def test_the_pods_ask_for_the_save_with_a_margin(cost, grace):
+def test_the_pods_ask_for_the_save_with_a_margin_in_steps(cost, grace):
     assert pod_grace_seconds(cost) == grace
 
 
@@ -93,3 +100,30 @@ def test_a_job_on_spot_nodes_is_warned_about_and_one_on_flex_start_is_not(config
 def test_no_checkpointing_no_warning(config):
     del config["tpu-training:checkpointing"]
     assert not [w for w in run_stack(config).warnings if "costSeconds" in w]
+
+
+def test_the_dev_stacks_job_asks_for_its_save_and_a_workload_refuses_a_grace_gke_ignores(config):
+    run = run_stack(config)
+    job = run.one("kubernetes:batch/v1:Job", "train-v6e-job")
+    assert job.inputs["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 120
+    # Without checkpointing the stack knows no save time: Kubernetes' default.
+    del config["tpu-training:checkpointing"]
+    job = run_stack(config).one("kubernetes:batch/v1:Job", "train-v6e-job")
+    assert "terminationGracePeriodSeconds" not in job.inputs["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize(
+    ("grace", "says"),
+    [
+        (3601, "termination_grace_seconds = 3601; allowed: 0-3600"),
+        (-5, "termination_grace_seconds -5 must be a whole number >= 0"),
+        (2.5, "termination_grace_seconds 2.5 must be a whole number >= 0"),
+    ],
+)
+@pytest.mark.parametrize("component", [TpuTrainingJob, TpuTrainingJobSet])
+def test_a_workload_refuses_a_grace_that_is_no_time_gke_honours(component, grace, says):
+    def body() -> None:
+        component("train", workload_args(tpu_pool().selection, termination_grace_seconds=grace))
+
+    with pytest.raises(InvalidArgument, match=re.escape(says)):
+        run_components(body)

@@ -108,7 +108,8 @@ def baseline() -> offline.ProgramRun:
 
 
 TUNING_EDITS = {
-    "checkpointing.costSeconds 60 -> 120": (_checkpoint_cost(120),),
+    # Re-measured within its grace step (docs/trainer.md: 1.5 x 57 + 30 s still fits 120 s).
+    "checkpointing.costSeconds 60 -> 57": (_checkpoint_cost(57),),
     "training.perCoreBatchSize 128 -> 64": (_training("perCoreBatchSize", 64),),
     "training.totalExamples 100000 -> 250000": (_training("totalExamples", 250_000),),
     "training.baseLearningRate 0.1 -> 0.05": (_training("baseLearningRate", 0.05),),
@@ -156,6 +157,16 @@ def test_adding_or_removing_a_slice_leaves_the_job_and_the_running_slice_alone(b
     assert first == [p for p in two.by_type(POOL) if p.name == "v6e-4x4-pool"]
     pools = {len(run.by_type(POOL)) for run in (one, two)}
     assert pools == {before + 1, after + 1}  # the TPU slices and the system pool
+
+
+def test_a_checkpoint_cost_past_the_pods_grace_step_changes_the_grace_and_nothing_else(baseline):
+    """The Pods' grace period is the stop save's time (termination_grace.pod_grace_seconds), in
+    steps: a cost that leaves its step changes that one field of the template, which replaces a
+    running Job, and --compare-to says so (tests/test_termination_grace.py)."""
+    before, after = (json.loads(_job_force_new(run)) for run in (baseline, _plan(_checkpoint_cost(120))))
+    grace = "terminationGracePeriodSeconds"
+    assert (before["template"]["spec"].pop(grace), after["template"]["spec"].pop(grace)) == (120, 300)
+    assert before == after
 
 
 @pytest.mark.parametrize(

@@ -32,19 +32,24 @@ shutdown (Compute Engine ``Scheduling.skipGuestOsShutdown``: "30 seconds for Spo
 
 SAVE_MARGIN_FACTOR = 1.5
 SAVE_MARGIN_SECONDS = 30
-"""The grace a Pod asks for: the save once and a half (a loaded disk or bucket is slower than the
+"""The grace a Pod needs: the save once and a half (a loaded disk or bucket is slower than the
 measured save), plus 30 s for the step in progress, the hosts agreeing on a stop step, and leaving
 the cluster."""
+GRACE_STEPS_SECONDS = (60, 120, 300, 600, 1200, 1800, GKE_MAX_HONOURED_GRACE_SECONDS)
+"""What a Pod asks for: the first of these that covers its need. The grace is part of the Pod
+template, and a Job whose template changes is replaced (pulumi-kubernetes diff.go): in steps, a
+re-measured ``costSeconds`` (57 s instead of 60) leaves a running Job alone; one that moves to
+another step replaces it, and ``--compare-to`` says so."""
 
 
 def pod_grace_seconds(cost_seconds: float) -> int:
     """``terminationGracePeriodSeconds`` for the Pods of a trainer whose checkpoint takes
-    ``cost_seconds`` to be committed: 1.5 x the save + 30 s (so never below Kubernetes' default),
-    at most what GKE honours."""
+    ``cost_seconds`` to be committed: the first step of ``GRACE_STEPS_SECONDS`` that covers 1.5 x
+    the save + 30 s (never below Kubernetes' default 30 s), at most what GKE honours."""
     if not (math.isfinite(cost_seconds) and cost_seconds > 0):
         raise ValueError(f"a checkpoint's cost {cost_seconds!r} s must be a number of seconds above 0")
-    wanted = math.ceil(SAVE_MARGIN_FACTOR * cost_seconds + SAVE_MARGIN_SECONDS)
-    return min(GKE_MAX_HONOURED_GRACE_SECONDS, wanted)
+    needed = SAVE_MARGIN_FACTOR * cost_seconds + SAVE_MARGIN_SECONDS
+    return next((step for step in GRACE_STEPS_SECONDS if step >= needed), GKE_MAX_HONOURED_GRACE_SECONDS)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from ..domain.job_manifests import (
 from ..domain.jobset_manifests import JOBSET_API_VERSION, JOBSET_KIND
 from ..domain.naming import generation_problem
 from ..domain.node_pool_plan import TpuNodePoolPlan
+from ..domain.termination_grace import GKE_MAX_HONOURED_GRACE_SECONDS
 from ..errors import (
     CHECKPOINT_VARIABLE,
     InvalidArgument,
@@ -87,6 +88,11 @@ class TpuTrainingJobArgs(TypedDict):
     (default False: the TPU device plugin exposes the chips without it on current GKE)."""
     labels: NotRequired[Mapping[str, str]]
     """Kubernetes labels on every object, besides the project's own."""
+    termination_grace_seconds: NotRequired[int]
+    """How long a Pod told to stop may take to save before it is killed
+    (``terminationGracePeriodSeconds``, 0-3600): the checkpoint's time with a margin
+    (``domain.termination_grace.pod_grace_seconds(cost_seconds)``). Kubernetes' 30 s when omitted.
+    Part of the Pod template: a change replaces a running workload."""
 
 
 class TrainingWorkload(pulumi.ComponentResource):
@@ -155,6 +161,7 @@ class TrainingWorkload(pulumi.ComponentResource):
             # tolerate the taint GKE puts on the nodes it provisions for them.
             queue=self._queue(args, pool),
             tolerations=pool.tolerations,
+            termination_grace_seconds=args.get("termination_grace_seconds"),
         )
         on_cluster = pulumi.ResourceOptions(parent=self, provider=args["provider"])
 
@@ -251,6 +258,13 @@ class TrainingWorkload(pulumi.ComponentResource):
         if problem:
             raise InvalidArgument(f"{where}: recovery_generation {problem}")
         check_kubernetes_labels(where, args.get("labels", {}))
+        if "termination_grace_seconds" in args:
+            check_whole_number(
+                where,
+                "termination_grace_seconds",
+                args["termination_grace_seconds"],
+                most=GKE_MAX_HONOURED_GRACE_SECONDS,
+            )
         return pool
 
     def _queue(self, args: Any, pool: TpuNodePoolPlan) -> Optional[str]:
