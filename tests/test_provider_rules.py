@@ -219,6 +219,10 @@ TABLE: dict[tuple[str, str, Any], list[tuple[Edit, str, str, Any, str]]] = {
         (at("labels.team", "x"), "labels", "update", None, TF),
         (at("location", "EU"), "ForceNew", "replace", None, TF),
     ],
+    ("dev", "gcp:projects/service:Service", "apis-compute"): [
+        (at("disableOnDestroy", True), "updatable", "update", None, TF),
+        (at("service", "tpu.googleapis.com"), "ForceNew", "replace", None, TF),
+    ],
     ("dev", OBJECT, "checkpoints-us-east5-code-train.py"): [
         (at("name", "code/x.py"), "ForceNew", "replace", None, TF),
     ],

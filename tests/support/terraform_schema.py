@@ -87,6 +87,11 @@ SOURCES: dict[str, tuple[bool, str, str]] = {
         "google/services/compute/resource_compute_router_nat.go",
         "func ResourceComputeRouterNat(",
     ),
+    "gcp:projects/service:Service": (
+        False,
+        "google/services/resourcemanager/resource_google_project_service.go",
+        "func ResourceGoogleProjectService(",
+    ),
     "gcp:iam/member#base": (
         False,
         "google/tpgiamresource/resource_iam_member.go",

@@ -220,6 +220,11 @@ GCP_RULES: Mapping[str, TypeRules] = {
     "gcp:storage/bucketIAMMember:BucketIAMMember": IAM_MEMBER,
     "gcp:projects/iAMMember:IAMMember": IAM_MEMBER,
     "gcp:serviceaccount/iAMMember:IAMMember": IAM_MEMBER,
+    # An API the stack enables (ProjectApis): the project and the API's name are the resource.
+    "gcp:projects/service:Service": TypeRules(
+        source=f"{_TF} google/services/resourcemanager/resource_google_project_service.go, ForceNew",
+        replace=("project", "service"),
+    ),
     # The trainer's code: a new object; VMs and Pods copy it when they next start.
     "gcp:storage/bucketObject:BucketObject": TypeRules(
         source=f"{_TF} google/services/storage/resource_storage_bucket_object.go, ForceNew",
