@@ -292,13 +292,13 @@ class StackConfig(Model):
         for index, vm in enumerate(self.tpu_vms):
             if vm.provisioning in ("preemptible", "spot"):
                 plan = self.vm_checkpoints(vm)
-                problem = save_fit_problem(cost, PREEMPTIBLE_TPU_VM, plan and plan.interval_seconds)
+                problem = save_fit_problem(cost, PREEMPTIBLE_TPU_VM, plan.interval_seconds if plan else None)
                 if problem:
                     found.append(f"{PROJECT}:tpuVms[{index}] ({vm.name}): {problem}")
         for index, job in enumerate(self.jobs):
             if self.pool_plan(self.job_pool(job)).spot:
                 plan = self.job_checkpoints(job)
-                problem = save_fit_problem(cost, SPOT_GKE_POOL, plan and plan.interval_seconds)
+                problem = save_fit_problem(cost, SPOT_GKE_POOL, plan.interval_seconds if plan else None)
                 if problem:
                     found.append(f"{PROJECT}:jobs[{index}] ({job.name}): {problem}")
         return found
