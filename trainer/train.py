@@ -885,7 +885,7 @@ class Beacon:
         try:
             if self.local:
                 # Whole or not at all: a reader never sees half a record.
-                temporary = f"{self.path}.{os.getpid()}.tmp"
+                temporary = str(self.path.parent / f".{self.path.name}.partial-{os.getpid()}")
                 with open(temporary, "w") as handle:
                     handle.write(text)
                 os.replace(temporary, str(self.path))
