@@ -13,7 +13,6 @@ others within JAX's heartbeat (5 s here, ``support.sandbox.CLUSTER_TIMEOUTS``).
 
 from __future__ import annotations
 
-import hashlib
 import random
 import shutil
 import signal
@@ -30,6 +29,7 @@ from support.sandbox import (
     Output,
     Pod,
     Slice,
+    checkpoint_snapshot,
     gang,
     job_pod,
     load_final_state,
@@ -89,15 +89,6 @@ def assert_same_state(got: Mapping[str, object], want: Mapping[str, object]) -> 
     for key in want:
         a, b = np.asarray(got[key]), np.asarray(want[key])
         assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), f"{key} differs"
-
-
-def snapshot(folder: Path) -> dict[str, str]:
-    """Every file under ``folder`` with a digest of its bytes: what "nothing was touched" compares."""
-    return {
-        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(folder.rglob("*"))
-        if path.is_file()
-    }
 
 
 def new_slice(root: Path, store: CheckpointStore, **extra: str) -> Slice:
@@ -249,7 +240,7 @@ def test_a_restore_error_on_one_host_leaves_every_checkpoint_and_exits_try_again
     want, checkpoints = reference
     folder = tmp_path / "checkpoints"
     shutil.copytree(checkpoints, folder)
-    before = snapshot(folder)
+    before = checkpoint_snapshot(folder)
     newest = max(int(name.split("/")[0]) for name in before if name.split("/")[0].isdigit())
     store = LocalStore(folder)
     faulty = new_gang(
@@ -267,7 +258,7 @@ def test_a_restore_error_on_one_host_leaves_every_checkpoint_and_exits_try_again
         assert [e.int("attempt") for e in events_named(output, "retry")] == [1]
     assert "try again later: could not read step" in outputs[1].text()
     assert "Input/output error (injected)" in outputs[1].text()
-    assert snapshot(folder) == before
+    assert checkpoint_snapshot(folder) == before
 
     healthy = new_gang(store)
     for index, pod in enumerate(healthy):

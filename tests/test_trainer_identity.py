@@ -6,7 +6,6 @@ and the environment, nothing else."""
 
 from __future__ import annotations
 
-import hashlib
 import signal
 import sys
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from support.sandbox import TRAIN_PY, Event, LocalStore, Output, Pod
+from support.sandbox import PROGRESS_RECORD, TRAIN_PY, Event, LocalStore, Output, Pod, checkpoint_snapshot
 
 pytestmark = pytest.mark.usefixtures("jax_compilation_cache")
 
@@ -39,14 +38,6 @@ def named(output: Output, name: str) -> list[Event]:
     return [event for event in output.events if event.event == name]
 
 
-def snapshot(folder: Path) -> dict[str, str]:
-    return {
-        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(folder.rglob("*"))
-        if path.is_file()
-    }
-
-
 def error_line(output: Output) -> str:
     [line] = [line for line in output.lines if line.startswith("tpu-trainer: ") and "(exit " in line]
     return line.rstrip("\n")
@@ -59,7 +50,7 @@ def test_a_checkpoint_of_another_run_is_refused_and_left_as_it_is(tmp_path):
     checkpoints = tmp_path / "checkpoints"
     first = start(tmp_path / "a", checkpoints, **RUN)
     assert first.finish(timeout=DEADLINE) == 0, first.text()
-    before = snapshot(checkpoints)
+    before = checkpoint_snapshot(checkpoints)
     assert {name.split("/")[0] for name in before} >= {"10", "20"}
 
     # Another seed: another run (other data, other initial parameters), not a continuation.
@@ -71,13 +62,13 @@ def test_a_checkpoint_of_another_run_is_refused_and_left_as_it_is(tmp_path):
         f"CHECKPOINT_DIR (exit 3)"
     )
     assert not named(seed, "resume") and not named(seed, "skip")
-    assert snapshot(checkpoints) == before
+    assert checkpoint_snapshot(checkpoints) == before
 
     # Another model: refused even when told to accept a changed run; its arrays cannot fit.
     model = start(tmp_path / "c", checkpoints, **RUN, TRAINER_HIDDEN_DIM="64", TRAINER_ACCEPT_CHANGED_RUN="1")
     assert model.finish(timeout=DEADLINE) == 3, model.text()
     assert "another model (model 'mlp 16-32-4 float32' -> 'mlp 16-64-4 float32')" in error_line(model)
-    assert snapshot(checkpoints) == before
+    assert checkpoint_snapshot(checkpoints) == before
 
     # Told to accept another seed: it goes on from the checkpoint, and says so.
     accepted = start(tmp_path / "d", checkpoints, **RUN, TRAINER_SEED="1", TRAINER_ACCEPT_CHANGED_RUN="1")
@@ -139,4 +130,5 @@ def test_a_loss_that_stops_being_finite_ends_the_run_before_anything_of_it_is_sa
     assert saved and max(saved) == diverged_at - 1, (saved, diverged_at)
     assert not (checkpoints / "TRAINING_COMPLETE").exists() and not (checkpoints / "final_state.npz").exists()
     assert not named(run, "complete")
-    assert sorted(LocalStore(checkpoints).names()) == sorted(str(step) for step in saved)
+    names = [name for name in LocalStore(checkpoints).names() if not name.startswith(PROGRESS_RECORD)]
+    assert sorted(names) == sorted(str(step) for step in saved)

@@ -49,6 +49,7 @@ def _remember_stop(signum: int, _frame: object) -> None:
 
 signal.signal(signal.SIGTERM, _remember_stop)
 
+import datetime  # noqa: E402
 import errno  # noqa: E402
 import glob  # noqa: E402
 import hashlib  # noqa: E402
@@ -150,6 +151,9 @@ class Settings:
     retry_seconds: float
     storage_timeout_seconds: float
     accept_changed_run: bool
+    progress_seconds: float
+    """``TRAINER_PROGRESS_SECONDS``: how often the progress record is written and the save request
+    read; 0 turns both off."""
 
     @property
     def fingerprint(self) -> dict[str, Any]:
@@ -280,6 +284,7 @@ def read_settings(env: Mapping[str, str]) -> Settings:
         retry_seconds=_number(env, "TRAINER_RETRY_SECONDS", "2", positive=False),
         storage_timeout_seconds=_number(env, "TRAINER_STORAGE_TIMEOUT_SECONDS", "60", positive=True),
         accept_changed_run=_flag(env, "TRAINER_ACCEPT_CHANGED_RUN"),
+        progress_seconds=_number(env, "TRAINER_PROGRESS_SECONDS", "30", positive=False),
     )
 
 
@@ -475,6 +480,12 @@ class Hosts:
         rows = self.gather([int(flag) for flag in flags])
         return tuple(any(row[i] for row in rows) for i in range(len(flags)))
 
+    def agree(self, *flags: bool, token: int) -> tuple[tuple[bool, ...], int]:
+        """Each flag, true when it is true on any process; and the largest ``token`` offered."""
+        rows = self.gather([*(int(flag) for flag in flags), token])
+        width = len(flags)
+        return tuple(any(row[i] for row in rows) for i in range(width)), max(row[width] for row in rows)
+
     def common(self, steps: Sequence[int]) -> list[int]:
         """The steps that every process has in ``steps``, newest first."""
         offer = sorted(steps, reverse=True)[:GATHER_WIDTH]
@@ -656,6 +667,234 @@ class Progress:
         os.replace(temporary, self.path)
 
 
+# -- Progress out, save requests in --------------------------------------------------------------
+
+PROGRESS_PREFIX = "progress.process-"
+"""Each process's progress record is ``$CHECKPOINT_DIR/progress.process-N.json`` (a file beside the
+step folders, which Orbax does not list as a step)."""
+PROGRESS_FORMAT = "tpu-training-progress/1"
+SAVE_REQUEST = "save-request.json"
+"""A request to checkpoint now, written by recovery (a maintenance notice) or by hand."""
+SAVE_REQUEST_FORMAT = "tpu-training-save-request/1"
+_REQUEST_ID_LIMIT = 200
+
+
+def utc_text(seconds: float) -> str:
+    """A wall-clock time as RFC 3339 in UTC, to the millisecond."""
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_utc(text: object) -> Optional[float]:
+    """Seconds since the epoch from RFC 3339 text with a zone, or None."""
+    if not isinstance(text, str):
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment.timestamp() if moment.tzinfo is not None else None
+
+
+@dataclass(frozen=True)
+class SaveRequest:
+    """``save-request.json``: save once, soon, and go on training (``before``: the time by which
+    the save is wanted, e.g. a maintenance window's start)."""
+
+    id: str
+    reason: str
+    before: Optional[float]
+
+
+def read_save_request(text: str, now: float) -> tuple[Optional[SaveRequest], Optional[str]]:
+    """The request in ``text`` and None, or None and why it is ignored (said once per content).
+    One whose ``before`` has passed is ignored: the window it was for has begun, and a request
+    left behind must not make every later start save again."""
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return None, "not JSON"
+    if not isinstance(found, dict) or found.get("format") != SAVE_REQUEST_FORMAT:
+        return None, f"not an object with format {SAVE_REQUEST_FORMAT!r}"
+    identity = found.get("id")
+    if not isinstance(identity, str) or not identity.strip() or len(identity) > _REQUEST_ID_LIMIT:
+        return None, f"id must be a non-empty string of at most {_REQUEST_ID_LIMIT} characters"
+    reason = found.get("reason", "requested")
+    if not isinstance(reason, str):
+        return None, "reason must be a string"
+    before: Optional[float] = None
+    if found.get("before") is not None:
+        before = parse_utc(found["before"])
+        if before is None:
+            return None, f"before={found['before']!r} is not an RFC 3339 time with a zone"
+        if before < now:
+            return None, f"before={found['before']} has passed"
+    return SaveRequest(identity, reason, before), None
+
+
+def request_token(identity: str) -> int:
+    """A request's id as a positive 31-bit number: what the processes exchange to agree on it."""
+    return int(hashlib.sha256(identity.encode()).hexdigest()[:7], 16) + 1
+
+
+class Beacon:
+    """A thread beside training that, every ``TRAINER_PROGRESS_SECONDS``, publishes this process's
+    progress (``progress.process-N.json``: phase, step, examples, when the step last advanced, the
+    recent step time, the newest committed save, the last save request done) and reads
+    ``save-request.json``. Recovery reads the records to tell hung training from slow training
+    (a process stuck in a collective still writes; its step does not advance) and to see that a
+    requested save was done. Never in training's way: the loop only sets values under a lock, and
+    a write that hangs holds up nothing but this thread."""
+
+    def __init__(self, directory: Any, settings: Settings, index: int, count: int) -> None:
+        self.directory = directory
+        self.period = settings.progress_seconds
+        self.local = not settings.checkpoint_dir.startswith("gs://")
+        self.path = directory / f"{PROGRESS_PREFIX}{index}.json"
+        self.lock = threading.Lock()
+        now = time.time()
+        self.record: dict[str, Any] = {
+            "format": PROGRESS_FORMAT,
+            "process": index,
+            "processes": count,
+            "phase": "starting",
+            "step": None,
+            "examples": None,
+            "target_examples": settings.target_examples,
+            "started_at": utc_text(now),
+            "advanced_at": utc_text(now),
+            "step_seconds": None,
+            "saved_step": None,
+            "saved_at": None,
+            "request_done": None,
+        }
+        self.step_seconds: Optional[float] = None
+        self.pending: Optional[SaveRequest] = None
+        """A request read and not yet done."""
+        self.done_tokens: set[int] = set()
+        """Requests saved for, by the token the processes agreed on (this process may have saved
+        for a request before it read it itself)."""
+        self.started_tokens: set[int] = set()
+        """Requests a save under way is for."""
+        self.ignored: Optional[str] = None
+        self.stopping = threading.Event()
+        self.thread: Optional[threading.Thread] = None
+        if self.period > 0:
+            previous = self._read_own_record()
+            if isinstance(previous.get("request_done"), str):
+                self.record["request_done"] = previous["request_done"]
+                self.done_tokens.add(request_token(previous["request_done"]))
+
+    def start(self) -> None:
+        if self.period <= 0:
+            return
+        self.thread = threading.Thread(target=self._run, name="progress", daemon=True)
+        self.thread.start()
+
+    def advanced(self, step: int, examples: int, seconds: Optional[float] = None) -> None:
+        """The loop reached ``step``; ``seconds`` is the step's time (a running mean is kept)."""
+        with self.lock:
+            if seconds is not None:
+                mean = self.step_seconds
+                self.step_seconds = seconds if mean is None else 0.9 * mean + 0.1 * seconds
+                self.record["step_seconds"] = round(self.step_seconds, 6)
+            self.record.update(step=step, examples=examples, advanced_at=utc_text(time.time()))
+
+    def phase(self, phase: str) -> None:
+        with self.lock:
+            self.record.update(phase=phase, advanced_at=utc_text(time.time()))
+
+    def committed(self, step: int) -> None:
+        with self.lock:
+            self.record.update(saved_step=step, saved_at=utc_text(time.time()))
+
+    def requested(self) -> int:
+        """The token of the request this process read and has not saved for, or 0."""
+        with self.lock:
+            pending = self.pending
+            if pending is None:
+                return 0
+            token = request_token(pending.id)
+            return 0 if token in self.done_tokens or token in self.started_tokens else token
+
+    def saving_for(self, token: int) -> None:
+        """A save for the request agreed as ``token`` has started (0: none)."""
+        if token:
+            with self.lock:
+                self.started_tokens.add(token)
+
+    def saved_for(self, token: int) -> None:
+        """Every process saved (and the save is committed) for the request agreed as ``token``."""
+        with self.lock:
+            self.done_tokens.add(token)
+            if self.pending is not None and request_token(self.pending.id) == token:
+                self.record["request_done"] = self.pending.id
+
+    def stop(self, phase: str) -> None:
+        """The last record (``complete``, ``stopped``, ``exited``), written now, within the period."""
+        if self.thread is None:
+            return
+        self.phase(phase)
+        self.stopping.set()
+        self.thread.join(timeout=max(5.0, self.period))
+
+    def _run(self) -> None:
+        while True:
+            self._read_request()
+            self._write()
+            if self.stopping.wait(self.period):
+                self._write()
+                return
+
+    def _read_own_record(self) -> dict[str, Any]:
+        try:
+            found = json.loads(self.path.read_text())
+        except Exception:  # noqa: BLE001 - none yet, or unreadable: nothing was done
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    def _read_request(self) -> None:
+        try:
+            text = (self.directory / SAVE_REQUEST).read_text()
+        except FileNotFoundError:
+            return
+        except Exception as error:  # noqa: BLE001 - a read that fails now may work next time
+            self._ignore(f"could not be read: {describe(error)}")
+            return
+        request, problem = read_save_request(text, time.time())
+        if problem is not None:
+            self._ignore(problem)
+            return
+        with self.lock:
+            if request is not None and (self.pending is None or self.pending.id != request.id):
+                self.pending = request
+                if request_token(request.id) in self.done_tokens:
+                    self.record["request_done"] = request.id
+                else:
+                    log("save-requested", id=quoted(request.id), reason=quoted(request.reason))
+
+    def _ignore(self, problem: str) -> None:
+        if problem != self.ignored:
+            self.ignored = problem
+            log("save-request-ignored", file=SAVE_REQUEST, reason=quoted(problem))
+
+    def _write(self) -> None:
+        with self.lock:
+            record = {**self.record, "written_at": utc_text(time.time())}
+        text = json.dumps(record, sort_keys=True)
+        try:
+            if self.local:
+                # Whole or not at all: a reader never sees half a record.
+                temporary = str(self.path.parent / f".{self.path.name}.partial-{os.getpid()}")
+                with open(temporary, "w") as handle:
+                    handle.write(text)
+                os.replace(temporary, str(self.path))
+            else:
+                self.path.write_text(text)  # one object upload: whole or not at all
+        except Exception as error:  # noqa: BLE001 - the next period tries again; training goes on
+            log("progress-unwritten", reason=quoted(describe(error)))
+
+
 # -- Checkpoints ------------------------------------------------------------------------------------
 
 
@@ -673,6 +912,8 @@ class Pending:
     step: int
     started: float
     committed: bool = False
+    request: int = 0
+    """The save request (its agreed token) this save is for, or 0."""
 
 
 @dataclass
@@ -872,10 +1113,13 @@ class Checkpoints:
     checksum and the run's fingerprint. Every method is called by every process at the same
     point of the program."""
 
-    def __init__(self, jax: Any, settings: Settings, hosts: Hosts, reader: CheckpointReader) -> None:
+    def __init__(
+        self, jax: Any, settings: Settings, hosts: Hosts, reader: CheckpointReader, beacon: Beacon
+    ) -> None:
         import orbax.checkpoint as ocp
 
         self.jax, self.settings, self.hosts, self.reader, self.ocp = jax, settings, hosts, reader, ocp
+        self.beacon = beacon
         self.directory = reader.directory
         self.pending: Optional[Pending] = None
         """The save under way in the background."""
@@ -894,8 +1138,9 @@ class Checkpoints:
             item_names=("state", "meta"),
         )
 
-    def save(self, step: int, examples: int, state: Any, reason: str) -> None:
-        """Start saving ``state``; returns once the arrays are off the devices."""
+    def save(self, step: int, examples: int, state: Any, reason: str, request: int = 0) -> None:
+        """Start saving ``state``; returns once the arrays are off the devices. ``request``: the
+        save request this save is for (done once the save is committed)."""
         ocp = self.ocp
         self.finish()
         log("saving", step=step, reason=reason)
@@ -907,7 +1152,7 @@ class Checkpoints:
             "run": self.settings.fingerprint,
             "global_batch_size": self.settings.global_batch_size,
         }
-        self.pending = Pending(step, started)
+        self.pending = Pending(step, started, request=request)
         saved = self.manager.save(
             step,
             args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
@@ -924,6 +1169,9 @@ class Checkpoints:
         if pending is not None and not pending.committed and not self.manager.is_saving_in_progress():
             pending.committed = True
             log("committed", step=pending.step, seconds=f"{time.monotonic() - pending.started:.4f}")
+            self.beacon.committed(pending.step)
+            if pending.request:
+                self.beacon.saved_for(pending.request)
 
     def finish(self) -> None:
         """Wait for the save under way to be committed, then remove what it made old."""
@@ -1024,20 +1272,41 @@ def train(settings: Settings, *, clock: Callable[[], float] = time.monotonic) ->
     hosts = Hosts(jax, distributed)
     if settings.checkpoint_dir.startswith("gs://"):
         check_bucket(settings, hosts.index)
-    model = Model(jax, settings)
-    reader = CheckpointReader(jax, model, settings, hosts)
+    from etils import epath
+
+    beacon = Beacon(epath.Path(settings.checkpoint_dir), settings, hosts.index, hosts.count)
+    beacon.start()
+    code: Optional[int] = None
     try:
-        restore_started = clock()
-        restored = restore(reader, hosts, settings)
-        restore_seconds = clock() - restore_started
-        # Made once the restore is decided: a damaged step moved aside is gone from its view.
-        checkpoints = Checkpoints(jax, settings, hosts, reader)
+        model = Model(jax, settings)
+        reader = CheckpointReader(jax, model, settings, hosts)
         try:
-            return _train(jax, model, checkpoints, hosts, settings, restored, started, restore_seconds, clock)
+            restore_started = clock()
+            restored = restore(reader, hosts, settings)
+            restore_seconds = clock() - restore_started
+            # Made once the restore is decided: a damaged step moved aside is gone from its view.
+            checkpoints = Checkpoints(jax, settings, hosts, reader, beacon)
+            try:
+                code = _train(
+                    jax,
+                    model,
+                    checkpoints,
+                    hosts,
+                    settings,
+                    beacon,
+                    restored,
+                    started,
+                    restore_seconds,
+                    clock,
+                )
+                return code
+            finally:
+                checkpoints.close()
         finally:
-            checkpoints.close()
+            reader.close()
     finally:
-        reader.close()
+        ends = {EXIT_COMPLETE: "complete", EXIT_STOPPED: "stopped"}
+        beacon.stop(ends.get(code, "exited") if code is not None else "exited")
 
 
 def _train(
@@ -1046,6 +1315,7 @@ def _train(
     checkpoints: Checkpoints,
     hosts: Hosts,
     settings: Settings,
+    beacon: Beacon,
     restored: Optional[Restored],
     started: float,
     restore_seconds: float,
@@ -1070,9 +1340,12 @@ def _train(
         global_batch_size=settings.global_batch_size,
         processes=hosts.count,
     )
+    beacon.advanced(step, examples)
+    beacon.phase("training")
 
     saved_step = step
     last_save = clock()
+    request = 0
     (stop,) = hosts.any(bool(_STOP_SIGNAL))
     while examples < settings.target_examples and not stop:
         step_started = clock()
@@ -1092,6 +1365,7 @@ def _train(
         step += 1
         examples += settings.global_batch_size
         progress.write(step)
+        beacon.advanced(step, examples, clock() - step_started)
         checkpoints.poll()
         if step % settings.log_every == 0 or examples >= settings.target_examples:
             log(
@@ -1108,18 +1382,20 @@ def _train(
             else clock() - last_save >= settings.interval_seconds
         )
         # One exchange per step: every process learns whether any wants to stop or to save, and
-        # all act at this same step. JAX's preemption service agrees on its own step.
-        stop_wanted, save_wanted = hosts.any(bool(_STOP_SIGNAL), due)
+        # which save request any has read, and all act at this same step. JAX's preemption
+        # service agrees on its own step.
+        (stop_wanted, save_wanted), request = hosts.agree(bool(_STOP_SIGNAL), due, token=beacon.requested())
         stop = stop_wanted or hosts.preempted(step)
         if stop and not done:
             break
-        if save_wanted and not done:
-            checkpoints.save(step, examples, state, "interval")
+        if (save_wanted or request) and not done:
+            checkpoints.save(step, examples, state, "requested" if request else "interval", request)
+            beacon.saving_for(request)
             saved_step, last_save = step, clock()
 
     if stop and examples < settings.target_examples:
         if step != saved_step:
-            checkpoints.save(step, examples, state, "sigterm")
+            checkpoints.save(step, examples, state, "sigterm", request)
         checkpoints.finish()
         log("stopped", step=step, signal="SIGTERM", exit=EXIT_STOPPED)
         return EXIT_STOPPED

@@ -11,6 +11,7 @@ tests/support/loopback_gcs.py), which the trainer's own storage clients are poin
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -42,6 +43,21 @@ from tpu_training_components.domain.startup_script import (
 )
 
 TRAIN_PY = Path(__file__).resolve().parents[2] / "trainer" / "train.py"
+PROGRESS_RECORD = "progress.process-"
+"""The trainer's progress records in ``CHECKPOINT_DIR`` (docs/trainer.md): written by every start,
+so "nothing was touched" leaves them out."""
+
+
+def checkpoint_snapshot(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` but the progress records, with a digest of its bytes: what
+    "the checkpoints were not touched" compares."""
+    return {
+        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and not path.name.startswith(PROGRESS_RECORD)
+    }
+
+
 TRAIN_COMMAND = f"{shlex.quote(sys.executable)} {shlex.quote(str(TRAIN_PY))}"
 
 # `gcloud storage ls PATH` and `gcloud storage cp - PATH`: all the startup script asks of it. A local

@@ -1,0 +1,240 @@
+"""The reference trainer's progress records and save requests (docs/trainer.md, "Progress and
+save requests"): what recovery reads to tell hung training from slow training, and how it asks
+a run to checkpoint before a maintenance window.
+
+The parsing and the record are tested in this process (the trainer file imported as a module);
+the agreement, on two real JAX processes forming one cluster on loopback: both save once for a
+request at the same step, and a host stopped in the middle of training leaves the other's record
+saying that its step stopped advancing while it still writes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import signal
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Iterator
+
+import pytest
+from support.sandbox import TRAIN_PY, LocalStore, Output, Pod, gang, job_pod
+
+HOSTS = 2
+DEADLINE = 240.0
+"""Against a hang only."""
+
+
+@pytest.fixture(scope="module")
+def train() -> Iterator[ModuleType]:
+    """trainer/train.py as a module. Importing it installs its SIGTERM handler; the test process's
+    own is put back."""
+    handler = signal.getsignal(signal.SIGTERM)
+    spec = importlib.util.spec_from_file_location("reference_trainer", TRAIN_PY)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["reference_trainer"] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+        sys.modules.pop("reference_trainer", None)
+
+
+FUTURE = "2100-01-01T00:00:00Z"
+NOW = datetime(2026, 11, 26, tzinfo=timezone.utc).timestamp()
+
+
+def request(**fields: Any) -> str:
+    return json.dumps({"format": "tpu-training-save-request/1", "id": "maintenance-1", **fields})
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("{", "not JSON"),
+        ("[]", "not an object with format 'tpu-training-save-request/1'"),
+        (json.dumps({"id": "x"}), "not an object with format"),
+        (request(id=""), "id must be a non-empty string of at most 200 characters"),
+        (request(id="x" * 201), "id must be a non-empty string"),
+        (request(id=7), "id must be a non-empty string"),
+        (request(reason=["maintenance"]), "reason must be a string"),
+        (request(before="tomorrow"), "before='tomorrow' is not an RFC 3339 time with a zone"),
+        (request(before="2100-01-01T00:00:00"), "before='2100-01-01T00:00:00' is not an RFC 3339 time"),
+        (request(before="2000-01-01T00:00:00Z"), "before=2000-01-01T00:00:00Z has passed"),
+    ],
+)
+def test_a_bad_save_request_is_ignored_with_the_reason(train: ModuleType, text: str, problem: str) -> None:
+    found, why = train.read_save_request(text, NOW)
+    assert found is None
+    assert why is not None and why.startswith(problem), why
+
+
+def test_a_good_save_request_is_read(train: ModuleType) -> None:
+    found, why = train.read_save_request(request(reason="maintenance", before=FUTURE), NOW)
+    assert why is None
+    assert found == train.SaveRequest("maintenance-1", "maintenance", 4102444800.0)
+    # Without a time or a reason: save soon, "requested".
+    found, why = train.read_save_request(request(), NOW)
+    assert why is None and found == train.SaveRequest("maintenance-1", "requested", None)
+    assert 0 < train.request_token("maintenance-1") < 2**31
+    assert train.request_token("maintenance-1") != train.request_token("maintenance-2")
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def wait_until(what: str, check: Any, seconds: float = 30.0) -> Any:
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        try:
+            found = check()
+        except (OSError, ValueError, KeyError):
+            found = None
+        if found:
+            return found
+        time.sleep(0.02)
+    raise AssertionError(f"not within {seconds} s: {what}")
+
+
+def test_the_beacon_publishes_progress_and_reads_requests_once(
+    train: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = train.read_settings(
+        {"CHECKPOINT_DIR": str(tmp_path), "TRAIN_STEPS": "10", "TRAINER_PROGRESS_SECONDS": "0.02"}
+    )
+    from etils import epath
+
+    beacon = train.Beacon(epath.Path(tmp_path), settings, 1, 2)
+    beacon.start()
+    record_path = tmp_path / "progress.process-1.json"
+    first = wait_until("a starting record", lambda: read_record(record_path))
+    assert first["phase"] == "starting" and first["step"] is None and first["processes"] == 2
+    assert first["format"] == "tpu-training-progress/1" and first["target_examples"] == 320
+
+    beacon.phase("training")
+    beacon.advanced(3, 96, 0.5)
+    record = wait_until("step 3", lambda: (r := read_record(record_path))["step"] == 3 and r)
+    assert record["examples"] == 96 and record["step_seconds"] == 0.5 and record["phase"] == "training"
+    assert train.parse_utc(record["written_at"]) >= train.parse_utc(record["advanced_at"])
+
+    # Garbage: said once, however often it is read; training is never asked to save.
+    (tmp_path / "save-request.json").write_text("garbage")
+    wait_until(
+        "the garbage read twice", lambda: read_record(record_path)["written_at"] > record["written_at"]
+    )
+    time.sleep(0.1)
+    assert beacon.requested() == 0
+    said = capsys.readouterr().out
+    assert said.count("save-request-ignored") == 1 and '"not JSON"' in said
+
+    (tmp_path / "save-request.json").write_text(request(reason="maintenance", before=FUTURE))
+    token = wait_until("the request", beacon.requested)
+    assert token == train.request_token("maintenance-1")
+    assert capsys.readouterr().out.count("save-requested") == 1
+    beacon.saving_for(token)
+    assert beacon.requested() == 0  # one save per request, though the commit takes a while
+    beacon.committed(7)
+    beacon.saved_for(token)
+    beacon.stop("complete")
+    final = read_record(record_path)
+    assert final["phase"] == "complete" and final["saved_step"] == 7
+    assert final["request_done"] == "maintenance-1"
+
+    # A later start (a restarted Pod) reads what it did: the same request is not saved for again.
+    again = train.Beacon(epath.Path(tmp_path), settings, 1, 2)
+    again.start()
+    time.sleep(0.1)
+    assert again.requested() == 0
+    again.stop("complete")
+    assert "save-requested" not in capsys.readouterr().out
+
+
+def test_progress_off_writes_nothing(train: ModuleType, tmp_path: Path) -> None:
+    settings = train.read_settings(
+        {"CHECKPOINT_DIR": str(tmp_path), "TRAIN_STEPS": "10", "TRAINER_PROGRESS_SECONDS": "0"}
+    )
+    from etils import epath
+
+    beacon = train.Beacon(epath.Path(tmp_path), settings, 0, 1)
+    beacon.start()
+    beacon.advanced(1, 32, 0.1)
+    beacon.stop("complete")
+    assert list(tmp_path.iterdir()) == []
+
+
+def wait_for(output: Output, name: str, until: float, **fields: str) -> Any:
+    for event in output.next_events(until):
+        if event.event == name and all(event.fields.get(k) == v for k, v in fields.items()):
+            return event
+    raise AssertionError(f"the trainer ended without {name} {fields}:\n{output.text()}")
+
+
+@pytest.mark.usefixtures("jax_compilation_cache")
+def test_two_hosts_save_once_for_a_request_and_a_stopped_host_shows_as_stalled(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "checkpoints")
+    run = {
+        "TRAIN_STEPS": "400",
+        "GLOBAL_BATCH_SIZE": "32",
+        "CHECKPOINT_INTERVAL_SECONDS": "3600",
+        "TRAINER_STEP_SECONDS": "0.02",
+        "TRAINER_PROGRESS_SECONDS": "0.05",
+        "TRAINER_LOG_EVERY": "10",
+    }
+    pods: list[Pod] = gang(job_pod(store, run), HOSTS)
+    outputs = [pod.start(tmp_path / f"pod-{index}") for index, pod in enumerate(pods)]
+    try:
+        until = time.monotonic() + DEADLINE
+        wait_for(outputs[0], "step", until, step="20")
+        store.path.joinpath("save-request.json").write_text(
+            request(id="maintenance-node-a", reason="maintenance", before=FUTURE)
+        )
+        saves = [wait_for(output, "saving", until, reason="requested") for output in outputs]
+        [step] = {event.int("step") for event in saves}
+        for output in outputs:
+            wait_for(output, "committed", until, step=str(step))
+        records = [store.path / f"progress.process-{index}.json" for index in range(HOSTS)]
+        for path in records:
+            wait_until(
+                f"{path.name} says the request is done",
+                lambda path=path: read_record(path)["request_done"] == "maintenance-node-a",
+            )
+
+        # Host 1 stops (SIGSTOP: a host stuck in I/O). Host 0 waits for it in the next exchange;
+        # its record goes on being written, and says its step stopped advancing.
+        outputs[1].process.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(1.5)
+            stalled, frozen = read_record(records[0]), read_record(records[1])
+            time.sleep(0.3)
+            later, still_frozen = read_record(records[0]), read_record(records[1])
+        finally:
+            outputs[1].process.send_signal(signal.SIGCONT)
+        behind = seconds(later["written_at"]) - seconds(later["advanced_at"])
+        assert later["step"] == stalled["step"] and later["phase"] == "training"
+        assert later["written_at"] > stalled["written_at"] and behind >= 1.0, (stalled, later)
+        # The stopped host writes nothing: its record grows old, which recovery sees as well.
+        assert still_frozen == frozen
+
+        for output in outputs:
+            assert output.finish(timeout=DEADLINE) == 0, output.text()
+            requested = [
+                e for e in output.events if e.event == "saving" and e.fields["reason"] == "requested"
+            ]
+            assert [e.int("step") for e in requested] == [step], output.text()
+    finally:
+        for output in outputs:
+            if output.process.poll() is None:
+                output.process.kill()
+    for path in records:
+        final = read_record(path)
+        assert final["phase"] == "complete" and final["step"] == 400 and final["saved_step"] == 400
+        assert final["request_done"] == "maintenance-node-a"
+
+
+def seconds(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
