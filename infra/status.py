@@ -42,6 +42,7 @@ from tpu_training_components.domain.recovery import Decision, failure_summary  #
 from tpu_training_components.live import endpoints  # noqa: E402
 from tpu_training_components.live.checkpoints import CheckpointState, read_checkpoints  # noqa: E402
 from tpu_training_components.live.deadline import PROBE_DEADLINE_SECONDS, call_with_deadline  # noqa: E402
+from tpu_training_components.live.progress_records import ProgressReading, read_progress  # noqa: E402
 from tpu_training_components.resources.reconcile import RECOVERIES_OUTPUT  # noqa: E402
 
 from infra import offline, stack_config  # noqa: E402
@@ -79,6 +80,8 @@ class RunStatus:
     train_steps: Optional[int]
     decision: Optional[Decision] = None
     checkpoints: Optional[CheckpointState] = None
+    progress: Optional[ProgressReading] = None
+    """The trainer's progress records (docs/trainer.md), one per process."""
     last_recovery: Optional[dict[str, Any]] = None
     unread: list[str] = field(default_factory=list)
 
@@ -104,6 +107,20 @@ class RunStatus:
             "incompleteSteps": list(checkpoint.incomplete_steps) if checkpoint else [],
             "trainingComplete": checkpoint.complete if checkpoint else None,
             "trainSteps": self.train_steps,
+            "processes": (
+                None
+                if self.progress is None
+                else [
+                    {
+                        "process": record.process,
+                        "phase": record.phase,
+                        "step": record.step,
+                        "advancedAt": _time(record.advanced_at),
+                        "writtenAt": _time(record.written_at),
+                    }
+                    for record in self.progress.records
+                ]
+            ),
             "lastRecovery": self.last_recovery,
             "unread": self.unread,
         }
@@ -190,6 +207,14 @@ def gather(
                 )
             except Exception as exc:  # noqa: BLE001 - reported per run
                 run.unread.append(f"checkpoints: {failure_summary(exc)}")
+            try:
+                read = functools.partial(read_progress, client, run.checkpoint_dir, timeout=READ_SECONDS)
+                run.progress = call_with_deadline(
+                    read, PROBE_DEADLINE_SECONDS, f"progress in {run.checkpoint_dir}"
+                )
+                run.unread.extend(f"progress: {problem}" for problem in run.progress.problems)
+            except Exception as exc:  # noqa: BLE001 - reported per run
+                run.unread.append(f"progress: {failure_summary(exc)}")
         if outputs is None:
             run.unread.append(f"last recovery: {outputs_unread}")
         else:
@@ -212,6 +237,24 @@ def _ago(then: datetime, now: datetime) -> str:
     if minutes < 120:
         return f"{minutes} min ago"
     return f"{minutes // 60} h ago" if minutes < 48 * 60 else f"{minutes // (24 * 60)} days ago"
+
+
+def _training(progress: ProgressReading, now: datetime) -> str:
+    """The trainer's own account, from its slowest process: recovery judges hangs by the same."""
+    if not progress.records:
+        return "no progress published (not started yet, or a trainer that publishes none)"
+    slowest = min(progress.records, key=lambda record: record.advanced_at)
+    steps = sorted({record.step for record in progress.records if record.step is not None})
+    at = (
+        f"step {steps[0]}"
+        if len(steps) == 1
+        else (f"steps {steps[0]}-{steps[-1]}" if steps else "no step yet")
+    )
+    seconds = max(0, int((now - slowest.advanced_at).total_seconds()))
+    return (
+        f"{at} ({slowest.phase}), {len(progress.records)} of {slowest.processes} processes reporting; "
+        f"last advanced {seconds} s ago (process {slowest.process})"
+    )
 
 
 def render(stack: str, project: str, runs: Sequence[RunStatus], now: datetime) -> str:
@@ -245,6 +288,8 @@ def render(stack: str, project: str, runs: Sequence[RunStatus], now: datetime) -
                     f"  progress:      step {checkpoint.step} of {run.train_steps} ({share:.0f}%) "
                     f"at that checkpoint"
                 )
+        if run.progress is not None:
+            lines.append(f"  training:      {_training(run.progress, now)}")
         if run.last_recovery is not None:
             last = run.last_recovery
             lines.append(

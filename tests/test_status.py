@@ -50,6 +50,21 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Fak
         bucket = endpoints.storage_client("tpu-training-dev", gcs.endpoint).bucket(VM_BUCKET)
         for name in ("40/state/array", "40/commit_success.txt", "50/state/array"):
             bucket.blob(f"checkpoints/demo-tpu/{name}").upload_from_string(b"x")
+        # The trainer's progress record (docs/trainer.md), its step last advanced 90 s ago.
+        bucket.blob("checkpoints/demo-tpu/progress.process-0.json").upload_from_string(
+            json.dumps(
+                {
+                    "format": "tpu-training-progress/1",
+                    "process": 0,
+                    "processes": 1,
+                    "phase": "training",
+                    "step": 47,
+                    "started_at": "2026-11-26T06:20:00.000Z",
+                    "advanced_at": "2026-11-26T08:58:30.000Z",
+                    "written_at": "2026-11-26T08:59:50.000Z",
+                }
+            )
+        )
         outputs = tmp_path / "outputs.json"
         outputs.write_text(
             json.dumps(
@@ -77,11 +92,17 @@ def test_everything_read_shows_each_run_and_exits_0(world, capsys):
     assert vm[2] == "                 (newer, incomplete: step 50)"
     assert vm[3] == "  progress:      step 40 of 98 (41%) at that checkpoint"
     assert vm[4] == (
+        "  training:      step 47 (training), 1 of 1 processes reporting; last advanced 90 s ago (process 0)"
+    )
+    assert vm[5] == (
         "  last recovery: replace decided 2026-11-26T06:15:00Z (generation 20261126061500): node is PREEMPTED"
     )
     job_lines = lines[lines.index("Job train-v6e (default)") + 1 :]
     assert job_lines[1] == f"  checkpoint:    none yet in gs://{JOB_BUCKET}/checkpoints/train-v6e"
-    assert job_lines[2] == "  last recovery: none recorded"
+    assert job_lines[2] == (
+        "  training:      no progress published (not started yet, or a trainer that publishes none)"
+    )
+    assert job_lines[3] == "  last recovery: none recorded"
 
 
 def test_json_says_the_same(world, capsys):
@@ -95,6 +116,16 @@ def test_json_says_the_same(world, capsys):
     assert vm["lastRecovery"] == LAST_RECOVERIES["tpuVms"]["demo-tpu"]
     assert vm["live"] == "node is READY" and vm["unread"] == []
     assert job_run["newestCheckpoint"] is None and job_run["trainSteps"] == 49
+    assert vm["processes"] == [
+        {
+            "process": 0,
+            "phase": "training",
+            "step": 47,
+            "advancedAt": "2026-11-26T08:58:30Z",
+            "writtenAt": "2026-11-26T08:59:50Z",
+        }
+    ]
+    assert job_run["processes"] == []
 
 
 def test_a_preempted_node_and_a_finished_run_read_as_such(world, capsys):
@@ -157,3 +188,17 @@ def tmp_outputs(folder: Path) -> Path:
     path = folder / "outputs.json"
     path.write_text("{}")
     return path
+
+
+def test_a_progress_record_that_is_not_one_is_named_and_the_rest_shown(world, capsys):
+    _, gcs, outputs = world
+    endpoints.storage_client("p", gcs.endpoint).bucket(JOB_BUCKET).blob(
+        "checkpoints/train-v6e/progress.process-0.json"
+    ).upload_from_string(b"{garbage")
+    code, text = run(capsys, "--stack", "dev", "--outputs", str(outputs))
+    assert code == status.EXIT_UNREAD, text
+    assert (
+        f"  not read:      progress: gs://{JOB_BUCKET}/checkpoints/train-v6e/progress.process-0.json: "
+        "not JSON" in text
+    )
+    assert "  training:      step 47 (training)" in text  # demo-tpu's, still shown

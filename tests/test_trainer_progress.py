@@ -9,10 +9,8 @@ saying that its step stopped advancing while it still writes."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import signal
-import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,7 +18,8 @@ from types import ModuleType
 from typing import Any, Iterator
 
 import pytest
-from support.sandbox import TRAIN_PY, LocalStore, Output, Pod, gang, job_pod
+from support.sandbox import LocalStore, Output, Pod, gang, job_pod, trainer_module
+from tpu_training_components.domain.progress import read_record as parse_record
 
 HOSTS = 2
 DEADLINE = 240.0
@@ -29,19 +28,8 @@ DEADLINE = 240.0
 
 @pytest.fixture(scope="module")
 def train() -> Iterator[ModuleType]:
-    """trainer/train.py as a module. Importing it installs its SIGTERM handler; the test process's
-    own is put back."""
-    handler = signal.getsignal(signal.SIGTERM)
-    spec = importlib.util.spec_from_file_location("reference_trainer", TRAIN_PY)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["reference_trainer"] = module
-    try:
-        spec.loader.exec_module(module)
+    with trainer_module() as module:
         yield module
-    finally:
-        signal.signal(signal.SIGTERM, handler)
-        sys.modules.pop("reference_trainer", None)
 
 
 FUTURE = "2100-01-01T00:00:00Z"
@@ -120,6 +108,9 @@ def test_the_beacon_publishes_progress_and_reads_requests_once(
     beacon.advanced(3, 96, 0.5)
     record = wait_until("step 3", lambda: (r := read_record(record_path))["step"] == 3 and r)
     assert record["examples"] == 96 and record["step_seconds"] == 0.5 and record["phase"] == "training"
+    # What recovery reads (domain/progress.py) is what the trainer writes.
+    parsed, problem = parse_record(record_path.read_text())
+    assert problem is None and parsed is not None and (parsed.process, parsed.step) == (1, 3)
     assert train.parse_utc(record["written_at"]) >= train.parse_utc(record["advanced_at"])
 
     # Garbage: said once, however often it is read; training is never asked to save.

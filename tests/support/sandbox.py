@@ -11,7 +11,9 @@ tests/support/loopback_gcs.py), which the trainer's own storage clients are poin
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib.util
 import io
 import json
 import os
@@ -29,6 +31,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import ModuleType
 from typing import Iterator, Mapping, Optional, Protocol, Sequence
 
 from tpu_training_components.domain.job_manifests import (
@@ -43,6 +46,25 @@ from tpu_training_components.domain.startup_script import (
 )
 
 TRAIN_PY = Path(__file__).resolve().parents[2] / "trainer" / "train.py"
+
+
+@contextlib.contextmanager
+def trainer_module(name: str = "reference_trainer") -> Iterator[ModuleType]:
+    """trainer/train.py imported as a module, to test its parts in this process. Importing it
+    installs its SIGTERM handler; the caller's is put back."""
+    handler = signal.getsignal(signal.SIGTERM)
+    spec = importlib.util.spec_from_file_location(name, TRAIN_PY)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up there
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+        sys.modules.pop(name, None)
+
+
 PROGRESS_RECORD = "progress.process-"
 """The trainer's progress records in ``CHECKPOINT_DIR`` (docs/trainer.md): written by every start,
 so "nothing was touched" leaves them out."""
