@@ -13,19 +13,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
 
 import pytest
-from conftest import REPO
 from support import stub_pulumi
-from support.fake_kube_api import FakeKubernetesApi, job
-from support.fake_tpu_api import FakeTpuApi
+from support.fake_kube_api import job
+from support.program import REPO
+from support.recover_runs import RecordingRunner, live_dev_stack, recoverer, run_recover, set_behaviour
 from tpu_training_components.domain.recovery import Decision
-from tpu_training_components.domain.recovery_rounds import Backoff, RecoveryRound, next_round_in, plan_round
-from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
+from tpu_training_components.domain.recovery_rounds import Backoff, next_round_in, plan_round
 
-from infra import offline, recover
-from infra.automation import AutomationUp, PendingChange, PulumiUnavailable, UpResult
+from infra import recover
+from infra.automation import AutomationUp, PulumiUnavailable
 
 ZONE = "europe-west4-a"
 WORKING_NODE = {"labels": {"recovery-generation": "3"}, "health": "HEALTHY"}
@@ -35,65 +33,8 @@ RUNNING_JOB = job("train-v6e", generation=1, active=4, ready=4)
 @pytest.fixture
 def apis(tmp_path, monkeypatch):
     """Both live APIs on loopback, holding a working dev stack; the environment points at them."""
-    with FakeTpuApi() as tpu, FakeKubernetesApi() as kube:
-        tpu.add(ZONE, "demo-tpu", "READY", **WORKING_NODE)
-        kube.add("default", RUNNING_JOB)
-        monkeypatch.setenv("TPU_API_ENDPOINT", tpu.endpoint)
-        monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig(tmp_path)))
-        yield tpu, kube
-
-
-class RecordingRunner:
-    """The CLI seam: records each stack it was asked to update and its targets, answers
-    ``status``; a preview shows ``pending``."""
-
-    def __init__(
-        self,
-        status: str = "succeeded",
-        pending: Sequence[PendingChange] = (),
-        deployed: Sequence[str] = ("demo-tpu", "train-v6e"),
-        outputs: Optional[dict[str, Any]] = None,
-    ) -> None:
-        self.status = status
-        self.outputs = dict(outputs or {})
-        """Other stack outputs (a Job's recoveries, say)."""
-        self.rounds: list[Optional[RecoveryRound]] = []
-        """What each `pulumi up` told the program."""
-        self.pending = list(pending)
-        self.deployed = list(deployed)
-        self.refreshes: list[bool] = []
-        self.stacks: list[str] = []
-        self.targets: list[Optional[list[str]]] = []
-        self.previews = 0
-
-    def __call__(
-        self,
-        stack: str,
-        targets: Optional[Sequence[str]] = None,
-        *,
-        refresh: bool = True,
-        recovery_round: Optional[RecoveryRound] = None,
-    ) -> UpResult:
-        self.stacks.append(stack)
-        self.targets.append(list(targets) if targets is not None else None)
-        self.refreshes.append(refresh)
-        self.rounds.append(recovery_round)
-        return UpResult(self.status, f"update {self.status}", 0.01, {"replace": 1})  # type: ignore[arg-type]
-
-    def stack_outputs(self, stack: str) -> dict[str, Any]:
-        # The names alone matter to a round; a VM and a Job never share one in these stacks.
-        generations = {name: 1 for name in self.deployed}
-        return {GENERATIONS_OUTPUT: generations, JOB_GENERATIONS_OUTPUT: generations, **self.outputs}
-
-    def pending_changes(self, stack: str) -> list[PendingChange]:
-        self.previews += 1
-        return list(self.pending)
-
-
-def recoverer(runner=None, stack="dev", root: Path = REPO) -> tuple[recover.Recoverer, list[str]]:
-    said: list[str] = []
-    target = recover.Target(offline.load_project(root), stack, stack)
-    return recover.Recoverer(target, probe=recover.Probe(), up=runner, say=said.append), said
+    with live_dev_stack(tmp_path, monkeypatch, "READY", RUNNING_JOB, **WORKING_NODE) as apis:
+        yield apis
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,17 +280,6 @@ def test_watch_stops_at_once_on_a_config_error_in_its_first_round(apis, scratch_
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def stub(tmp_path, monkeypatch):
-    folder = stub_pulumi.install(tmp_path / "bin")
-    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
-    return folder
-
-
-def set_behaviour(folder: Path, **behaviour) -> None:
-    (folder / "behaviour.json").write_text(json.dumps(behaviour))
-
-
 def test_automation_up_makes_exactly_these_cli_calls(stub):
     lines: list[str] = []
     result = AutomationUp(REPO, lines.append)("dev")
@@ -508,18 +438,6 @@ def test_a_missing_stack_or_cli_is_unavailable(stub, monkeypatch, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # The command, end to end, in a subprocess
 # ---------------------------------------------------------------------------------------------
-
-
-def run_recover(*args: str, env: dict[str, str], **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "infra.recover", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        **kw,
-    )
 
 
 def test_once_json_runs_up_through_the_cli_and_prints_one_object(apis, stub):

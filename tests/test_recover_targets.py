@@ -17,18 +17,26 @@ import time
 
 import pytest
 import yaml
-from conftest import REPO
 from support import stub_pulumi
 from support.fake_kube_api import FakeKubernetesApi, job
 from support.fake_tpu_api import FakeTpuApi
-from test_recover import RecordingRunner, recoverer, set_behaviour
+from support.program import REPO
+from support.recover_runs import (
+    STACK_URN,
+    VM_URN,
+    RecordingRunner,
+    dev_targets,
+    live_dev_stack,
+    recoverer,
+    run_recover,
+    run_snippet,
+    set_behaviour,
+)
 
 from infra import automation, offline, recover, recovery_targets
 from infra.automation import AutomationUp, DeadlineCommand, PendingChange, PulumiUnavailable
 
 ZONE = "europe-west4-a"
-STACK_URN = "urn:pulumi:dev::tpu-training::pulumi:pulumi:Stack::tpu-training-dev"
-VM_URN = "urn:pulumi:dev::tpu-training::tpu-training:compute:PreemptibleTpuVm$gcp:tpu/v2Vm:V2Vm::demo-tpu-vm"
 JOB_URN = (
     "urn:pulumi:dev::tpu-training::tpu-training:gke:TpuTrainingJob$kubernetes:batch/v1:Job::train-v6e-job"
 )
@@ -41,18 +49,10 @@ BUCKET_URN = (
 @pytest.fixture
 def apis(tmp_path, monkeypatch):
     """The dev stack live on loopback: demo-tpu PREEMPTED (to recover), train-v6e running."""
-    with FakeTpuApi() as tpu, FakeKubernetesApi() as kube:
-        tpu.add(ZONE, "demo-tpu", "PREEMPTED", labels={"recovery-generation": "3"})
-        kube.add("default", job("train-v6e", generation=1, active=4, ready=4))
-        monkeypatch.setenv("TPU_API_ENDPOINT", tpu.endpoint)
-        monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig(tmp_path)))
-        yield tpu, kube
-
-
-def dev_targets(*recovering: tuple[str, str]) -> recovery_targets.RecoveryTargets:
-    project = offline.load_project(REPO)
-    config, secret_keys, _ = offline.stack_config(project, "dev")
-    return recovery_targets.find_targets(project, "dev", config, secret_keys, list(recovering))
+    with live_dev_stack(
+        tmp_path, monkeypatch, "PREEMPTED", job("train-v6e", generation=1, active=4, ready=4)
+    ) as apis:
+        yield apis
 
 
 def test_the_targets_are_the_stack_and_the_recovered_resources_alone():
@@ -174,24 +174,6 @@ def test_at_256_vms_a_round_that_recovers_one_vm_targets_one_vm(scratch_project,
 
 
 # --- through the CLI stub: the flags the Automation API passes ---------------------------------
-
-
-@pytest.fixture
-def stub(tmp_path, monkeypatch):
-    folder = stub_pulumi.install(tmp_path / "bin")
-    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
-    return folder
-
-
-def run_recover(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "infra.recover", *args],
-        cwd=REPO,
-        env=dict(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def test_the_cli_gets_a_preview_then_an_up_with_exactly_these_targets(apis, stub):
@@ -358,13 +340,6 @@ from infra import recover
 probe = recover.Probe(read_jobs=functools.partial(kube_api.list_live_jobs, deadline=1.0))
 recover._exit_now(recover.main(["--stack", "dev", "--once", "--dry-run"], probe=probe))
 """
-
-
-def run_snippet(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """Python ``code`` run in a process of its own, from the repository."""
-    return subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
-    )
 
 
 def test_a_jobs_list_past_its_deadline_exits_75_even_with_its_thread_still_blocked(tmp_path):
