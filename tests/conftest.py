@@ -94,7 +94,7 @@ def jax_compilation_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 def decided_at(monkeypatch):
     """Recovery decides at ``DECIDED_AT``: a re-created resource gets generation ``FRESH``. Only
     the clock that stamps new generations is fixed; grace periods still count from real time."""
-    from tpu_training_components import recovery
+    from tpu_training_components.domain import recovery
 
     monkeypatch.setattr(recovery, "utc_now", lambda: DECIDED_AT)
     return FRESH

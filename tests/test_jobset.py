@@ -15,7 +15,7 @@ from support.crds import JOBSET_TYPE, KUEUE_CRD_FILES, RELEASE, schema_errors
 from support.fake_kube_api import FakeJobSetApi, job, jobset
 from support.program import changed_registrations, multislice, refused, run_components, run_stack
 from support.workloads import PROJECT, declared_jobset, tpu_pool, workload_args
-from tpu_training_components import FlexStartTpuNodePool, InvalidArgument, TpuTrainingJobSet, reconcile
+from tpu_training_components import FlexStartTpuNodePool, InvalidArgument, TpuTrainingJobSet
 from tpu_training_components.domain.job_manifests import TrainingJobSpec, job_manifest
 from tpu_training_components.domain.job_recovery import JobCondition, LiveJobSet, decide_jobset
 from tpu_training_components.domain.jobset_manifests import (
@@ -27,6 +27,7 @@ from tpu_training_components.domain.jobset_manifests import (
 )
 from tpu_training_components.domain.node_pool_plan import NODE_POOL_LABEL, POOL_NODE_LABEL
 from tpu_training_components.live.kube_api import ClusterRef, list_live_jobs
+from tpu_training_components.resources import reconcile
 from tpu_training_components.resources.engines import JOBSET_CHART, JOBSET_VERSION, WorkloadEngines
 
 from infra import offline

@@ -32,14 +32,6 @@ def test_the_live_clients_are_apart_from_the_components():
         assert not [m for m in imported_sdks(module) if m.split(".")[0].startswith("pulumi")], module
 
 
-def test_old_module_paths_are_the_moved_modules():
-    from tpu_training_components import recovery
-    from tpu_training_components.domain import recovery as moved
-    from tpu_training_components.reconcile import GENERATIONS_OUTPUT
-
-    assert recovery is moved and GENERATIONS_OUTPUT == "recoveryGenerations"
-
-
 CONFIG_PACKAGE = REPO / "infra" / "stack_config"
 
 
