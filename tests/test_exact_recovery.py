@@ -51,7 +51,7 @@ from support.recover_runs import (
     recoverer,
     set_behaviour,
 )
-from tpu_training_components.domain.recovery_rounds import ROUND_ENV, RecoveryRound, as_deployed
+from tpu_training_components.domain.recovery_rounds import ROUND_ENV, RecoveryRound, RoundOutcome, as_deployed
 from tpu_training_components.errors import InvalidArgument
 
 from infra import offline, recover, recovery_targets
@@ -205,7 +205,7 @@ def test_a_blocked_job_alone_is_a_blocked_round(apis):
     runner = RecordingRunner(pending=[PendingChange(pool_urn("v6e-4x4"), "update", ("nodeConfig",))])
     report = recoverer(runner)[0].run_round()
     assert runner.targets == []
-    assert report.up is not None and report.up.status == "blocked"
+    assert report.outcome is RoundOutcome.BLOCKED and report.up is not None
     assert recover.exit_status(report) == recover.EXIT_UP_FAILED
 
 

@@ -32,6 +32,7 @@ from support.recover_runs import (
     run_snippet,
     set_behaviour,
 )
+from tpu_training_components.domain.recovery_rounds import RoundOutcome
 
 from infra import automation, offline, recover, recovery_targets
 from infra.automation import AutomationUp, DeadlineCommand, PendingChange, PulumiUnavailable
@@ -117,7 +118,7 @@ def test_a_vm_never_deployed_is_a_pending_change_not_a_recovery(apis):
     rec, said = recoverer(runner)
     report = rec.run_round()
     assert runner.targets == []
-    assert report.up is not None and report.up.status == "blocked"
+    assert report.outcome is RoundOutcome.BLOCKED and report.up is not None
     assert recover.exit_status(report) == recover.EXIT_UP_FAILED
     assert any("demo-tpu was never deployed: creating it is a pending change" in line for line in said)
 
@@ -132,14 +133,14 @@ def test_a_recovery_that_needs_an_undeployed_dependency_is_refused_not_half_done
     rec, said = recoverer(runner)
     report = rec.run_round()
     assert runner.targets == []
-    assert report.up is not None and report.up.status == "blocked"
+    assert report.outcome is RoundOutcome.BLOCKED and report.up is not None
     assert any(line.startswith("warning: demo-tpu cannot be recovered alone: it needs") for line in said)
 
 
 def test_a_dry_run_shows_the_targeted_command(apis):
     rec, said = recoverer(None)
     report = rec.run_round()
-    assert report.up is not None and report.up.status == "dry-run"
+    assert report.outcome is RoundOutcome.DRY_RUN and report.up is not None
     assert report.up.message.endswith(f"--target {VM_URN}` not run")
     assert STACK_URN not in report.up.message
 
@@ -168,7 +169,7 @@ def test_at_256_vms_a_round_that_recovers_one_vm_targets_one_vm(scratch_project,
         runner = RecordingRunner()
         report = recoverer(runner, "big", scratch_project)[0].run_round()
         assert len(tpu.calls) == 4  # one list call per zone
-    assert report.error is None, report.error
+    assert report.ended_early is None, report.reason
     (targets,) = runner.targets
     assert len(targets) == 1 and targets[0].endswith("$gcp:tpu/v2Vm:V2Vm::vm-77-vm")
 
@@ -243,7 +244,7 @@ def test_a_config_read_that_hangs_is_stopped_and_the_round_tries_later(
     started = time.monotonic()
     report = rec.run_round()
     assert time.monotonic() - started < 10
-    assert report.try_later is not None and "did not finish within 1 s" in report.try_later
+    assert report.outcome is RoundOutcome.TRY_LATER and "did not finish within 1 s" in report.reason
     assert recover.exit_status(report) == recover.EXIT_TRY_LATER
 
 
@@ -301,7 +302,7 @@ def test_a_vm_lost_twice_is_recreated_without_refresh(apis):
     runner = RecordingRunner(pending=[PendingChange(VM_URN, "create")])
     report = recoverer(runner)[0].run_round()
     assert runner.targets == [[VM_URN]] and runner.refreshes == [False]
-    assert report.up is not None and report.up.status == "succeeded"
+    assert report.outcome is RoundOutcome.SUCCEEDED and report.up is not None
 
 
 def test_a_pending_provider_change_blocks_a_targeted_update(apis):
@@ -312,7 +313,7 @@ def test_a_pending_provider_change_blocks_a_targeted_update(apis):
     rec, said = recoverer(runner)
     report = rec.run_round()
     assert runner.targets == []
-    assert report.up is not None and report.up.status == "blocked"
+    assert report.outcome is RoundOutcome.BLOCKED and report.up is not None
     assert any(
         "a provider change is pending (pulumi:providers:gcp default_10_3_0: create)" in line for line in said
     )

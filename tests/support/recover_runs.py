@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
 import pytest
-from tpu_training_components.domain.recovery_rounds import RecoveryRound
+from tpu_training_components.domain.recovery_rounds import RecoveryRound, RoundOutcome
 from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
 
 from infra import offline, recover, recovery_targets
@@ -48,7 +48,7 @@ class RecordingRunner:
 
     def __init__(
         self,
-        status: str = "succeeded",
+        status: RoundOutcome = RoundOutcome.SUCCEEDED,
         pending: Sequence[PendingChange] = (),
         deployed: Sequence[str] = ("demo-tpu", "train-v6e"),
         outputs: Optional[dict[str, Any]] = None,
@@ -77,7 +77,7 @@ class RecordingRunner:
         self.targets.append(list(targets) if targets is not None else None)
         self.refreshes.append(refresh)
         self.rounds.append(recovery_round)
-        return UpResult(self.status, f"update {self.status}", 0.01, {"replace": 1})  # type: ignore[arg-type]
+        return UpResult(self.status, f"update {self.status}", 0.01, {"replace": 1})
 
     def stack_outputs(self, stack: str) -> dict[str, Any]:
         # The names alone matter to a round; a VM and a Job never share one in these stacks.
