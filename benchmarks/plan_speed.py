@@ -46,7 +46,7 @@ sys.path[:0] = [str(REPO / "tests")]  # the loopback fakes the tests use
 
 from support.fake_kube_api import FakeKubernetesApi, job  # noqa: E402
 from support.fake_tpu_api import FakeTpuApi  # noqa: E402
-from tpu_training_components import catalogue, tpu_availability  # noqa: E402
+from tpu_training_components.domain import catalogue, tpu_availability  # noqa: E402
 
 # (zone, accelerator type, provisioning) for VM i: four zones in three regions, each a zone our
 # availability table lists for the generation (checked in `_vm_shapes`).

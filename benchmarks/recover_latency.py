@@ -29,7 +29,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 import yaml  # noqa: E402
 from support.fake_tpu_api import FakeTpuApi  # noqa: E402
-from tpu_training_components.domain.recovery_rounds import RecoveryRound  # noqa: E402
+from tpu_training_components.domain.recovery_rounds import RecoveryRound, RoundOutcome  # noqa: E402
 from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT  # noqa: E402
 
 from infra import offline, recover  # noqa: E402
@@ -78,7 +78,7 @@ class Recorder:
     ) -> UpResult:
         self.at = time.monotonic()
         self.called.set()
-        return UpResult("succeeded", "recorded", 0.0)
+        return UpResult(RoundOutcome.SUCCEEDED, "recorded", 0.0)
 
     def pending_changes(self, stack: str) -> list[PendingChange]:
         return []  # a deployed stack with no edit waiting

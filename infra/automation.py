@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 from pulumi.automation import CommandResult, PulumiCommand
 from pulumi.automation.errors import create_command_error
 from semver import VersionInfo
-from tpu_training_components.domain.recovery_rounds import ROUND_ENV, RecoveryRound, UpStatus
+from tpu_training_components.domain.recovery_rounds import ROUND_ENV, RecoveryRound, RoundOutcome
 from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
 
 _TAIL_LINES = 5
@@ -60,7 +60,9 @@ class PulumiTimedOut(PulumiTryLater):
 
 @dataclass(frozen=True)
 class UpResult:
-    status: UpStatus
+    status: RoundOutcome
+    """What became of the update: ``SUCCEEDED``, ``FAILED`` or ``BUSY`` when the CLI ran it; a round
+    that held it back says ``DRY_RUN``, ``STOPPED`` or ``BLOCKED``."""
     message: str
     """One line: the update's result, or the last lines of the CLI's error."""
     duration_seconds: float
@@ -433,7 +435,7 @@ class AutomationUp:
         automation = self._automation
         started = time.monotonic()
 
-        def done(status: UpStatus, message: str, changes: Optional[dict[str, int]] = None) -> UpResult:
+        def done(status: RoundOutcome, message: str, changes: Optional[dict[str, int]] = None) -> UpResult:
             return UpResult(status, message, round(time.monotonic() - started, 3), dict(changes or {}))
 
         selected = self._select(stack)
@@ -455,23 +457,24 @@ class AutomationUp:
             )
         except PulumiTimedOut as exc:
             return done(
-                "failed",
+                RoundOutcome.FAILED,
                 f"{exc}; a stopped update can leave the stack locked: `pulumi cancel --stack {stack}`",
             )
         except automation.errors.ConcurrentUpdateError as exc:
             return done(
-                "busy",
+                RoundOutcome.BUSY,
                 f"another update holds the stack: {_tail(str(exc))}; if none is running, a killed one "
                 f"left its lock: `pulumi cancel --stack {stack}`",
             )
         except automation.errors.CommandError as exc:
-            return done("failed", _tail(str(exc)))
+            return done(RoundOutcome.FAILED, _tail(str(exc)))
         try:
             (last,) = selected.history(page_size=1, page=1)
-            return done("succeeded", f"update {last.result}", last.resource_changes)
+            return done(RoundOutcome.SUCCEEDED, f"update {last.result}", last.resource_changes)
         except Exception as exc:  # noqa: BLE001 - the update succeeded; only its summary is missing
             return done(
-                "succeeded", f"update succeeded (its summary could not be read: {type(exc).__name__})"
+                RoundOutcome.SUCCEEDED,
+                f"update succeeded (its summary could not be read: {type(exc).__name__})",
             )
 
 

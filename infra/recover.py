@@ -56,8 +56,10 @@ from typing import Any, Callable, Optional, Sequence, TextIO
 import pulumi
 from tpu_training_components.domain.recovery import Decision, utc_now
 from tpu_training_components.domain.recovery_rounds import (
+    ENDED_EARLY,
     Backoff,
     RecoveryRound,
+    RoundOutcome,
     RoundPlan,
     next_round_in,
     plan_round,
@@ -266,13 +268,10 @@ class RoundReport:
     decisions: list[tuple[str, Decision]] = field(default_factory=list)
     plan: Optional[RoundPlan] = None
     up: Optional[UpResult] = None
-    error: Optional[str] = None
-    """Why the round decided nothing (invalid configuration)."""
-    unavailable: Optional[str] = None
-    """Why the round could not go on: no usable Pulumi CLI, or no such stack (exit 69)."""
-    try_later: Optional[str] = None
-    """Why the round stopped short for now: the Pulumi CLI did not answer in time, or its
-    preview failed (exit 75)."""
+    """The round's `pulumi up`, once it came to one: run, or held back (dry run, stop, blocked)."""
+    ended_early: Optional[tuple[RoundOutcome, str]] = None
+    """How and why the round ended before it came to a `pulumi up`: an outcome of ``ENDED_EARLY``,
+    and the message."""
     targets: tuple[str, ...] = ()
     """The URNs its `pulumi up` targeted (none: a full update, or no update)."""
     pending: tuple[PendingChange, ...] = ()
@@ -280,10 +279,15 @@ class RoundReport:
     duration_seconds: float = 0.0
 
     @property
-    def up_status(self) -> str:
-        if self.up is not None:
-            return self.up.status
-        return "not-run"
+    def outcome(self) -> RoundOutcome:
+        if self.ended_early is not None:
+            return self.ended_early[0]
+        return self.up.status if self.up is not None else RoundOutcome.NOT_RUN
+
+    @property
+    def reason(self) -> Optional[str]:
+        """Why the round ended early; None when it did not."""
+        return self.ended_early[1] if self.ended_early is not None else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -291,9 +295,8 @@ class RoundReport:
             "round": self.number,
             "started": self.started,
             "durationSeconds": self.duration_seconds,
-            "error": self.error,
-            "unavailable": self.unavailable,
-            "tryLater": self.try_later,
+            # "error", "unavailable", "tryLater": the reason under the key of its outcome.
+            **{outcome.value: self.reason if self.outcome is outcome else None for outcome in ENDED_EARLY},
             "targets": list(self.targets),
             "pendingChanges": [{"urn": p.urn, "op": p.op, "keys": list(p.keys)} for p in self.pending],
             "decisions": [
@@ -314,7 +317,7 @@ class RoundReport:
             ],
             "upNeeded": bool(self.plan and self.plan.run_up),
             "up": {
-                "status": self.up_status,
+                "status": (self.up.status if self.up else RoundOutcome.NOT_RUN).value,
                 "message": self.up.message if self.up else None,
                 "durationSeconds": self.up.duration_seconds if self.up else 0.0,
                 "changes": self.up.changes if self.up else {},
@@ -360,10 +363,10 @@ class Recoverer:
         try:
             self._run_round(report)
         except PulumiUnavailable as exc:
-            report.unavailable = str(exc)
+            report.ended_early = (RoundOutcome.UNAVAILABLE, str(exc))
             self.say(f"error: {exc}")
         except PulumiTryLater as exc:
-            report.try_later = str(exc)
+            report.ended_early = (RoundOutcome.TRY_LATER, str(exc))
             self.say(f"error: {exc}; nothing was changed, a later round tries again")
         report.duration_seconds = round(time.monotonic() - started, 3)
         return report
@@ -374,18 +377,19 @@ class Recoverer:
         except SecretsNeedTheCli as exc:
             raise PulumiUnavailable(str(exc)) from None
         except (offline.ProjectFileError, pulumi.RunError) as exc:
-            report.error = str(exc)
+            report.ended_early = (RoundOutcome.CONFIG_ERROR, str(exc))
             self.say(f"error: {exc}")
             return
         settings = loaded.settings
         for warning in loaded.warnings:
             self.say(f"warning: {warning}")
         if not settings.recovery.read_live_state:
-            report.error = (
+            message = (
                 f"{stack_config.PROJECT}:recovery.readLiveState is false: the stack reads no live "
                 f"state, so there is nothing to recover by"
             )
-            self.say(f"error: {report.error}")
+            report.ended_early = (RoundOutcome.CONFIG_ERROR, message)
+            self.say(f"error: {message}")
             return
 
         decisions = self.probe(settings)
@@ -440,15 +444,19 @@ class Recoverer:
                 [(kind, d.name) for kind, d in recovering],
             )
         except recovery_targets.TargetsNotFound as exc:
-            return UpResult("failed", str(exc), 0.0)
+            return UpResult(RoundOutcome.FAILED, str(exc), 0.0)
         except Exception as exc:  # noqa: BLE001 - the program, run offline, refused its config
-            return UpResult("failed", f"the stack program could not be run to find the targets: {exc}", 0.0)
+            return UpResult(
+                RoundOutcome.FAILED, f"the stack program could not be run to find the targets: {exc}", 0.0
+            )
         shown = " ".join(f"--target {urn}" for urn in targets.urns.values())
         if self.up is None:
-            return UpResult("dry-run", f"dry run: `pulumi up --refresh --yes {shown}` not run", 0.0)
+            return UpResult(
+                RoundOutcome.DRY_RUN, f"dry run: `pulumi up --refresh --yes {shown}` not run", 0.0
+            )
         if self.stopping():
             # A stop asked while the round read live state: an update can take an hour; not now.
-            return UpResult("stopped", "a stop was asked before `pulumi up` started; not run", 0.0)
+            return UpResult(RoundOutcome.STOPPED, "a stop was asked before `pulumi up` started; not run", 0.0)
         pending = self.up.pending_changes(self.target.qualified)
         chosen = recovery_targets.set_against(
             targets, pending, deployed_names(outputs), apply_pending=self.apply_pending
@@ -464,10 +472,12 @@ class Recoverer:
             self.say(f"warning: {line}")
         if not chosen.targets:
             return UpResult(
-                "blocked", "nothing can be recovered without pending changes; `pulumi up` not run", 0.0
+                RoundOutcome.BLOCKED,
+                "nothing can be recovered without pending changes; `pulumi up` not run",
+                0.0,
             )
         if self.stopping():
-            return UpResult("stopped", "a stop was asked before `pulumi up` started; not run", 0.0)
+            return UpResult(RoundOutcome.STOPPED, "a stop was asked before `pulumi up` started; not run", 0.0)
         report.targets = chosen.targets
         recovered = [(kind, d) for kind, d in recovering if targets.urns[d.name] in chosen.targets]
         told = _recovery_round(recovered, chosen.targets, history, budget, now)
@@ -499,22 +509,30 @@ def _recovery_round(
     )
 
 
+EXIT_STATUSES = {
+    RoundOutcome.SUCCEEDED: EXIT_OK,
+    RoundOutcome.FAILED: EXIT_UP_FAILED,
+    RoundOutcome.BUSY: EXIT_TRY_LATER,
+    RoundOutcome.NOT_RUN: EXIT_OK,
+    RoundOutcome.DRY_RUN: EXIT_OK,
+    RoundOutcome.STOPPED: EXIT_TRY_LATER,
+    RoundOutcome.BLOCKED: EXIT_UP_FAILED,
+    RoundOutcome.CONFIG_ERROR: EXIT_CONFIG_ERROR,
+    RoundOutcome.UNAVAILABLE: EXIT_UNAVAILABLE,
+    RoundOutcome.TRY_LATER: EXIT_TRY_LATER,
+}
+"""The status of a one-round run by its outcome, but for the two cases of ``exit_status``."""
+
+
 def exit_status(report: RoundReport) -> int:
     """The status of a one-round run (``--once``)."""
-    if report.unavailable is not None:
-        return EXIT_UNAVAILABLE
-    if report.error is not None:
-        return EXIT_CONFIG_ERROR
-    if report.try_later is not None:
-        return EXIT_TRY_LATER
-    status = report.up_status
-    if status in ("failed", "blocked") or (report.plan is not None and report.plan.over_budget):
-        return EXIT_UP_FAILED
-    if status in ("busy", "stopped"):
-        return EXIT_TRY_LATER
-    if status == "not-run" and report.plan is not None and report.plan.unavailable:
-        return EXIT_TRY_LATER
-    return EXIT_OK
+    outcome = report.outcome
+    if outcome not in ENDED_EARLY and report.plan is not None:
+        if report.plan.over_budget:
+            return EXIT_UP_FAILED
+        if outcome is RoundOutcome.NOT_RUN and report.plan.unavailable:
+            return EXIT_TRY_LATER
+    return EXIT_STATUSES[outcome]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -561,17 +579,20 @@ def watch(
     while True:
         report = recoverer.run_round()
         emit(report)
-        if interval_seconds is None or report.unavailable is not None:
+        outcome = report.outcome
+        if interval_seconds is None or outcome is RoundOutcome.UNAVAILABLE:
             return exit_status(report)
-        if recoverer.rounds == 1 and report.error is not None:
+        if recoverer.rounds == 1 and outcome is RoundOutcome.CONFIG_ERROR:
             return EXIT_CONFIG_ERROR  # a stack that never loads: say so at once, not every round
-        if report.up is not None:
-            backoff.record(report.up.status)
-        elif report.try_later is None and report.plan is not None and not report.plan.unavailable:
-            # Nothing to recover: the capacity problem is over. An unreadable API says nothing.
-            backoff.record("not-run")
-        delay = next_round_in(interval_seconds, backoff, report.up.status if report.up else None)
-        if report.up is not None and report.up.status == "failed":
+        nothing_to_recover = (
+            outcome is RoundOutcome.NOT_RUN and report.plan is not None and not report.plan.unavailable
+        )
+        if report.up is not None or nothing_to_recover:
+            # An up's outcome counts; so does nothing to recover: the capacity problem is over. A
+            # round that could not read live state, or ended early, says nothing.
+            backoff.record(outcome)
+        delay = next_round_in(interval_seconds, backoff, outcome)
+        if outcome is RoundOutcome.FAILED:
             recoverer.say(
                 f"{recoverer.target.qualified}: `pulumi up` failed {backoff.failures} time(s) in a row; "
                 f"next round in {delay:.0f} s"

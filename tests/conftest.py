@@ -1,22 +1,19 @@
-"""Shared helpers: run components or the whole stack program under recording mocks."""
+"""Fixtures and hooks shared by the tests, and the environment every test runs in. Helpers live in
+tests/support/ (a test imports them from there, never from here or from another test module:
+tests/test_layout.py keeps it so)."""
 
 from __future__ import annotations
 
 import copy
-import json
 import os
-import runpy
 import shutil
-import subprocess
-import sys
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
-from support import policy_env
-
-from infra import offline
+from support import policy_env, stub_pulumi
+from support.generations import DECIDED_AT, FRESH
+from support.program import INFRA, REPO, dev_config
 
 # No test reads live state unless it says so, and none may look for Google credentials (which
 # would try the GCE metadata server, off this machine): live tests use a loopback endpoint.
@@ -28,60 +25,6 @@ for variable in ("TPU_API_ENDPOINT", "GKE_API_ENDPOINT", "KUBECONFIG"):
 # Never the developer's own Application Default Credentials: a live test that forgets its
 # loopback endpoint fails on missing credentials instead of reaching a real project.
 os.environ["GOOGLE_APPLICATION_CREDENTIALS"] = str(Path(__file__).parent / "no-such-credentials.json")
-
-REPO = offline.REPO_ROOT
-INFRA = REPO / "infra"
-
-
-def run_components(body: Callable[[], Any], stack: str = "test") -> offline.ProgramRun:
-    """Run a few component constructors under mocks and return what they registered."""
-    return offline.run(body, project="tpu-training", stack=stack)
-
-
-def dev_config() -> dict[str, Any]:
-    """The dev stack's config as Python values (what Pulumi.yaml + Pulumi.dev.yaml give)."""
-    values, _, _ = offline.stack_config(offline.load_project(REPO), "dev")
-    decoded: dict[str, Any] = {}
-    for key, text in values.items():
-        try:
-            decoded[key] = json.loads(text)
-        except json.JSONDecodeError:
-            decoded[key] = text
-    return decoded
-
-
-def run_stack(
-    config: dict[str, Any], stack: str = "dev", previous_outputs: dict[str, Any] | None = None
-) -> offline.ProgramRun:
-    """Run the real infra/__main__.py with this config (Python values, encoded as the CLI does)."""
-    encoded = {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
-    if str(INFRA) not in sys.path:
-        sys.path.insert(0, str(INFRA))
-    return offline.run(
-        lambda: runpy.run_path(str(INFRA / "__main__.py"), run_name="__main__"),
-        project="tpu-training",
-        stack=stack,
-        config=encoded,
-        previous_outputs=previous_outputs,
-    )
-
-
-def changed_registrations(before: offline.ProgramRun, after: offline.ProgramRun) -> list[str]:
-    """Names of the resources whose inputs or options differ between two runs of one stack."""
-    return [
-        a.name
-        for a, b in zip(before.registrations, after.registrations, strict=True)
-        if (a.inputs, a.options) != (b.inputs, b.options)
-    ]
-
-
-def refused(config: dict[str, Any]) -> str:
-    """The message of the error the stack program stops with for this config."""
-    import pulumi
-
-    with pytest.raises(pulumi.RunError) as err:
-        run_stack(config)
-    return str(err.value)
 
 
 @pytest.fixture
@@ -97,22 +40,6 @@ def scratch_project(tmp_path: Path) -> Path:
     shutil.copy(REPO / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
     (tmp_path / "infra").symlink_to(INFRA, target_is_directory=True)
     return tmp_path
-
-
-def run_plan(
-    *args: str, cwd: Path = REPO, env: dict[str, str] | None = None, module: str = "infra.plan"
-) -> subprocess.CompletedProcess[str]:
-    """`python -m infra.plan ARGS` (or another command's ``module``) in a subprocess, as a user
-    runs it."""
-    env = dict(os.environ, PYTHONPATH=str(REPO), **(env or {}))
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -131,7 +58,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 @pytest.fixture(scope="session")
 def policy_python(request: pytest.FixtureRequest) -> Path:
     """The policy pack's own interpreter, policy/venv/bin/python, built from policy/requirements.txt
-    when missing or stale (tests/policy_env.py: as the Pulumi CLI builds it). A venv that cannot be
+    when missing or stale (tests/support/policy_env.py: as the Pulumi CLI builds it). A venv that cannot be
     built fails every test that needs it, with the command and pip's output; nothing is skipped."""
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     capture = request.config.pluginmanager.get_plugin("capturemanager")
@@ -163,24 +90,20 @@ def jax_compilation_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         yield directory
 
 
-DECIDED_AT = datetime(2026, 11, 23, 12, 0, 0, tzinfo=timezone.utc)
-FRESH = 20261123120000
-"""The generation a VM or Job re-created at ``DECIDED_AT`` gets (``recovery.fresh_generation``)."""
-
-
 @pytest.fixture
 def decided_at(monkeypatch):
     """Recovery decides at ``DECIDED_AT``: a re-created resource gets generation ``FRESH``. Only
     the clock that stamps new generations is fixed; grace periods still count from real time."""
-    from tpu_training_components import recovery
+    from tpu_training_components.domain import recovery
 
     monkeypatch.setattr(recovery, "utc_now", lambda: DECIDED_AT)
     return FRESH
 
 
-def fresh_stamp_since(started: datetime, value: Any) -> bool:
-    """Whether ``value`` is a generation stamped (YYYYMMDDhhmmss, UTC) at or after ``started``:
-    for a subprocess, whose clock a test cannot fix."""
-    return isinstance(value, int) and int(started.strftime("%Y%m%d%H%M%S")) <= value <= int(
-        datetime.now(timezone.utc).strftime("%Y%m%d%H%M%S")
-    )
+@pytest.fixture
+def stub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A stub `pulumi` first on PATH (tests/support/stub_pulumi.py): its folder, where it records
+    its calls and reads how to answer (``support.recover_runs.set_behaviour``)."""
+    folder = stub_pulumi.install(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    return folder

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import refused, run_plan, run_stack
+from support.program import refused, run_plan, run_stack
 from tpu_training_components.domain import naming
 
 VMS = "tpu-training:tpuVms"

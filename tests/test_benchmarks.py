@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 
-from conftest import REPO
+from support.program import REPO
 
 
 def test_the_plan_speed_benchmark_runs_every_section(tmp_path):

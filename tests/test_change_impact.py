@@ -10,8 +10,8 @@ import json
 from typing import Any, Callable
 
 import pytest
-from conftest import dev_config, run_stack
-from test_layout import imported_sdks
+from support.layout import imported_sdks
+from support.program import dev_config, run_stack
 from tpu_training_components.domain import change_impact
 from tpu_training_components.domain.change_impact import (
     NEXT_BOOT,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import run_components
+from support.program import run_components
 from tpu_training_components import CheckpointBucket, InvalidArgument
 
 BUCKET = "gcp:storage/bucket:Bucket"

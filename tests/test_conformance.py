@@ -16,13 +16,12 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import pulumi_kubernetes as k8s
 import pytest
-import yaml
-from conftest import dev_config, run_components, run_stack
+from support.program import dev_config, run_components, run_stack
+from support.xpk import XPK, xpk_jobset
 from tpu_training_components import (
     FlexStartTpuNodePool,
     GkeTpuCluster,
@@ -130,7 +129,6 @@ def test_every_fact_has_a_source_and_a_test_that_checks_it():
 
 # --- xpk 1.16.0: the fixtures -------------------------------------------------------------------
 
-XPK = Path(__file__).parent / "fixtures" / "xpk-1.16.0"
 NODE_POOL_CREATE = ("gcloud", "beta", "container", "node-pools", "create")
 # xpk was run with these (each fixture's first line); our pools get the same.
 CLUSTER, REGION, ZONE, PROJECT = "tpu-dev", "europe-west4", "europe-west4-a", "tpu-training-dev"
@@ -173,22 +171,6 @@ def xpk_system(fixture: str) -> dict[str, str]:
     line = re.search(r"SystemCharacteristics\((.*)\)$", text, flags=re.M)
     assert line, f"{fixture} has no SystemCharacteristics line"
     return dict(re.findall(r"(\w+)='?([^,')]*)'?", line.group(1)))
-
-
-def xpk_jobset(fixture: str) -> dict[str, Any]:
-    """The JobSet of one `workload create` run: the YAML of the temp file xpk applies."""
-    lines = (XPK / fixture).read_text().splitlines()
-    documents = []
-    for index, line in enumerate(lines):
-        if line.startswith("[XPK] Temp file (") and line.rstrip().endswith("content:"):
-            body = []
-            for following in lines[index + 1 :]:
-                if following.startswith("[XPK]"):
-                    break
-                body.append(following)
-            documents.append(yaml.safe_load("\n".join(body)))
-    (jobset,) = [d for d in documents if isinstance(d, dict) and d.get("kind") == "JobSet"]
-    return jobset
 
 
 def xpk_pod_spec(jobset: dict[str, Any]) -> dict[str, Any]:

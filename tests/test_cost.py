@@ -7,7 +7,7 @@ import copy
 import json
 
 import pytest
-from conftest import run_plan, run_stack
+from support.program import run_plan, run_stack
 from tpu_training_components.domain import catalogue, prices
 
 from infra import cost

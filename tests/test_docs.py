@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from support.program import REPO, run_plan
 
 from infra import config_docs
 
@@ -160,8 +160,6 @@ def test_the_path_check_sees_a_moved_file():
 
 
 def test_the_readme_plan_excerpt_is_what_the_plan_prints():
-    from conftest import run_plan
-
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     start = readme.index("  + tpu-training:compute:PreemptibleTpuVm  demo-tpu")
     excerpt = [

@@ -38,13 +38,20 @@ import os
 
 import pytest
 import yaml
-from conftest import dev_config, run_stack
 from support import stub_pulumi
 from support.fake_kube_api import FakeKubernetesApi, job
 from support.fake_tpu_api import FakeTpuApi
-from test_recover import RecordingRunner, recoverer, set_behaviour
-from test_recover_targets import STACK_URN, VM_URN, dev_targets
-from tpu_training_components.domain.recovery_rounds import ROUND_ENV, RecoveryRound, as_deployed
+from support.program import dev_config, run_stack
+from support.recover_runs import (
+    STACK_URN,
+    VM_URN,
+    RecordingRunner,
+    dev_targets,
+    live_dev_stack,
+    recoverer,
+    set_behaviour,
+)
+from tpu_training_components.domain.recovery_rounds import ROUND_ENV, RecoveryRound, RoundOutcome, as_deployed
 from tpu_training_components.errors import InvalidArgument
 
 from infra import offline, recover, recovery_targets
@@ -70,12 +77,10 @@ def pool_urn(name: str) -> str:
 @pytest.fixture
 def apis(tmp_path, monkeypatch):
     """The dev stack live on loopback: demo-tpu PREEMPTED, train-v6e Failed: both to recover."""
-    with FakeTpuApi() as tpu, FakeKubernetesApi() as kube:
-        tpu.add(ZONE, "demo-tpu", "PREEMPTED", labels={"recovery-generation": "3"})
-        kube.add("default", job("train-v6e", generation=1, conditions=FAILED))
-        monkeypatch.setenv("TPU_API_ENDPOINT", tpu.endpoint)
-        monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig(tmp_path)))
-        yield tpu, kube
+    with live_dev_stack(
+        tmp_path, monkeypatch, "PREEMPTED", job("train-v6e", generation=1, conditions=FAILED)
+    ) as apis:
+        yield apis
 
 
 # --- 1. the root stack is never a target --------------------------------------------------------
@@ -200,7 +205,7 @@ def test_a_blocked_job_alone_is_a_blocked_round(apis):
     runner = RecordingRunner(pending=[PendingChange(pool_urn("v6e-4x4"), "update", ("nodeConfig",))])
     report = recoverer(runner)[0].run_round()
     assert runner.targets == []
-    assert report.up is not None and report.up.status == "blocked"
+    assert report.outcome is RoundOutcome.BLOCKED and report.up is not None
     assert recover.exit_status(report) == recover.EXIT_UP_FAILED
 
 

@@ -16,8 +16,8 @@ import copy
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from conftest import run_stack
 from support.fake_tpu_api import FakeTpuApi
+from support.program import run_stack
 from tpu_training_components.domain import recovery
 
 VM = "gcp:tpu/v2Vm:V2Vm"

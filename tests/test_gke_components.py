@@ -12,8 +12,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 import yaml
-from conftest import run_components
 from support import seed_002
+from support.crds import KUBERNETES_VERSION
+from support.program import REPO, run_components
 from tpu_training_components import (
     FlexStartTpuNodePool,
     GkeTpuCluster,
@@ -22,8 +23,6 @@ from tpu_training_components import (
 )
 from tpu_training_components.domain.job_manifests import TrainingJobSpec, manifests
 
-# The oldest Kubernetes that runs TPU flex-start (GKE 1.33.0-gke.1712000).
-KUBERNETES_VERSION = "1.33.0"
 POOL = "gcp:container/nodePool:NodePool"
 
 # --- the node pool, flag by flag ------------------------------------------------------------
@@ -452,8 +451,6 @@ def test_job_arguments_are_checked():
 
 
 def _readme_examples() -> list[str]:
-    from conftest import REPO
-
     pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
     blocks = (re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S) for page in pages)
     # The offline-preview example runs its own mocks, and is run by tests/test_preview.py.

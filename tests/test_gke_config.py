@@ -4,8 +4,8 @@ names the key, shows the value and says what is allowed, before any resource is 
 from __future__ import annotations
 
 import pytest
-from conftest import refused as _refused
-from conftest import run_stack
+from support.program import refused as _refused
+from support.program import run_stack
 
 POOLS = "tpu-training:nodePools"
 JOBS = "tpu-training:jobs"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from conftest import refused, run_stack
+from support.program import REPO, refused, run_stack
 from tpu_training_components.domain.goodput import (
     DEFAULT_MEAN_HOURS_BETWEEN_INTERRUPTIONS,
     GoodputError,
@@ -183,8 +183,6 @@ def test_a_checkpoint_slower_than_half_the_interruptions_is_refused_per_workload
 
 def test_the_readme_table_is_what_the_formula_gives():
     """docs/checkpointing.md compares hourly with Young's interval: recomputed here."""
-    from conftest import REPO
-
     section = (REPO / "docs" / "checkpointing.md").read_text()
     rows = [line for line in section.splitlines() if line.startswith("| ") and " s | " in line[:10]]
     assert len(rows) >= 6

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
-from conftest import INFRA, dev_config, run_components
+from support.program import INFRA, dev_config, run_components
 from support.workloads import tpu_pool as pool
 from support.workloads import workload_args
 from tpu_training_components import (

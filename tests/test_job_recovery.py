@@ -7,9 +7,9 @@ import copy
 import socket
 
 import pytest
-from conftest import changed_registrations, run_stack
 from google.oauth2.credentials import Credentials
 from support.fake_kube_api import FakeGkeApi, FakeKubernetesApi, job, self_signed_certificate
+from support.program import changed_registrations, run_stack
 from tpu_training_components.domain.job_manifests import KUEUE_QUEUE_LABEL
 from tpu_training_components.domain.job_recovery import JobCondition, LiveJob, decide_job
 from tpu_training_components.live.kube_api import ClusterRef, list_live_jobs, make_container_client

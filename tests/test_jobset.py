@@ -7,18 +7,15 @@ from __future__ import annotations
 
 import copy
 from typing import Any
-from urllib.parse import parse_qs
 
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
-from conftest import changed_registrations, refused, run_components, run_stack
-from support.fake_kube_api import FakeKubernetesApi, job
-from support.loopback import not_found
-from support.workloads import tpu_pool, workload_args
-from test_jobset_conformance import JOBSET_TYPE, PROJECT, declared_jobset, schema_errors
-from test_queued_provisioning import CRD_FILES as KUEUE_CRDS
-from tpu_training_components import FlexStartTpuNodePool, InvalidArgument, TpuTrainingJobSet, reconcile
+from support.crds import JOBSET_TYPE, KUEUE_CRD_FILES, RELEASE, schema_errors
+from support.fake_kube_api import FakeJobSetApi, job, jobset
+from support.program import changed_registrations, multislice, refused, run_components, run_stack
+from support.workloads import PROJECT, declared_jobset, tpu_pool, workload_args
+from tpu_training_components import FlexStartTpuNodePool, InvalidArgument, TpuTrainingJobSet
 from tpu_training_components.domain.job_manifests import TrainingJobSpec, job_manifest
 from tpu_training_components.domain.job_recovery import JobCondition, LiveJobSet, decide_jobset
 from tpu_training_components.domain.jobset_manifests import (
@@ -30,11 +27,11 @@ from tpu_training_components.domain.jobset_manifests import (
 )
 from tpu_training_components.domain.node_pool_plan import NODE_POOL_LABEL, POOL_NODE_LABEL
 from tpu_training_components.live.kube_api import ClusterRef, list_live_jobs
+from tpu_training_components.resources import reconcile
 from tpu_training_components.resources.engines import JOBSET_CHART, JOBSET_VERSION, WorkloadEngines
 
 from infra import offline
 
-RELEASE = "kubernetes:helm.sh/v3:Release"
 CLUSTER = ClusterRef(PROJECT, "europe-west4", "tpu-dev")
 
 # --- the JobSet -----------------------------------------------------------------------------------
@@ -201,15 +198,6 @@ def test_the_manifest_itself_refuses_single_host():
 # --- the stack program ---------------------------------------------------------------------------
 
 
-def multislice(config: dict[str, Any], **job: Any) -> dict[str, Any]:
-    """The dev config with its pool at two slices and its Job spanning them."""
-    config = copy.deepcopy(config)
-    pool = config["tpu-training:nodePools"][0]
-    pool["slices"] = 2
-    config["tpu-training:jobs"][0].update({"slices": 2, **job})
-    return config
-
-
 def _job(config: dict[str, Any]) -> dict[str, Any]:
     return config["tpu-training:jobs"][0]
 
@@ -332,57 +320,6 @@ def test_completed_stays_completed_even_if_failed_after():
 
 
 # --- recovery: the live JobSets, through the real client --------------------------------------------
-
-_JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/"
-
-
-def jobset(name: str, *, generation: int = 0, conditions=(), ready: int = 0, restarts: int = 0, ours=True):
-    labels = {"app.kubernetes.io/part-of": "tpu-training", "recovery-generation": str(generation)}
-    return {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-        "kind": "JobSet",
-        "metadata": {"name": name, "labels": labels if ours else {"team": "x"}, "uid": f"uid-{name}"},
-        "spec": {"replicatedJobs": [{"name": "slice-job", "replicas": 2, "template": {}}]},
-        "status": {
-            "conditions": [
-                {"type": kind, "status": "True", "reason": reason, "message": f"{reason} happened"}
-                for kind, reason in conditions
-            ],
-            "restarts": restarts,
-            "restartsCountTowardsMax": restarts,
-            "replicatedJobsStatus": [{"name": "slice-job", "ready": ready, "active": 2}],
-        },
-    }
-
-
-class FakeJobSetApi(FakeKubernetesApi):
-    """Jobs as ``FakeKubernetesApi`` serves them, and JobSets at the custom-objects path."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.jobsets: dict[str, list[dict[str, Any]]] = {}
-        self.crd_installed = True
-
-    def add_jobset(self, namespace: str, item: dict[str, Any]) -> None:
-        item["metadata"]["namespace"] = namespace
-        self.jobsets.setdefault(namespace, []).append(item)
-
-    def route(self, method: str, path: str, query: str, headers: dict[str, str]) -> tuple[int, Any]:
-        if not path.startswith(_JOBSETS):
-            return super().route(method, path, query, headers)
-        if not self.crd_installed:
-            return not_found()
-        namespace, _, plural = path[len(_JOBSETS) :].partition("/")
-        if plural != "jobsets":
-            return not_found()
-        terms = filter(None, parse_qs(query).get("labelSelector", [""])[0].split(","))
-        selector = dict(term.split("=", 1) for term in terms)
-        items = [
-            i
-            for i in self.jobsets.get(namespace, [])
-            if all(i["metadata"]["labels"].get(key) == value for key, value in selector.items())
-        ]
-        return 200, {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSetList", "items": items}
 
 
 @pytest.fixture
@@ -554,7 +491,7 @@ def test_a_pool_with_a_kueue_queue_admits_multislice_jobsets_whole_in_turn(confi
     assert "admissionChecksStrategy" not in kinds["ClusterQueue"].inputs["spec"]
     for registration in kinds.values():
         manifest = {k: registration.inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")}
-        assert schema_errors(manifest, KUEUE_CRDS[manifest["kind"]]) == [], manifest["kind"]
+        assert schema_errors(manifest, KUEUE_CRD_FILES[manifest["kind"]]) == [], manifest["kind"]
     (pool,) = [r for r in run.by_type("gcp:container/nodePool:NodePool") if r.name == "v6e-4x4-pool"]
     assert "queuedProvisioning" not in pool.inputs  # the pool itself is as without a queue
     pods = [j.inputs["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"] for j in jobsets]

@@ -6,110 +6,12 @@ difference either gone or listed below with its reason."""
 from __future__ import annotations
 
 import copy
-import functools
-from pathlib import Path
 from typing import Any
 
-import jsonschema
-import pulumi_kubernetes as k8s
 import pytest
-import yaml
-from conftest import run_components
-from tpu_training_components import FlexStartTpuNodePool, TpuTrainingJobSet
-
-FIXTURES = Path(__file__).parent / "fixtures"
-JOBSET_CRD = FIXTURES / "jobset-v0.12.0" / "jobset.x-k8s.io_jobsets.yaml"
-JOBSET_TYPE = "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"
-PROJECT = "tpu-training-dev"
-
-
-# --- the upstream CRD schemas -------------------------------------------------------------------
-
-
-def _strict(schema: Any) -> Any:
-    """The schema as the API server applies it with strict field validation: an unknown field is an
-    error, not silently pruned (which would drop a misspelt field without a word). Patterns are
-    Go's RE2, which takes a flag group after ``^`` (Kueue's ``^(?i)[a-z]...``); Python's ``re``
-    wants global flags first, and means the same with them there."""
-    if isinstance(schema, dict):
-        schema = {key: _strict(value) for key, value in schema.items()}
-        pattern = schema.get("pattern")
-        if isinstance(pattern, str) and pattern.startswith("^(?i)"):
-            schema["pattern"] = "(?i)^" + pattern[len("^(?i)") :]
-        if (
-            "properties" in schema
-            and "additionalProperties" not in schema
-            and not schema.get("x-kubernetes-preserve-unknown-fields")
-        ):
-            schema["additionalProperties"] = False
-        return schema
-    if isinstance(schema, list):
-        return [_strict(item) for item in schema]
-    return schema
-
-
-@functools.cache
-def crd_validator(path: Path, version: str) -> jsonschema.Draft7Validator:
-    """A validator for one served version of a CRD file, from its ``openAPIV3Schema``."""
-    crd = yaml.safe_load(path.read_text())
-    (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
-    return jsonschema.Draft7Validator(_strict(served["schema"]["openAPIV3Schema"]))
-
-
-def schema_errors(manifest: dict[str, Any], path: Path = JOBSET_CRD) -> list[str]:
-    version = manifest["apiVersion"].split("/")[1]
-    errors = crd_validator(path, version).iter_errors(manifest)
-    return sorted(f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in errors)
-
-
-# --- what we declare ----------------------------------------------------------------------------
-
-
-def declared_jobset(
-    machine_type: str = "ct6e-standard-4t",
-    topology: str = "4x4",
-    pool_slices: int = 2,
-    slices: int = 2,
-    **extra: Any,
-) -> dict[str, Any]:
-    """The JobSet TpuTrainingJobSet declares on a pool of the shape, under mocks, as applied."""
-    pool_args = extra.pop("pool", {})
-
-    def body() -> None:
-        pool = FlexStartTpuNodePool(
-            "tpu-dev-np",
-            {
-                "cluster": "tpu-dev",
-                "cluster_region": "europe-west4",
-                "machine_type": machine_type,
-                "topology": topology,
-                "node_locations": ["europe-west4-a"],
-                "slices": pool_slices,
-                "service_account_email": f"nodes@{PROJECT}.iam.gserviceaccount.com",
-                "project": PROJECT,
-                **pool_args,
-            },
-        )
-        TpuTrainingJobSet(
-            "train",
-            {
-                "provider": k8s.Provider("cluster", kubeconfig="{}"),
-                "node_pool": pool.selection,
-                "image": "trainer:1",
-                "command": ["python3", "train.py"],
-                "checkpoint_dir": "gs://bucket/checkpoints/train",
-                "environment": {"LEARNING_RATE": "0.001"},
-                "google_service_account": f"trainer@{PROJECT}.iam.gserviceaccount.com",
-                "google_service_account_id": f"projects/{PROJECT}/serviceAccounts/trainer",
-                "workload_pool": f"{PROJECT}.svc.id.goog",
-                "slices": slices,
-                **extra,
-            },
-        )
-
-    inputs = run_components(body).one(JOBSET_TYPE, "train-jobset").inputs
-    return {key: inputs[key] for key in ("apiVersion", "kind", "metadata", "spec")}
-
+from support.crds import schema_errors
+from support.workloads import declared_jobset
+from support.xpk import xpk_jobset
 
 SHAPES = {
     "v6e 4x4, 2 slices": dict(machine_type="ct6e-standard-4t", topology="4x4", pool_slices=2, slices=2),
@@ -263,8 +165,6 @@ XPK_SHAPES = {
 
 @pytest.mark.parametrize("fixture", XPK_SHAPES)
 def test_jobset_matches_xpks_field_by_field_or_the_difference_has_a_reason(fixture):
-    from test_conformance import xpk_jobset
-
     shape, extra, more = XPK_SHAPES[fixture]
     theirs, ours = _flat(xpk_jobset(fixture)), _flat(declared_jobset(**{**SHAPES[shape], **extra}))
     differing = {path for path in theirs.keys() | ours.keys() if theirs.get(path, "-") != ours.get(path, "-")}
@@ -278,8 +178,6 @@ def test_xpks_jobsets_meet_the_same_crd_schema_but_for_its_empty_blocks_and_the_
     """The validator judges xpk's JobSets as it judges ours, and finds exactly what xpk prints
     that JobSet v0.12.0's schema does not take as written: the rule name it requires (JobSet's
     webhook defaults it) and the blocks xpk prints empty, which YAML reads as null."""
-    from test_conformance import xpk_jobset
-
     assert schema_errors(xpk_jobset(fixture)) == [
         "spec/failurePolicy/rules/0: 'name' is a required property",
         "spec/replicatedJobs/0/template/spec/template/metadata/annotations: None is not of type 'object'",

@@ -15,18 +15,18 @@ from typing import Any
 import pulumi
 import pytest
 import yaml
-from conftest import REPO, run_components, run_plan, run_stack
+from support.crds import KUEUE_CRDS, schema_errors
 from support.fake_kube_api import (
     WORKLOAD_STATES,
+    FakeJobSetApi,
     FakeKubernetesApi,
+    jobset,
     queued_job,
     workload,
     workload_name,
 )
 from support.fake_tpu_api import FakeTpuApi
-from test_jobset import FakeJobSetApi, jobset
-from test_jobset_conformance import schema_errors
-from test_queued_provisioning import KUEUE_CRDS
+from support.program import REPO, run_components, run_plan, run_stack
 from tpu_training_components import TrainingRecovery
 from tpu_training_components.domain.job_manifests import KUEUE_QUEUE_LABEL
 from tpu_training_components.domain.kueue_recovery import KUEUE_JOB_UID_LABEL

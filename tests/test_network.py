@@ -7,9 +7,9 @@ from itertools import combinations
 from string import ascii_lowercase
 
 import pytest
-from conftest import run_components
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.program import run_components
 from tpu_training_components import InvalidArgument
 from tpu_training_components.domain import network_plan as network_plan_module
 from tpu_training_components.domain.network_plan import (

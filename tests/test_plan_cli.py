@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, run_plan, run_stack
 from support.fake_kube_api import FakeKubernetesApi
 from support.fake_tpu_api import FakeTpuApi
+from support.program import REPO, run_plan, run_stack
 
 from infra import json_file, plan
 

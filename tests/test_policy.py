@@ -28,11 +28,11 @@ from typing import Any, Callable, Iterator, Optional
 import grpc
 import pytest
 import yaml
-from conftest import REPO, run_stack
 from google.protobuf import empty_pb2, struct_pb2
 from pulumi.runtime import proto
 from pulumi.runtime.proto import analyzer_pb2_grpc
 from support import policy_env
+from support.program import REPO, run_stack
 from tpu_training_components.domain.job_manifests import PRIVILEGED_OPT_IN_ANNOTATION
 from tpu_training_components.domain.node_pool_plan import POOL_NODE_LABEL
 

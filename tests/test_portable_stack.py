@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 
-from conftest import refused, run_stack
+from support.program import refused, run_stack
 
 BUCKET_OBJECT = "gcp:storage/bucketObject:BucketObject"
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from conftest import run_plan, run_stack
 from support.fake_project_apis import FakeProjectApis, service_account_file
+from support.program import run_plan, run_stack
 from tpu_training_components.domain.required_access import (
     BOOTSTRAP_APIS,
     access_for,

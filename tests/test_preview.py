@@ -10,7 +10,7 @@ import re
 
 import pulumi
 import pytest
-from conftest import REPO
+from support.program import REPO
 from tpu_training_components import CheckpointBucket, InvalidArgument, PreemptibleTpuVm, TrainingRecovery
 from tpu_training_components.preview import preview
 

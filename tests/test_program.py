@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import yaml
-from conftest import INFRA, REPO, run_plan
+from support.program import INFRA, REPO, run_plan
 
 from infra import offline, plan, stack_config
 

@@ -20,11 +20,11 @@ from typing import Any, Iterator
 
 import pytest
 import yaml
-from conftest import INFRA, REPO, dev_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.fake_kube_api import FakeKubernetesApi, job
 from support.fake_tpu_api import FakeTpuApi
+from support.program import INFRA, REPO, dev_config
 from tpu_training_components.live.kube_api import ClusterRef
 from tpu_training_components.live.tpu_api import make_client
 from tpu_training_components.resources import reconcile

@@ -26,12 +26,13 @@ import grpc
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
-from conftest import REPO, fresh_stamp_since, run_components
 from google.protobuf import struct_pb2
 from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 from ruamel.yaml import YAML
 from support.fake_engine import FakeEngine
 from support.fake_tpu_api import FakeTpuApi
+from support.generations import fresh_stamp_since
+from support.program import REPO, run_components
 from tpu_training_components import PreemptibleTpuVm, TpuTrainingJob, TrainingRecovery
 from tpu_training_components.provider import COMPONENTS, PACKAGE_NAME
 

@@ -21,8 +21,8 @@ import re
 from typing import Any, Callable
 
 import pytest
-from conftest import REPO, dev_config, run_stack
 from support import terraform_schema
+from support.program import REPO, dev_config, run_stack
 from tpu_training_components.domain import provider_rules
 from tpu_training_components.domain.change_impact import NEXT_BOOT, ResourceChange, compare_plans
 

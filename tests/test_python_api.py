@@ -6,7 +6,7 @@ fractional count; each call must end in ``InvalidArgument`` naming the argument 
 ``KeyError``, ``TypeError`` or ``AttributeError``, never a value silently taken), or, for a value
 that is valid, in a program that runs. The cases are generated from the ``TypedDict``
 annotations and the functions' signatures, so an argument added later is covered the day it is
-declared. Components run under mocks (``conftest.run_components``).
+declared. Components run under mocks (``support.program.run_components``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 import tpu_training_components as api
-from conftest import run_components
+from support.program import run_components
 from tpu_training_components import InvalidArgument
 
 # --- Known-good arguments, one set per component --------------------------------------------

@@ -22,7 +22,6 @@ import copy
 import functools
 import re
 import shlex
-from pathlib import Path
 from typing import Any, Callable, Mapping, Union
 
 import kubernetes_validate
@@ -30,10 +29,17 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 import yaml
-from conftest import REPO, changed_registrations, run_components
 from support import gke_queued_tpu
-from test_gke_components import KUBERNETES_VERSION
-from test_jobset_conformance import JOBSET_TYPE, schema_errors
+from support.crds import (
+    JOBSET_TYPE,
+    KUBERNETES_VERSION,
+    KUEUE,
+    KUEUE_CRD_FILES,
+    RELEASE,
+    kueue_objects,
+    schema_errors,
+)
+from support.program import REPO, changed_registrations, run_components
 from tpu_training_components import (
     FlexStartTpuNodePool,
     InvalidArgument,
@@ -57,18 +63,8 @@ from tpu_training_components.domain.node_pool_plan import (
 )
 from tpu_training_components.resources.engines import KUEUE_CHART, KUEUE_NAMESPACE, KUEUE_VERSION
 
-KUEUE_CRDS = Path(__file__).parent / "fixtures" / "kueue-v0.19.2"
-CRD_FILES = {
-    "ResourceFlavor": KUEUE_CRDS / "kueue.x-k8s.io_resourceflavors.yaml",
-    "ProvisioningRequestConfig": KUEUE_CRDS / "kueue.x-k8s.io_provisioningrequestconfigs.yaml",
-    "AdmissionCheck": KUEUE_CRDS / "kueue.x-k8s.io_admissionchecks.yaml",
-    "ClusterQueue": KUEUE_CRDS / "kueue.x-k8s.io_clusterqueues.yaml",
-    "LocalQueue": KUEUE_CRDS / "kueue.x-k8s.io_localqueues.yaml",
-}
-KUEUE = "kubernetes:kueue.x-k8s.io/v1beta2:"
 POOL = "gcp:container/nodePool:NodePool"
 JOB = "kubernetes:batch/v1:Job"
-RELEASE = "kubernetes:helm.sh/v3:Release"
 PROJECT = "tpu-training-dev"
 REGION, ZONE = "us-east5", "us-east5-b"  # the tutorial's zone, where v6e flex-start is offered
 POOL_NAME = "v6e-queued"
@@ -130,15 +126,6 @@ def declare(
     return run_components(body)
 
 
-def kueue_objects(run: Any) -> list[dict[str, Any]]:
-    """Every Kueue object the run declares, as applied."""
-    return [
-        {key: r.inputs[key] for key in ("apiVersion", "kind", "metadata", "spec")}
-        for r in run.registrations
-        if r.type.startswith(KUEUE)
-    ]
-
-
 def kueue_object(run: Any, kind: str) -> dict[str, Any]:
     """The object of ``kind`` (the first LocalQueue, when there are several)."""
     return next(o for o in kueue_objects(run) if o["kind"] == kind)
@@ -172,9 +159,9 @@ SHAPES = {
 @pytest.mark.parametrize("shape", SHAPES)
 def test_every_kueue_object_is_valid_against_kueues_own_crd_schema(shape):
     objects = kueue_objects(declare(**SHAPES[shape]))
-    assert {o["kind"] for o in objects} == set(CRD_FILES)
+    assert {o["kind"] for o in objects} == set(KUEUE_CRD_FILES)
     for manifest in objects:
-        assert schema_errors(manifest, CRD_FILES[manifest["kind"]]) == [], manifest["kind"]
+        assert schema_errors(manifest, KUEUE_CRD_FILES[manifest["kind"]]) == [], manifest["kind"]
 
 
 def test_every_object_is_in_kueues_storage_version_and_named_after_the_pool():
@@ -255,7 +242,7 @@ def test_the_schema_check_refuses_what_the_api_server_would(mutation):
     kind, mutate, complaint = MUTATIONS[mutation]
     manifest = copy.deepcopy(kueue_object(baseline(), kind))
     mutate(manifest)
-    errors = schema_errors(manifest, CRD_FILES[kind])
+    errors = schema_errors(manifest, KUEUE_CRD_FILES[kind])
     assert errors and complaint in " ".join(errors)
 
 
@@ -321,7 +308,7 @@ CEL_RULES: dict[tuple[str, str, str], Union[Check, str]] = {
 
 
 def _cel_rules(kind: str) -> set[tuple[str, str, str]]:
-    crd = yaml.safe_load(CRD_FILES[kind].read_text())
+    crd = yaml.safe_load(KUEUE_CRD_FILES[kind].read_text())
     (served,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta2"]
     found: set[tuple[str, str, str]] = set()
 
@@ -339,7 +326,7 @@ def _cel_rules(kind: str) -> set[tuple[str, str, str]]:
 
 
 def test_every_cel_rule_of_the_schemas_is_checked_or_explained():
-    in_schemas = set().union(*(_cel_rules(kind) for kind in CRD_FILES))
+    in_schemas = set().union(*(_cel_rules(kind) for kind in KUEUE_CRD_FILES))
     assert sorted(in_schemas - CEL_RULES.keys()) == [], "a CEL rule with neither a check nor a reason"
     assert sorted(CEL_RULES.keys() - in_schemas) == [], "a listed CEL rule the schemas no longer have"
 
@@ -829,7 +816,7 @@ def test_the_docs_example_declares_what_the_docs_say():
     run = run_components(lambda: exec(program, {}))
     assert run.one(POOL, "v6e-queued-pool").inputs["queuedProvisioning"] == {"enabled": True}
     assert {r.name for r in run.by_type(RELEASE)} == {"engines-jobset", "engines-kueue"}
-    assert sorted(o["kind"] for o in kueue_objects(run)) == sorted(set(CRD_FILES))
+    assert sorted(o["kind"] for o in kueue_objects(run)) == sorted(set(KUEUE_CRD_FILES))
     (jobset,) = run.by_type(JOBSET_TYPE)
     assert jobset.inputs["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "v6e-queued"
     # The JobSet waits for its queue (depends_on a component: on every child of it).

@@ -9,9 +9,8 @@ import copy
 from typing import Any
 
 import pytest
-from conftest import refused, run_stack
-from test_jobset_conformance import schema_errors
-from test_queued_provisioning import CRD_FILES, KUEUE, RELEASE, kueue_objects
+from support.crds import KUEUE, KUEUE_CRD_FILES, RELEASE, kueue_objects, schema_errors
+from support.program import refused, run_stack
 from tpu_training_components.domain.job_manifests import KUEUE_QUEUE_LABEL
 from tpu_training_components.domain.node_pool_plan import QUEUED_PROVISIONING_TAINT
 
@@ -40,9 +39,9 @@ def test_one_key_queues_the_pools_jobs_and_installs_kueue(config):
     (release,) = by_type(run, RELEASE)
     assert release.inputs["chart"].endswith("/kueue")
     objects = kueue_objects(run)
-    assert sorted(o["kind"] for o in objects) == sorted(CRD_FILES)
+    assert sorted(o["kind"] for o in objects) == sorted(KUEUE_CRD_FILES)
     for manifest in objects:
-        assert schema_errors(manifest, CRD_FILES[manifest["kind"]]) == [], manifest["kind"]
+        assert schema_errors(manifest, KUEUE_CRD_FILES[manifest["kind"]]) == [], manifest["kind"]
     config_object = next(o for o in objects if o["kind"] == "ProvisioningRequestConfig")
     assert config_object["spec"]["parameters"]["maxRunDurationSeconds"] == str(72 * 3600)
     (job,) = by_type(run, "kubernetes:batch/v1:Job")

@@ -13,19 +13,23 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
 
 import pytest
-from conftest import REPO
 from support import stub_pulumi
-from support.fake_kube_api import FakeKubernetesApi, job
-from support.fake_tpu_api import FakeTpuApi
+from support.fake_kube_api import job
+from support.program import REPO
+from support.recover_runs import RecordingRunner, live_dev_stack, recoverer, run_recover, set_behaviour
 from tpu_training_components.domain.recovery import Decision
-from tpu_training_components.domain.recovery_rounds import Backoff, RecoveryRound, next_round_in, plan_round
-from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
+from tpu_training_components.domain.recovery_rounds import (
+    ENDED_EARLY,
+    Backoff,
+    RoundOutcome,
+    next_round_in,
+    plan_round,
+)
 
-from infra import offline, recover
-from infra.automation import AutomationUp, PendingChange, PulumiUnavailable, UpResult
+from infra import recover
+from infra.automation import AutomationUp, PulumiUnavailable
 
 ZONE = "europe-west4-a"
 WORKING_NODE = {"labels": {"recovery-generation": "3"}, "health": "HEALTHY"}
@@ -35,65 +39,8 @@ RUNNING_JOB = job("train-v6e", generation=1, active=4, ready=4)
 @pytest.fixture
 def apis(tmp_path, monkeypatch):
     """Both live APIs on loopback, holding a working dev stack; the environment points at them."""
-    with FakeTpuApi() as tpu, FakeKubernetesApi() as kube:
-        tpu.add(ZONE, "demo-tpu", "READY", **WORKING_NODE)
-        kube.add("default", RUNNING_JOB)
-        monkeypatch.setenv("TPU_API_ENDPOINT", tpu.endpoint)
-        monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig(tmp_path)))
-        yield tpu, kube
-
-
-class RecordingRunner:
-    """The CLI seam: records each stack it was asked to update and its targets, answers
-    ``status``; a preview shows ``pending``."""
-
-    def __init__(
-        self,
-        status: str = "succeeded",
-        pending: Sequence[PendingChange] = (),
-        deployed: Sequence[str] = ("demo-tpu", "train-v6e"),
-        outputs: Optional[dict[str, Any]] = None,
-    ) -> None:
-        self.status = status
-        self.outputs = dict(outputs or {})
-        """Other stack outputs (a Job's recoveries, say)."""
-        self.rounds: list[Optional[RecoveryRound]] = []
-        """What each `pulumi up` told the program."""
-        self.pending = list(pending)
-        self.deployed = list(deployed)
-        self.refreshes: list[bool] = []
-        self.stacks: list[str] = []
-        self.targets: list[Optional[list[str]]] = []
-        self.previews = 0
-
-    def __call__(
-        self,
-        stack: str,
-        targets: Optional[Sequence[str]] = None,
-        *,
-        refresh: bool = True,
-        recovery_round: Optional[RecoveryRound] = None,
-    ) -> UpResult:
-        self.stacks.append(stack)
-        self.targets.append(list(targets) if targets is not None else None)
-        self.refreshes.append(refresh)
-        self.rounds.append(recovery_round)
-        return UpResult(self.status, f"update {self.status}", 0.01, {"replace": 1})  # type: ignore[arg-type]
-
-    def stack_outputs(self, stack: str) -> dict[str, Any]:
-        # The names alone matter to a round; a VM and a Job never share one in these stacks.
-        generations = {name: 1 for name in self.deployed}
-        return {GENERATIONS_OUTPUT: generations, JOB_GENERATIONS_OUTPUT: generations, **self.outputs}
-
-    def pending_changes(self, stack: str) -> list[PendingChange]:
-        self.previews += 1
-        return list(self.pending)
-
-
-def recoverer(runner=None, stack="dev", root: Path = REPO) -> tuple[recover.Recoverer, list[str]]:
-    said: list[str] = []
-    target = recover.Target(offline.load_project(root), stack, stack)
-    return recover.Recoverer(target, probe=recover.Probe(), up=runner, say=said.append), said
+    with live_dev_stack(tmp_path, monkeypatch, "READY", RUNNING_JOB, **WORKING_NODE) as apis:
+        yield apis
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,15 +70,15 @@ def test_backoff_doubles_to_its_cap_and_starts_over_after_success():
     backoff = Backoff(first_seconds=60, cap_seconds=300)
     delays = []
     for _ in range(5):
-        backoff.record("failed")
+        backoff.record(RoundOutcome.FAILED)
         delays.append(backoff.delay_seconds)
     assert delays == [60, 120, 240, 300, 300]
-    backoff.record("busy")  # someone else's update says nothing about capacity
+    backoff.record(RoundOutcome.BUSY)  # someone else's update says nothing about capacity
     assert backoff.delay_seconds == 300
-    backoff.record("succeeded")
+    backoff.record(RoundOutcome.SUCCEEDED)
     assert backoff.delay_seconds == 0
     for _ in range(500):  # no overflow however long the stockout lasts
-        backoff.record("failed")
+        backoff.record(RoundOutcome.FAILED)
     assert backoff.delay_seconds == 300
 
 
@@ -142,11 +89,39 @@ def test_backoff_refuses_a_first_wait_above_its_cap():
 
 def test_next_round_waits_the_longer_of_interval_and_backoff_only_after_a_failure():
     backoff = Backoff(first_seconds=60)
-    backoff.record("failed")
-    assert next_round_in(10, backoff, "failed") == 60
-    assert next_round_in(120, backoff, "failed") == 120
-    assert next_round_in(10, backoff, "busy") == 10
-    assert next_round_in(10, backoff, None) == 10
+    backoff.record(RoundOutcome.FAILED)
+    assert next_round_in(10, backoff, RoundOutcome.FAILED) == 60
+    assert next_round_in(120, backoff, RoundOutcome.FAILED) == 120
+    assert next_round_in(10, backoff, RoundOutcome.BUSY) == 10
+    assert next_round_in(10, backoff, RoundOutcome.NOT_RUN) == 10
+
+
+@pytest.mark.parametrize(
+    ("outcome", "key", "status"),
+    [
+        (RoundOutcome.CONFIG_ERROR, "error", recover.EXIT_CONFIG_ERROR),
+        (RoundOutcome.UNAVAILABLE, "unavailable", recover.EXIT_UNAVAILABLE),
+        (RoundOutcome.TRY_LATER, "tryLater", recover.EXIT_TRY_LATER),
+    ],
+)
+def test_a_round_that_ended_early_says_why_under_its_own_key_and_ran_no_up(outcome, key, status):
+    report = recover.RoundReport("dev", 1, "2026-11-26T12:00:00Z", ended_early=(outcome, "because"))
+    printed = json.loads(json.dumps(report.to_json()))
+    assert {k: printed[k] for k in ("error", "unavailable", "tryLater")} == {
+        "error": None,
+        "unavailable": None,
+        "tryLater": None,
+        key: "because",
+    }
+    assert printed["up"] == {"status": "not-run", "message": None, "durationSeconds": 0.0, "changes": {}}
+    assert recover.exit_status(report) == status
+
+
+def test_every_outcome_has_an_exit_status_and_the_docs_list_every_up_status():
+    assert set(recover.EXIT_STATUSES) == set(RoundOutcome)
+    page = " ".join((REPO / "docs" / "hands-free-recovery.md").read_text().split())
+    listed = page.split("`up` {`status`: ", 1)[1].split(",", 1)[0].split(" | ")
+    assert listed == [o.value for o in RoundOutcome if o not in ENDED_EARLY]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,9 +145,9 @@ def test_a_working_stack_costs_one_call_per_zone_and_namespace_and_no_up(apis):
 @pytest.mark.parametrize(
     ("up_status", "expected"),
     [
-        ("succeeded", recover.EXIT_OK),
-        ("failed", recover.EXIT_UP_FAILED),
-        ("busy", recover.EXIT_TRY_LATER),
+        (RoundOutcome.SUCCEEDED, recover.EXIT_OK),
+        (RoundOutcome.FAILED, recover.EXIT_UP_FAILED),
+        (RoundOutcome.BUSY, recover.EXIT_TRY_LATER),
     ],
 )
 def test_a_preempted_node_runs_up_once_and_its_result_sets_the_exit_status(apis, up_status, expected):
@@ -182,7 +157,7 @@ def test_a_preempted_node_runs_up_once_and_its_result_sets_the_exit_status(apis,
     rec, said = recoverer(runner)
     report = rec.run_round()
     assert runner.stacks == ["dev"]
-    assert report.up is not None and report.up.status == up_status
+    assert report.outcome is up_status and report.up is not None
     assert recover.exit_status(report) == expected
     assert "info: TPU VM demo-tpu: node is PREEMPTED -> will be replaced (a new recovery generation)" in said
 
@@ -223,7 +198,7 @@ def test_a_dry_run_decides_and_says_so_without_running_up(apis):
     tpu.nodes[ZONE] = []
     rec, said = recoverer(None)
     report = rec.run_round()
-    assert report.up is not None and report.up.status == "dry-run"
+    assert report.outcome is RoundOutcome.DRY_RUN and report.up is not None
     assert recover.exit_status(report) == recover.EXIT_OK
     assert report.to_json()["upNeeded"] is True
     assert said[-1].startswith("dev: pulumi up dry-run")
@@ -243,7 +218,7 @@ def test_a_stop_asked_during_the_round_starts_no_up(apis):
     rec.stopping = lambda: True
     report = rec.run_round()
     assert runner.stacks == []
-    assert report.up is not None and report.up.status == "stopped"
+    assert report.outcome is RoundOutcome.STOPPED and report.up is not None
     assert recover.exit_status(report) == recover.EXIT_TRY_LATER
 
 
@@ -253,7 +228,7 @@ def test_invalid_config_is_reported_and_nothing_is_probed(apis, scratch_project)
     runner = RecordingRunner()
     rec, said = recoverer(runner, "test", root)
     report = rec.run_round()
-    assert report.error is not None and "tpu-training:tpuVms" in report.error
+    assert report.outcome is RoundOutcome.CONFIG_ERROR and "tpu-training:tpuVms" in report.reason
     assert recover.exit_status(report) == recover.EXIT_CONFIG_ERROR
     assert tpu.calls == [] and kube.calls == [] and runner.stacks == []
 
@@ -264,7 +239,7 @@ def test_a_stack_that_reads_no_live_state_is_a_config_error(apis, scratch_projec
         "config:\n  gcp:project: tpu-training-dev\n  tpu-training:recovery: {readLiveState: false}\n",
     )
     report = recoverer(RecordingRunner(), "test", root)[0].run_round()
-    assert report.error is not None and "readLiveState is false" in report.error
+    assert report.outcome is RoundOutcome.CONFIG_ERROR and "readLiveState is false" in report.reason
     assert recover.exit_status(report) == recover.EXIT_CONFIG_ERROR
 
 
@@ -290,15 +265,15 @@ class ScriptedStop(recover.StopSignal):
 def test_watch_backs_off_after_failed_ups_and_returns_to_its_interval(apis):
     tpu, _ = apis
     tpu.nodes[ZONE][0]["state"] = "PREEMPTED"
-    runner = RecordingRunner("failed")
+    runner = RecordingRunner(RoundOutcome.FAILED)
     rec, said = recoverer(runner)
     stop = ScriptedStop(rounds=5)
     statuses = []
 
     def emit(report):
-        statuses.append(report.up_status)
+        statuses.append(report.outcome)
         if len(statuses) == 3:  # capacity came back
-            runner.status = "succeeded"
+            runner.status = RoundOutcome.SUCCEEDED
         if len(statuses) == 4:  # the new node is up
             tpu.nodes[ZONE][0]["state"] = "READY"
 
@@ -306,7 +281,7 @@ def test_watch_backs_off_after_failed_ups_and_returns_to_its_interval(apis):
         rec, interval_seconds=30, stop=stop, emit=emit, backoff=Backoff(first_seconds=60, cap_seconds=200)
     )
     assert status == recover.EXIT_OK
-    assert statuses == ["failed", "failed", "failed", "succeeded", "not-run"]
+    assert statuses == [RoundOutcome.FAILED] * 3 + [RoundOutcome.SUCCEEDED, RoundOutcome.NOT_RUN]
     assert stop.waits == [60, 120, 200, 30, 30]
     assert "dev: `pulumi up` failed 2 time(s) in a row; next round in 120 s" in said
 
@@ -314,7 +289,7 @@ def test_watch_backs_off_after_failed_ups_and_returns_to_its_interval(apis):
 def test_an_unreadable_api_between_failed_ups_does_not_restart_the_backoff(apis):
     tpu, _ = apis
     tpu.nodes[ZONE][0]["state"] = "PREEMPTED"
-    rec, _ = recoverer(RecordingRunner("failed"))
+    rec, _ = recoverer(RecordingRunner(RoundOutcome.FAILED))
     stop = ScriptedStop(rounds=3)
 
     def emit(report):
@@ -339,21 +314,10 @@ def test_watch_stops_at_once_on_a_config_error_in_its_first_round(apis, scratch_
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def stub(tmp_path, monkeypatch):
-    folder = stub_pulumi.install(tmp_path / "bin")
-    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
-    return folder
-
-
-def set_behaviour(folder: Path, **behaviour) -> None:
-    (folder / "behaviour.json").write_text(json.dumps(behaviour))
-
-
 def test_automation_up_makes_exactly_these_cli_calls(stub):
     lines: list[str] = []
     result = AutomationUp(REPO, lines.append)("dev")
-    assert result.status == "succeeded"
+    assert result.status is RoundOutcome.SUCCEEDED
     assert result.changes == {"replace": 1, "same": 36}
     # `pulumi up --refresh --yes`, no preview; then the summary, as pulumi 3.272.0's Automation
     # API reads it (`stack history`).
@@ -393,15 +357,15 @@ def test_automation_up_makes_exactly_these_cli_calls(stub):
 @pytest.mark.parametrize(
     ("behaviour", "status", "says"),
     [
-        ({"up": "busy"}, "busy", "Another update is currently in progress"),
-        ({"up": "locked"}, "busy", "currently locked"),
-        ({"up": "fail"}, "failed", "update failed"),
+        ({"up": "busy"}, RoundOutcome.BUSY, "Another update is currently in progress"),
+        ({"up": "locked"}, RoundOutcome.BUSY, "currently locked"),
+        ({"up": "fail"}, RoundOutcome.FAILED, "update failed"),
     ],
 )
 def test_automation_up_sorts_cli_failures(stub, behaviour, status, says):
     set_behaviour(stub, **behaviour)
     result = AutomationUp(REPO, lambda line: None)("dev")
-    assert result.status == status
+    assert result.status is status
     assert says in result.message
 
 
@@ -428,7 +392,7 @@ def test_an_up_that_never_ends_is_a_failure_after_its_timeout(stub):
         result = AutomationUp(REPO, lambda line: None, up_timeout_seconds=0.5)("dev")
     finally:
         (stub / "release").write_text("")  # let the stub process end
-    assert result.status == "failed"
+    assert result.status is RoundOutcome.FAILED
     assert "did not finish within 0.5 s" in result.message
 
 
@@ -436,7 +400,7 @@ def test_an_update_that_succeeded_is_a_success_even_if_its_summary_cannot_be_rea
     # The update's exit status is its result; a history the SDK cannot read only loses the counts.
     set_behaviour(stub, history="[]")
     result = AutomationUp(REPO, lambda line: None)("dev")
-    assert result.status == "succeeded"
+    assert result.status is RoundOutcome.SUCCEEDED
     assert "its summary could not be read" in result.message
 
 
@@ -491,7 +455,8 @@ def test_secrets_without_a_cli_are_unavailable_not_guessed(apis, scratch_project
     tpu, _ = apis
     root = with_stack(scratch_project, SECRET_VMS)
     report = recoverer(None, "test", root)[0].run_round()
-    assert report.unavailable is not None and "holds secrets (tpu-training:tpuVms)" in report.unavailable
+    assert report.outcome is RoundOutcome.UNAVAILABLE
+    assert "holds secrets (tpu-training:tpuVms)" in report.reason
     assert recover.exit_status(report) == recover.EXIT_UNAVAILABLE
     assert tpu.calls == []
 
@@ -508,18 +473,6 @@ def test_a_missing_stack_or_cli_is_unavailable(stub, monkeypatch, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # The command, end to end, in a subprocess
 # ---------------------------------------------------------------------------------------------
-
-
-def run_recover(*args: str, env: dict[str, str], **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "infra.recover", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        **kw,
-    )
 
 
 def test_once_json_runs_up_through_the_cli_and_prints_one_object(apis, stub):

@@ -11,10 +11,10 @@ import time
 
 import pytest
 import yaml
-from conftest import REPO
 from support import stub_pulumi
-from test_recover import set_behaviour
-from test_recover_targets import apis, run_recover, run_snippet  # noqa: F401 - the fixture
+from support.fake_kube_api import job
+from support.program import REPO
+from support.recover_runs import live_dev_stack, run_recover, run_snippet, set_behaviour
 
 from infra import automation, offline, recover
 from infra.automation import AutomationUp
@@ -25,10 +25,12 @@ SECRET_STACK = (
 
 
 @pytest.fixture
-def stub(tmp_path, monkeypatch):
-    folder = stub_pulumi.install(tmp_path / "bin")
-    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
-    return folder
+def apis(tmp_path, monkeypatch):
+    """The dev stack live on loopback: demo-tpu PREEMPTED (to recover), train-v6e running."""
+    with live_dev_stack(
+        tmp_path, monkeypatch, "PREEMPTED", job("train-v6e", generation=1, active=4, ready=4)
+    ) as apis:
+        yield apis
 
 
 # --- deadlines ----------------------------------------------------------------------------------
@@ -80,7 +82,7 @@ def test_the_version_call_alone_is_bounded_too(stub, monkeypatch):
 
 @pytest.mark.parametrize("exit_status", [255, 1])
 def test_stack_select_printing_garbage_and_failing_is_a_try_later_not_a_traceback(
-    apis,  # noqa: F811 - the fixture
+    apis,
     stub,
     exit_status,
 ):
@@ -92,7 +94,7 @@ def test_stack_select_printing_garbage_and_failing_is_a_try_later_not_a_tracebac
     assert not [c for c in stub_pulumi.calls(stub) if c[1] == "up"]
 
 
-def test_stack_select_printing_garbage_and_succeeding_is_read_through(apis, stub):  # noqa: F811
+def test_stack_select_printing_garbage_and_succeeding_is_read_through(apis, stub):
     set_behaviour(stub, select_output="\xff\xfe garbage\n")
     done = run_recover("--stack", "dev", "--once")
     assert done.returncode == recover.EXIT_OK, done.stdout + done.stderr

@@ -17,18 +17,27 @@ import time
 
 import pytest
 import yaml
-from conftest import REPO
 from support import stub_pulumi
 from support.fake_kube_api import FakeKubernetesApi, job
 from support.fake_tpu_api import FakeTpuApi
-from test_recover import RecordingRunner, recoverer, set_behaviour
+from support.program import REPO
+from support.recover_runs import (
+    STACK_URN,
+    VM_URN,
+    RecordingRunner,
+    dev_targets,
+    live_dev_stack,
+    recoverer,
+    run_recover,
+    run_snippet,
+    set_behaviour,
+)
+from tpu_training_components.domain.recovery_rounds import RoundOutcome
 
 from infra import automation, offline, recover, recovery_targets
 from infra.automation import AutomationUp, DeadlineCommand, PendingChange, PulumiUnavailable
 
 ZONE = "europe-west4-a"
-STACK_URN = "urn:pulumi:dev::tpu-training::pulumi:pulumi:Stack::tpu-training-dev"
-VM_URN = "urn:pulumi:dev::tpu-training::tpu-training:compute:PreemptibleTpuVm$gcp:tpu/v2Vm:V2Vm::demo-tpu-vm"
 JOB_URN = (
     "urn:pulumi:dev::tpu-training::tpu-training:gke:TpuTrainingJob$kubernetes:batch/v1:Job::train-v6e-job"
 )
@@ -41,18 +50,10 @@ BUCKET_URN = (
 @pytest.fixture
 def apis(tmp_path, monkeypatch):
     """The dev stack live on loopback: demo-tpu PREEMPTED (to recover), train-v6e running."""
-    with FakeTpuApi() as tpu, FakeKubernetesApi() as kube:
-        tpu.add(ZONE, "demo-tpu", "PREEMPTED", labels={"recovery-generation": "3"})
-        kube.add("default", job("train-v6e", generation=1, active=4, ready=4))
-        monkeypatch.setenv("TPU_API_ENDPOINT", tpu.endpoint)
-        monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig(tmp_path)))
-        yield tpu, kube
-
-
-def dev_targets(*recovering: tuple[str, str]) -> recovery_targets.RecoveryTargets:
-    project = offline.load_project(REPO)
-    config, secret_keys, _ = offline.stack_config(project, "dev")
-    return recovery_targets.find_targets(project, "dev", config, secret_keys, list(recovering))
+    with live_dev_stack(
+        tmp_path, monkeypatch, "PREEMPTED", job("train-v6e", generation=1, active=4, ready=4)
+    ) as apis:
+        yield apis
 
 
 def test_the_targets_are_the_stack_and_the_recovered_resources_alone():
@@ -117,7 +118,7 @@ def test_a_vm_never_deployed_is_a_pending_change_not_a_recovery(apis):
     rec, said = recoverer(runner)
     report = rec.run_round()
     assert runner.targets == []
-    assert report.up is not None and report.up.status == "blocked"
+    assert report.outcome is RoundOutcome.BLOCKED and report.up is not None
     assert recover.exit_status(report) == recover.EXIT_UP_FAILED
     assert any("demo-tpu was never deployed: creating it is a pending change" in line for line in said)
 
@@ -132,14 +133,14 @@ def test_a_recovery_that_needs_an_undeployed_dependency_is_refused_not_half_done
     rec, said = recoverer(runner)
     report = rec.run_round()
     assert runner.targets == []
-    assert report.up is not None and report.up.status == "blocked"
+    assert report.outcome is RoundOutcome.BLOCKED and report.up is not None
     assert any(line.startswith("warning: demo-tpu cannot be recovered alone: it needs") for line in said)
 
 
 def test_a_dry_run_shows_the_targeted_command(apis):
     rec, said = recoverer(None)
     report = rec.run_round()
-    assert report.up is not None and report.up.status == "dry-run"
+    assert report.outcome is RoundOutcome.DRY_RUN and report.up is not None
     assert report.up.message.endswith(f"--target {VM_URN}` not run")
     assert STACK_URN not in report.up.message
 
@@ -168,30 +169,12 @@ def test_at_256_vms_a_round_that_recovers_one_vm_targets_one_vm(scratch_project,
         runner = RecordingRunner()
         report = recoverer(runner, "big", scratch_project)[0].run_round()
         assert len(tpu.calls) == 4  # one list call per zone
-    assert report.error is None, report.error
+    assert report.ended_early is None, report.reason
     (targets,) = runner.targets
     assert len(targets) == 1 and targets[0].endswith("$gcp:tpu/v2Vm:V2Vm::vm-77-vm")
 
 
 # --- through the CLI stub: the flags the Automation API passes ---------------------------------
-
-
-@pytest.fixture
-def stub(tmp_path, monkeypatch):
-    folder = stub_pulumi.install(tmp_path / "bin")
-    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
-    return folder
-
-
-def run_recover(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "infra.recover", *args],
-        cwd=REPO,
-        env=dict(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def test_the_cli_gets_a_preview_then_an_up_with_exactly_these_targets(apis, stub):
@@ -261,7 +244,7 @@ def test_a_config_read_that_hangs_is_stopped_and_the_round_tries_later(
     started = time.monotonic()
     report = rec.run_round()
     assert time.monotonic() - started < 10
-    assert report.try_later is not None and "did not finish within 1 s" in report.try_later
+    assert report.outcome is RoundOutcome.TRY_LATER and "did not finish within 1 s" in report.reason
     assert recover.exit_status(report) == recover.EXIT_TRY_LATER
 
 
@@ -319,7 +302,7 @@ def test_a_vm_lost_twice_is_recreated_without_refresh(apis):
     runner = RecordingRunner(pending=[PendingChange(VM_URN, "create")])
     report = recoverer(runner)[0].run_round()
     assert runner.targets == [[VM_URN]] and runner.refreshes == [False]
-    assert report.up is not None and report.up.status == "succeeded"
+    assert report.outcome is RoundOutcome.SUCCEEDED and report.up is not None
 
 
 def test_a_pending_provider_change_blocks_a_targeted_update(apis):
@@ -330,7 +313,7 @@ def test_a_pending_provider_change_blocks_a_targeted_update(apis):
     rec, said = recoverer(runner)
     report = rec.run_round()
     assert runner.targets == []
-    assert report.up is not None and report.up.status == "blocked"
+    assert report.outcome is RoundOutcome.BLOCKED and report.up is not None
     assert any(
         "a provider change is pending (pulumi:providers:gcp default_10_3_0: create)" in line for line in said
     )
@@ -358,13 +341,6 @@ from infra import recover
 probe = recover.Probe(read_jobs=functools.partial(kube_api.list_live_jobs, deadline=1.0))
 recover._exit_now(recover.main(["--stack", "dev", "--once", "--dry-run"], probe=probe))
 """
-
-
-def run_snippet(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """Python ``code`` run in a process of its own, from the repository."""
-    return subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
-    )
 
 
 def test_a_jobs_list_past_its_deadline_exits_75_even_with_its_thread_still_blocked(tmp_path):

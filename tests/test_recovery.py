@@ -7,8 +7,9 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from conftest import changed_registrations, fresh_stamp_since, run_plan, run_stack
 from support.fake_tpu_api import FakeTpuApi
+from support.generations import DECIDED_AT, fresh_stamp_since
+from support.program import changed_registrations, run_plan, run_stack
 from tpu_training_components.domain import recovery
 from tpu_training_components.domain.recovery import LiveNode, decide
 from tpu_training_components.live.tpu_api import list_live_nodes
@@ -290,8 +291,6 @@ def test_plan_live_shows_the_bump_and_nothing_else():
 
 
 def test_the_last_recovery_and_its_cause_are_exported_and_kept_until_the_next(config, live_api, decided_at):
-    from conftest import DECIDED_AT
-
     live_api.add(ZONE, "demo-tpu", "PREEMPTED", labels={"recovery-generation": "3"})
     recovered = run_stack(copy.deepcopy(config), previous_outputs={"recoveryGenerations": {"demo-tpu": 3}})
     last = recovered.outputs["lastRecoveries"]

@@ -18,10 +18,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 import yaml
-from conftest import refused, run_stack
+from support.fake_kube_api import FakeJobSetApi, jobset
 from support.fake_tpu_api import FakeTpuApi
-from test_jobset import FakeJobSetApi, jobset, multislice
-from test_recover import RecordingRunner, recoverer
+from support.program import multislice, refused, run_stack
+from support.recover_runs import RecordingRunner, recoverer
 from tpu_training_components.domain.restart_budget import (
     RESTARTS_OUTPUT,
     Recovery,

@@ -8,8 +8,8 @@ import shlex
 import shutil
 
 import pytest
-from conftest import REPO, run_plan, run_stack
-from conftest import refused as _refused
+from support.program import REPO, run_plan, run_stack
+from support.program import refused as _refused
 
 from infra import offline
 
@@ -250,7 +250,7 @@ def test_the_older_config_folder_spelling_and_both_at_once(scratch_project):
 
 
 def test_a_list_given_as_one_value_says_list_not_tuple(config):
-    from conftest import refused
+    from support.program import refused
 
     config["tpu-training:nodePools"][0]["nodeLocations"] = "us-east5-a"
     message = refused(config)

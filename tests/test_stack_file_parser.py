@@ -8,9 +8,9 @@ import json
 from typing import Any
 
 import pytest
-from conftest import REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.program import REPO
 
 from infra import offline
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_plan
+from support.program import REPO, run_plan
 
 from infra import offline
 

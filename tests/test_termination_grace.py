@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import run_components, run_stack
+from support.program import run_components, run_stack
 from support.workloads import tpu_pool, workload_args
 from tpu_training_components import TpuTrainingJob, TpuTrainingJobSet
 from tpu_training_components.domain.job_manifests import TrainingJobSpec, job_manifest

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from support.program import REPO
 
 pytestmark = pytest.mark.usefixtures("jax_compilation_cache")
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pulumi
 import pytest
-from conftest import REPO, run_components, run_stack
 from support.fake_kube_api import FakeKubernetesApi, job
 from support.fake_tpu_api import FakeTpuApi
+from support.program import REPO, run_components, run_stack
 from tpu_training_components import InvalidArgument, TrainingRecovery
 
 from infra import offline

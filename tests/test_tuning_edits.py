@@ -20,7 +20,7 @@ import json
 from typing import Any, Callable
 
 import pytest
-from conftest import dev_config, run_components, run_stack
+from support.program import dev_config, run_components, run_stack
 from tpu_training_components import GkeTpuCluster
 from tpu_training_components import preview as library_preview
 from tpu_training_components.domain import provider_rules

@@ -13,7 +13,7 @@ import copy
 from typing import Any
 
 import pytest
-from conftest import dev_config, run_stack
+from support.program import dev_config, run_stack
 from tpu_training_components.domain.change_impact import ResourceChange
 
 from infra import plan, plan_diff

@@ -4,6 +4,9 @@
   JobList, and ``GET /apis/kueue.x-k8s.io/v1beta2/namespaces/NS/workloads`` a Kueue
   WorkloadList (or the API server's own 404 when Kueue's CRD is not installed), each filtered by
   ``labelSelector`` as the real API server does (equality and ``in`` terms); plain HTTP or TLS.
+- ``FakeJobSetApi``: a ``FakeKubernetesApi`` that also serves JobSets at
+  ``/apis/jobset.x-k8s.io/v1alpha2/namespaces/NS/jobsets`` (or 404 when JobSet's CRD is not
+  installed), filtered by equality terms.
 - ``FakeGkeApi``: ``GET /v1/projects/P/locations/L/clusters/C`` answering a GKE ``Cluster``.
 
 ``workload(owner, state)`` makes the Workload Kueue v0.19.2 keeps for a Job or JobSet in one of
@@ -161,6 +164,69 @@ class FakeKubernetesApi(LoopbackJsonServer):
         """A kubeconfig file pointing at this server (plain HTTP); ``user`` is its user's entry
         (flow-style YAML), no credentials unless given."""
         return kubeconfig_for(self.endpoint, folder, user)
+
+
+# --- JobSets -----------------------------------------------------------------------------------
+
+_JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/"
+
+
+def jobset(
+    name: str,
+    *,
+    generation: int = 0,
+    conditions: Any = (),
+    ready: int = 0,
+    restarts: int = 0,
+    ours: bool = True,
+) -> dict[str, Any]:
+    """A JobSet as the API server lists it; ``ours`` False: one this project did not make."""
+    labels = {"app.kubernetes.io/part-of": "tpu-training", "recovery-generation": str(generation)}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "labels": labels if ours else {"team": "x"}, "uid": f"uid-{name}"},
+        "spec": {"replicatedJobs": [{"name": "slice-job", "replicas": 2, "template": {}}]},
+        "status": {
+            "conditions": [
+                {"type": kind, "status": "True", "reason": reason, "message": f"{reason} happened"}
+                for kind, reason in conditions
+            ],
+            "restarts": restarts,
+            "restartsCountTowardsMax": restarts,
+            "replicatedJobsStatus": [{"name": "slice-job", "ready": ready, "active": 2}],
+        },
+    }
+
+
+class FakeJobSetApi(FakeKubernetesApi):
+    """Jobs as ``FakeKubernetesApi`` serves them, and JobSets at the custom-objects path."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.jobsets: dict[str, list[dict[str, Any]]] = {}
+        self.crd_installed = True
+
+    def add_jobset(self, namespace: str, item: dict[str, Any]) -> None:
+        item["metadata"]["namespace"] = namespace
+        self.jobsets.setdefault(namespace, []).append(item)
+
+    def route(self, method: str, path: str, query: str, headers: dict[str, str]) -> tuple[int, Any]:
+        if not path.startswith(_JOBSETS):
+            return super().route(method, path, query, headers)
+        if not self.crd_installed:
+            return not_found()
+        namespace, _, plural = path[len(_JOBSETS) :].partition("/")
+        if plural != "jobsets":
+            return not_found()
+        terms = filter(None, parse_qs(query).get("labelSelector", [""])[0].split(","))
+        selector = dict(term.split("=", 1) for term in terms)
+        items = [
+            i
+            for i in self.jobsets.get(namespace, [])
+            if all(i["metadata"]["labels"].get(key) == value for key, value in selector.items())
+        ]
+        return 200, {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSetList", "items": items}
 
 
 # --- Kueue Workloads ----------------------------------------------------------------------------

@@ -134,9 +134,8 @@ def mean_seconds_between_interruptions(
 
     ``hosts`` > 1 divides it for capacity whose VMs are interrupted one by one (Spot, on-demand,
     reserved GKE nodes): one VM's interruption stops the whole slice, so a slice of n VMs is
-    interrupted n times as often (Google's maintenance-events page: the more TPUs, the likelier an event). A
-    flex-start
-    slice, or one TPU VM resource, is provisioned and ends as one.
+    interrupted n times as often (Google's maintenance-events page: the more TPUs, the likelier an
+    event). A flex-start slice, or one TPU VM resource, is provisioned and ends as one.
     ``run_limit_seconds`` (a pool's max run duration) then caps it: every node goes at that time,
     all together, so the limit is not divided. Flex-start is capped at its 7 days in any case."""
     hours = (overrides_hours or {}).get(model, DEFAULT_MEAN_HOURS_BETWEEN_INTERRUPTIONS[model])

@@ -1,10 +1,10 @@
-"""Kubernetes manifests for a TPU training Job on GKE, as plain dictionaries (GKE's flex-start training page).
+"""Kubernetes manifests for a TPU training Job on GKE, as plain dictionaries, after GKE's flex-start
+training page.
 
 Pure Python with no Pulumi import: the ``TpuTrainingJob`` component hands these to
 pulumi-kubernetes, the tests validate them against the Kubernetes OpenAPI schemas and compare them
-with GKE's flex-start training page's examples field by field. Leaf values are passed through untouched, so
-a caller may
-put a ``pulumi.Output`` where a label value goes.
+with the examples of GKE's flex-start training page field by field. Leaf values are passed through
+untouched, so a caller may put a ``pulumi.Output`` where a label value goes.
 """
 
 from __future__ import annotations
@@ -156,9 +156,8 @@ class TrainingJobSpec:
     updates the ConfigMap in place and reaches the Pods at their next start, never replacing a
     running Job."""
     privileged: bool = False
-    """GKE's flex-start training page runs multi-host Pods privileged; current GKE exposes the chips "
-    "through the TPU
-    device plugin without it, so it is off unless asked for."""
+    """GKE's flex-start training page runs multi-host Pods privileged; current GKE exposes the chips
+    through the TPU device plugin without it, so it is off unless asked for."""
     labels: Mapping[str, str] = field(default_factory=dict)
     queue: Optional[str] = None
     """The Kueue LocalQueue that admits the workload (``KUEUE_QUEUE_LABEL`` on the Job or JobSet
@@ -210,8 +209,8 @@ def service_account_manifest(spec: TrainingJobSpec, google_service_account: Any)
 
 
 def headless_service_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
-    """GKE's flex-start training page's headless Service: stable DNS names for the hosts of a multi-host "
-    "slice."""
+    """The headless Service of GKE's flex-start training page: stable DNS names for the hosts of a
+    multi-host slice."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -300,9 +299,9 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
     }
     pod_spec: dict[str, Any] = {
         "serviceAccountName": spec.service_account,
-        # Never, not GKE's flex-start training page's OnFailure for single-host: a pod failure policy
-        # requires it, and
-        # a fresh Pod resumes from the checkpoint as well as a restarted container does.
+        # Never, not the OnFailure of GKE's flex-start training page for single-host: a pod failure
+        # policy requires it, and a fresh Pod resumes from the checkpoint as well as a restarted
+        # container does.
         "restartPolicy": "Never",
         "nodeSelector": _node_selector(spec),
         "containers": [_container(spec)],

@@ -1,5 +1,5 @@
-"""How a GKE TPU node pool must be set up: GKE's flex-start training page's flex-start rules as data and "
-"arithmetic.
+"""How a GKE TPU node pool must be set up: the rules of GKE's flex-start training page, as data and
+arithmetic.
 
 Pure Python with no Pulumi import. ``plan_tpu_node_pool`` turns a machine type, a topology and the
 pool's zones into every setting the node pool needs (autoscaling bounds, placement, repair,
@@ -231,9 +231,8 @@ class TpuNodePoolPlan:
         flex-start pool, src/xpk/core/capacity.py:141; Cluster Toolkit refuses flex-start with
         auto-repair on, modules/compute/gke-node-pool/main.tf: "enable_flex_start needs node
         auto_repair set to false"): a repair re-creates nodes, and flex-start capacity may not
-        come back. Off for every multi-host pool too (GKE's flex-start training page): repairing one node
-        re-creates
-        the whole slice under a running job."""
+        come back. Off for every multi-host pool too (GKE's flex-start training page): repairing one
+        node re-creates the whole slice under a running job."""
         return not (self.multi_host or self.flex_start)
 
     @property

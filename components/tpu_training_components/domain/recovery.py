@@ -150,8 +150,8 @@ def gone(name: str, reason: str) -> Decision:
 
 def maintenance_event_time(health_description: str) -> Optional[datetime]:
     """The time of the current event in a description such as "The TPU had a maintenance event at
-    2022-01-26T03:44:36.265703305Z" (Google's maintenance-events page), or None when it carries no time that
-    can be read.
+    2022-01-26T03:44:36.265703305Z" (Google's maintenance-events page), or None when it carries no
+    time that can be read.
 
     A description may name several events (a maintenance, then another). The unhealthy state is
     timed from the latest of them, by the clock and not by the order of the text (offsets differ):

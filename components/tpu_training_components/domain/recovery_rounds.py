@@ -10,8 +10,10 @@ never replace on unknown.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
-from typing import Any, Collection, Literal, Mapping, Optional, Sequence
+from enum import Enum
+from typing import Any, Collection, Mapping, Optional, Sequence
 
 from .recovery import Decision
 from .restart_budget import Recovery, read_history
@@ -19,10 +21,46 @@ from .restart_budget import Recovery, read_history
 RECOVERING_ACTIONS = frozenset({"create", "replace"})
 """The actions that only `pulumi up` carries out."""
 
-UpStatus = Literal["succeeded", "failed", "busy", "not-run", "dry-run", "stopped", "blocked"]
-"""What became of a round's `pulumi up`: ``busy`` when another update held the stack,
-``stopped`` when a stop was asked before it started, ``blocked`` when nothing could be recovered
-without also applying changes nobody has deployed yet (a person must deploy them)."""
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:  # Python 3.10, which the package supports: the same, by hand
+
+    class StrEnum(str, Enum):
+        __str__ = str.__str__
+        __format__ = str.__format__
+
+
+class RoundOutcome(StrEnum):
+    """How a recovery round ended: what became of its `pulumi up`, or why it ended before one.
+
+    The value is what ``python -m infra.recover --json`` prints: the round's ``up.status`` for the
+    first seven; the key that holds the reason for the last three (``error``, ``unavailable``,
+    ``tryLater``), whose rounds ran no `pulumi up` (``up.status`` ``not-run``)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    """`pulumi up` failed (no capacity, a quota, its time-out), or its targets could not be found."""
+    BUSY = "busy"
+    """Another update held the stack."""
+    NOT_RUN = "not-run"
+    """Nothing to create or replace, or nothing that could be decided on: no `pulumi up`."""
+    DRY_RUN = "dry-run"
+    """``--dry-run``: the `pulumi up` that recovers was shown, not run."""
+    STOPPED = "stopped"
+    """A stop was asked before `pulumi up` started."""
+    BLOCKED = "blocked"
+    """Nothing could be recovered without also applying changes nobody has deployed yet (a person
+    must deploy them)."""
+    CONFIG_ERROR = "error"
+    """The stack's configuration, stack file or project file is invalid: nothing was decided."""
+    UNAVAILABLE = "unavailable"
+    """No usable Pulumi CLI, or no such stack."""
+    TRY_LATER = "tryLater"
+    """The Pulumi CLI did not answer in time, or its preview failed: nothing was done."""
+
+
+ENDED_EARLY = frozenset({RoundOutcome.CONFIG_ERROR, RoundOutcome.UNAVAILABLE, RoundOutcome.TRY_LATER})
+"""The outcomes of a round that ended before it came to a `pulumi up`."""
 
 
 @dataclass(frozen=True)
@@ -84,17 +122,17 @@ class Backoff:
         # 2 ** 60 is already far past any cap; a larger exponent would only build a huge integer.
         return min(self.cap_seconds, self.first_seconds * 2 ** min(self.failures - 1, 60))
 
-    def record(self, status: UpStatus) -> None:
-        if status == "failed":
+    def record(self, outcome: RoundOutcome) -> None:
+        if outcome is RoundOutcome.FAILED:
             self.failures += 1
-        elif status in ("succeeded", "not-run"):
+        elif outcome in (RoundOutcome.SUCCEEDED, RoundOutcome.NOT_RUN):
             self.failures = 0
 
 
-def next_round_in(interval_seconds: float, backoff: Backoff, last_status: Optional[UpStatus]) -> float:
+def next_round_in(interval_seconds: float, backoff: Backoff, last: RoundOutcome) -> float:
     """Seconds until the next round of a watch: the interval, or the back-off when the last
     `pulumi up` failed and the back-off is longer. A busy stack waits one interval."""
-    if last_status == "failed":
+    if last is RoundOutcome.FAILED:
         return max(interval_seconds, backoff.delay_seconds)
     return interval_seconds
 

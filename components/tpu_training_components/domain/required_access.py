@@ -9,11 +9,11 @@ Read on 2026-11-26 from Google's IAM "roles and permissions" pages, one per prod
 (https://cloud.google.com/iam/docs/roles-permissions/<product>: tpu, compute, container, storage,
 iam, resourcemanager, serviceusage), which list each predefined role with its permissions; the
 role named beside each entry is the narrowest predefined one that holds its permissions, but for
-``iam.serviceAccounts.actAs`` (``ROLE_OF_PERMISSION``). A
-Pulumi provider creates, reads (refresh), updates and deletes what it declares, so each entry
-holds the create, get, update and delete permissions of its API resource, and what the provider
-also calls on the way (``*.operations.get`` to wait for a long-running operation,
-``iam.serviceAccounts.actAs`` to attach a service account).
+``iam.serviceAccounts.actAs`` (``ROLE_OF_PERMISSION``). A Pulumi provider creates, reads
+(refresh), updates and deletes what it declares, so each entry holds the create, get, update and
+delete permissions of its API resource, and what the provider also calls on the way
+(``*.operations.get`` to wait for a long-running operation, ``iam.serviceAccounts.actAs`` to
+attach a service account).
 
 Objects in the GKE cluster are authorised by Kubernetes RBAC or by IAM; IAM's ``container.*``
 permissions (held by ``roles/container.admin``) grant them without any RBAC binding, which is what

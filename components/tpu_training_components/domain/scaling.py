@@ -1,5 +1,5 @@
-"""The Training on TPU Pods page's scaling rules: keep the per-core batch constant and rescale steps and "
-"learning rate.
+"""The scaling rules of Google's Training on TPU Pods page: keep the per-core batch constant, and
+rescale steps and learning rate.
 
 Pure Python. The result reaches every training process as environment variables, so moving a
 stack from ``v3-8`` to ``v3-32`` rescales the run by changing one config value.
@@ -54,8 +54,8 @@ def plan_training(
 ) -> TrainingPlan:
     """Scale a run to ``cores`` TensorCores.
 
-    - global batch = per-core batch x cores (Google's Training on TPU Pods page: 1024 on v2-8 becomes 4096
-    on v2-32);
+    - global batch = per-core batch x cores (Google's Training on TPU Pods page: 1024 on v2-8
+      becomes 4096 on v2-32);
     - with ``total_examples``, steps = ceil(total_examples / global batch). Rounding up means the
       run never sees fewer examples than asked; it sees at most one global batch more;
     - with ``epochs``, the step count is the trainer's business and is not scaled;

@@ -15,8 +15,8 @@ from ..errors import InvalidArgument, check_known, check_labels, check_resource_
 class CheckpointBucketArgs(TypedDict):
     region: str
     """Region of the TPUs that read and write this bucket (e.g. ``europe-west4``); the bucket is
-    created there, because Google's Training on TPU Pods page asks for same-region storage for transfer
-    speed."""
+    created there, because Google's Training on TPU Pods page asks for same-region storage for
+    transfer speed."""
     bucket_name: str
     """Globally unique bucket name."""
     project: NotRequired[pulumi.Input[str]]

@@ -1,7 +1,6 @@
-"""A flex-start TPU node pool on GKE, set up flag by flag as GKE's flex-start training page's `gcloud` "
-"commands, and
-optionally with GKE's queued provisioning (``queued_provisioning``; its Kueue objects are
-``QueuedProvisioning``'s)."""
+"""A flex-start TPU node pool on GKE, set up flag by flag as the `gcloud` commands of GKE's
+flex-start training page, and optionally with GKE's queued provisioning (``queued_provisioning``;
+its Kueue objects are ``QueuedProvisioning``'s)."""
 
 from typing import Mapping, Optional, Sequence, TypedDict
 
@@ -126,8 +125,8 @@ def plan_for(name: str, args: FlexStartTpuNodePoolArgs) -> TpuNodePoolPlan:
 class FlexStartTpuNodePool(pulumi.ComponentResource):
     """TPU slice node pools that start empty and scale from zero to the slices they may hold.
 
-    GKE's flex-start training page's flags map to the node pool as: ``--flex-start`` ->
-    ``node_config.flex_start``;
+    The flags of GKE's flex-start training page map to the node pool as:
+    ``--flex-start`` -> ``node_config.flex_start``;
     ``--enable-autoscaling --num-nodes 0 --min-nodes 0 --max-nodes N`` -> ``initial_node_count``
     and ``autoscaling``; ``--reservation-affinity=none`` -> ``NO_RESERVATION``;
     ``--tpu-topology`` -> COMPACT ``placement_policy`` (multi-host only);
