@@ -208,11 +208,12 @@ def gather(
             except Exception as exc:  # noqa: BLE001 - reported per run
                 run.unread.append(f"checkpoints: {failure_summary(exc)}")
             try:
-                read = functools.partial(read_progress, client, run.checkpoint_dir, timeout=READ_SECONDS)
-                run.progress = call_with_deadline(
-                    read, PROBE_DEADLINE_SECONDS, f"progress in {run.checkpoint_dir}"
+                records = functools.partial(read_progress, client, run.checkpoint_dir, timeout=READ_SECONDS)
+                progress = call_with_deadline(
+                    records, PROBE_DEADLINE_SECONDS, f"progress in {run.checkpoint_dir}"
                 )
-                run.unread.extend(f"progress: {problem}" for problem in run.progress.problems)
+                run.progress = progress
+                run.unread.extend(f"progress: {problem}" for problem in progress.problems)
             except Exception as exc:  # noqa: BLE001 - reported per run
                 run.unread.append(f"progress: {failure_summary(exc)}")
         if outputs is None:
