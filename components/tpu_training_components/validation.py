@@ -179,8 +179,9 @@ def _declared_keys(annotation: Any, path: PropertyPath) -> list[str]:
 
 
 def _members(annotation: Any) -> list[Any]:
-    if typing.get_origin(annotation) in (typing.NotRequired, typing.Required, typing.Union):
-        return [m for arg in typing.get_args(annotation) for m in _members(arg)]
+    wrappers = (typing_extensions.NotRequired, typing_extensions.Required, typing.Union)
+    if typing_extensions.get_origin(annotation) in wrappers:
+        return [m for arg in typing_extensions.get_args(annotation) for m in _members(arg)]
     return [annotation]
 
 
