@@ -86,7 +86,7 @@ def test_outputs_name_url_region():
         ({"bucket_name": "My_Bucket"}, "bucket_name: bucket name 'My_Bucket'"),
         ({"bucket_name": "googbucket"}, "begins with 'goog'"),
         ({"labels": {"Team": "x"}}, "label key 'Team'"),
-        ({"noncurrent_versions_kept": 0}, "noncurrent_versions_kept: must be an integer >= 1"),
+        ({"noncurrent_versions_kept": 0}, "noncurrent_versions_kept: 0 is out of range; allowed: 1 or more"),
         ({"regoin": "europe-west4"}, "unknown argument 'regoin' (did you mean 'region'?)"),
     ],
 )

@@ -397,8 +397,8 @@ def test_system_pool_runs_as_the_dedicated_node_account():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ({"location": "europe-west4-a"}, "location 'europe-west4-a' must be a region"),
-        ({"release_channel": "FAST"}, "release_channel 'FAST' is not one of RAPID, REGULAR, STABLE"),
+        ({"location": "europe-west4-a"}, "location: 'europe-west4-a' must be a region"),
+        ({"release_channel": "FAST"}, "release_channel: 'FAST' is not one of RAPID, REGULAR, STABLE"),
         ({"min_version": "1.32"}, "older than 1.33.0-gke.1712000"),
         (
             {"maintenance_window": {"start_time": "25:00", "end_time": "04:00", "recurrence": "FREQ=DAILY"}},
@@ -408,7 +408,7 @@ def test_system_pool_runs_as_the_dedicated_node_account():
             {"maintenance_window": {"start_time": "02:00", "end_time": "04:00", "recurrence": "FREQ=DAILY"}},
             "leaves 0 h of maintenance in some 32-day period",
         ),
-        ({"upgrade_exclusion_scope": "NO_UPGRADES"}, "upgrade_exclusion_scope 'NO_UPGRADES' is not one of"),
+        ({"upgrade_exclusion_scope": "NO_UPGRADES"}, "upgrade_exclusion_scope: 'NO_UPGRADES' is not one of"),
         ({"locaton": "x"}, "unknown argument 'locaton' (did you mean 'location'?)"),
     ],
 )

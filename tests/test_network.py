@@ -304,14 +304,14 @@ def test_no_gke_range_names_without_a_gke_region():
 @pytest.mark.parametrize(
     ("extra", "fragment"),
     [
-        ({"network_name": "Training"}, "network_name 'Training' must be 1-63 lowercase letters"),
-        ({"network_name": "training-"}, "network_name 'training-' must be"),
-        ({"network_name": "1training"}, "network_name '1training' must be"),
-        ({"network_name": "t" * 64}, f"network_name {'t' * 64!r} must be"),
+        ({"network_name": "Training"}, "network_name: 'Training' must be 1-63 lowercase letters"),
+        ({"network_name": "training-"}, "network_name: 'training-' must be"),
+        ({"network_name": "1training"}, "network_name: '1training' must be"),
+        ({"network_name": "t" * 64}, f"network_name: {'t' * 64!r} must be"),
         ({"regions": ["europe-west4-a"]}, "regions: 'europe-west4-a' is not a region name"),
         ({"regions": []}, "regions: at least one region is needed"),
         ({"gke_region": "us-central2-b"}, "gke_region: 'us-central2-b' is not a region name"),
-        ({"iap_ssh": "yes"}, "iap_ssh must be True or False, got 'yes'"),
+        ({"iap_ssh": "yes"}, "iap_ssh = 'yes': Input should be a valid boolean"),
         ({"region": "europe-west4"}, "unknown argument 'region' (did you mean 'regions'?)"),
     ],
 )

@@ -15,11 +15,9 @@ from tpu_training_components import CheckpointBucket, InvalidArgument, Preemptib
 from tpu_training_components.preview import preview
 
 
-def _example() -> str:
+def _example(marker: str = "# preview example") -> str:
     page = (REPO / "docs" / "using-the-components.md").read_text(encoding="utf-8")
-    (block,) = [
-        b for b in re.findall(r"```python\n(.*?)```", page, re.S) if b.startswith("# preview example")
-    ]
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", page, re.S) if b.startswith(marker)]
     return block
 
 
@@ -49,6 +47,16 @@ def test_the_program_reads_the_config_it_is_given():
 
     planned = preview(program, project="acme", config={"acme:region": "europe-west4"})
     assert planned.one("gcp:storage/bucket:Bucket", "ckpt-bucket").inputs["location"] == "EUROPE-WEST4"
+
+
+def test_the_documented_bad_arguments_print_what_the_page_says():
+    block = _example("# bad arguments example")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(block, "docs/using-the-components.md", "exec"), {})  # noqa: S102 - the page's own example
+    said = block[block.index("\n# ", block.index("print(")) :]
+    expected = [line.removeprefix("# ") for line in said.strip().splitlines()]
+    assert printed.getvalue().splitlines() == expected
 
 
 def test_a_bad_argument_raises_as_in_pulumi_preview():

@@ -27,13 +27,14 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 from google.protobuf import struct_pb2
-from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
+from google.rpc import status_pb2
+from pulumi.runtime.proto import errors_pb2, provider_pb2, provider_pb2_grpc
 from ruamel.yaml import YAML
 from support.fake_engine import FakeEngine
 from support.fake_tpu_api import FakeTpuApi
 from support.generations import fresh_stamp_since
 from support.program import REPO, run_components
-from tpu_training_components import PreemptibleTpuVm, TpuTrainingJob, TrainingRecovery
+from tpu_training_components import PreemptibleTpuVm, TpuTrainingJob, TrainingNetwork, TrainingRecovery
 from tpu_training_components.provider import COMPONENTS, PACKAGE_NAME
 
 
@@ -309,10 +310,57 @@ def test_construct_of_recovery_reads_the_stack_and_returns_the_generations(provi
     assert "live state not read" in state["vmDecisions"]["demo"]
 
 
+def refusal(failure: grpc.RpcError) -> tuple[str, dict[str, str]]:
+    """What a refused Construct sent: its message, and each bad property's path and reason from
+    the InputPropertiesError (Pulumi's errors.proto) in the status details, where the engine
+    reads them (pulumi/pulumi 1b5949891b3cefcb9974752b24a5ecef0acc86c8,
+    pkg/resource/deploy/source_eval.go ``errorToMessage``)."""
+    assert failure.code() == grpc.StatusCode.INVALID_ARGUMENT
+    (details,) = [value for key, value in failure.trailing_metadata() if key == "grpc-status-details-bin"]
+    problems: dict[str, str] = {}
+    for detail in status_pb2.Status.FromString(details).details:
+        errors = errors_pb2.InputPropertiesError()
+        assert detail.Unpack(errors)
+        problems.update({error.property_path: error.reason for error in errors.errors})
+    return failure.details(), problems
+
+
 def test_bad_input_through_the_provider_names_the_argument(provider):
     with pytest.raises(grpc.RpcError) as failure:
         construct(provider, PreemptibleTpuVm, "demo", camel(VM_ARGS) | {"provisioning": "cheap"})
-    assert "provisioning 'cheap' is not one of preemptible, spot, on-demand, reserved" in str(failure.value)
+    message, problems = refusal(failure.value)
+    assert message == "PreemptibleTpuVm 'demo'"
+    assert problems == {"provisioning": "'cheap' is not one of preemptible, spot, on-demand, reserved"}
+
+
+def test_every_bad_input_is_named_at_its_path_in_the_schemas_names(provider):
+    inputs = camel(VM_ARGS) | {
+        "runtimeVersion": "TPU VM",
+        "environment": {"PATH": "/opt/bin", "TRAIN_STEPS": "1000"},
+        "labels": {"Team": "ml", "ok": "yes"},
+    }
+    with pytest.raises(grpc.RpcError) as failure:
+        construct(provider, PreemptibleTpuVm, "demo", inputs)
+    _, problems = refusal(failure.value)
+    assert sorted(problems) == ["environment.PATH", "labels.Team", "runtimeVersion"]
+    assert problems["runtimeVersion"].startswith("runtime version 'TPU VM' must be one TPU software version")
+
+
+def test_a_nested_input_of_the_wrong_type_is_named_by_its_path(provider):
+    args = {"project": "p", "tpuVms": [{"name": "a", "zone": "europe-west4-a"}, {"name": "b", "zone": 5}]}
+    with pytest.raises(grpc.RpcError) as failure:
+        construct(provider, TrainingRecovery, "recovery", args | {"readLiveState": False})
+    assert refusal(failure.value)[1] == {"tpuVms[1].zone": "Input should be a valid string"}
+
+
+def test_a_refusal_of_the_arguments_together_is_in_the_message(provider):
+    with pytest.raises(grpc.RpcError) as failure:
+        construct(provider, TrainingNetwork, "net", {"networkName": "training", "regions": []})
+    message, problems = refusal(failure.value)
+    assert (
+        message == "TrainingNetwork 'net'; regions: at least one region is needed (or a gke_region), got none"
+    )
+    assert problems == {}
 
 
 def test_whole_numbers_from_the_wire_are_ints_and_fractions_are_refused(provider):
@@ -324,7 +372,7 @@ def test_whole_numbers_from_the_wire_are_ints_and_fractions_are_refused(provider
     assert vm.inputs["labels"]["recovery-generation"] == "3"
     with pytest.raises(grpc.RpcError) as failure:
         construct(provider, PreemptibleTpuVm, "demo", camel(VM_ARGS) | {"recoveryGeneration": 2.5})
-    assert "recoveryGeneration 2.5 must be a whole number >= 0" in str(failure.value)
+    assert refusal(failure.value)[1] == {"recoveryGeneration": "Input should be a valid integer"}
 
 
 def test_recovery_in_the_provider_reads_the_live_tpu_api(provider, tpu_api):
@@ -487,9 +535,10 @@ def test_a_plain_input_unknown_in_preview_is_refused_by_name(provider):
 def test_a_value_of_the_wrong_type_is_a_message_not_a_traceback(provider):
     with pytest.raises(grpc.RpcError) as failure:
         construct(provider, PreemptibleTpuVm, "demo", camel(VM_ARGS) | {"labels": ["a"]})
+    # pydantic's type check names the argument and what is allowed; the engine prints the value
+    # it sent beside them.
+    assert refusal(failure.value)[1] == {"labels": "Input should be a valid dictionary"}
     message = str(failure.value)
-    # The component's own type check names the argument, the value and what is allowed.
-    assert "PreemptibleTpuVm 'demo': labels must be a dict of text to text, got ['a']" in message
     assert "Traceback" not in message and 'File "' not in message
 
 

@@ -384,8 +384,8 @@ def test_each_baseline_is_valid(component):
 
 
 _SELF_CASES = (
-    ("it", None, None, "must be a dict"),
-    ("it", ["zone"], None, "must be a dict"),
+    ("it", None, None, "args = None: Input should be a valid dictionary"),
+    ("it", ["zone"], None, "args = ['zone']: Input should be a valid dictionary"),
     ("it", "BASELINE+typo", None, "unknown argument 'typo'"),
     (None, "BASELINE", None, "the resource name None must be non-empty text"),
     ("", "BASELINE", None, "the resource name '' must be non-empty text"),
@@ -418,15 +418,37 @@ def test_the_component_itself_refuses_a_bad_name_args_or_opts(component, name, a
 
 def test_a_boolean_is_never_taken_from_text():
     # The regression the issue names: `external_ip="yes"` was truthy, and gave the VM public IPs.
-    with pytest.raises(InvalidArgument, match="external_ip must be True or False, got 'yes'"):
+    with pytest.raises(InvalidArgument, match="external_ip = 'yes': Input should be a valid boolean"):
         run_components(lambda: api.PreemptibleTpuVm("it", {**_vm(), "external_ip": "yes"}))  # type: ignore[typeddict-item]
+
+
+def test_every_wrong_type_is_refused_at_once_each_at_its_property_path():
+    def body() -> None:
+        api.PreemptibleTpuVm(
+            "it",
+            {**_vm(), "external_ip": "yes", "service_account_email": 5, "labels": {"team": 1}, "typo": 1},  # type: ignore[typeddict-item, typeddict-unknown-key]
+        )
+
+    with pytest.raises(InvalidArgument) as err:
+        run_components(body)
+    # Pulumi's own error for bad inputs, and a RunError, which the CLI prints without a traceback.
+    assert isinstance(err.value, pulumi.InputPropertiesError) and isinstance(err.value, pulumi.RunError)
+    # A pulumi.Input[str] is a union of text, an awaitable and an Output: one problem, at its own path.
+    assert err.value.errors == [
+        {"property_path": "service_account_email", "reason": "Input should be a valid string"},
+        {"property_path": "external_ip", "reason": "Input should be a valid boolean"},
+        {"property_path": "labels.team", "reason": "Input should be a valid string"},
+    ]
+    assert "unknown argument 'typo'" in str(err.value) and str(err.value).startswith(
+        "PreemptibleTpuVm 'it': 4 problems with its arguments:\n"
+    )
 
 
 def test_an_output_where_a_plain_value_is_planned_with_is_refused_by_name():
     def body() -> None:
         api.PreemptibleTpuVm("it", {**_vm(), "zone": pulumi.Output.from_input("europe-west4-a")})  # type: ignore[typeddict-item]
 
-    with pytest.raises(InvalidArgument, match="zone is a pulumi.Output, but must be text"):
+    with pytest.raises(InvalidArgument, match="zone: is a pulumi.Output, but must be a value known when"):
         run_components(body)
 
 

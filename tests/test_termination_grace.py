@@ -115,9 +115,9 @@ def test_the_dev_stacks_job_asks_for_its_save_and_a_workload_refuses_a_grace_gke
 @pytest.mark.parametrize(
     ("grace", "says"),
     [
-        (3601, "termination_grace_seconds = 3601; allowed: 0-3600"),
-        (-5, "termination_grace_seconds -5 must be a whole number >= 0"),
-        (2.5, "termination_grace_seconds 2.5 must be a whole number >= 0"),
+        (3601, "termination_grace_seconds: 3601 is out of range; allowed: 0-3600"),
+        (-5, "termination_grace_seconds: -5 is out of range; allowed: 0-3600"),
+        (2.5, "termination_grace_seconds = 2.5: Input should be a valid integer"),
     ],
 )
 @pytest.mark.parametrize("component", [TpuTrainingJob, TpuTrainingJobSet])

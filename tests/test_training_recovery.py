@@ -176,11 +176,17 @@ def test_not_reading_live_state_makes_no_call(live):
         ),
         (
             {"project": "p", "tpu_vms": [{"name": "a", "zone": "europe-west4-a"}] * 2},
-            r"tpu_vms\[1\] repeats the name 'a'",
+            r"tpu_vms\[1\].name: repeats the name 'a'",
         ),
-        ({"project": "p", "jobs": [{"name": "j"}]}, "jobs need the cluster they run on"),
-        ({"project": "p", "maintenance_grace_minutes": -1}, "maintenance_grace_minutes -1 must be"),
-        ({"project": "p", "maintenance_grace_minutes": True}, "maintenance_grace_minutes True must be"),
+        (
+            {"project": "p", "jobs": [{"name": "j"}]},
+            "cluster: required with jobs: give the cluster they run on",
+        ),
+        ({"project": "p", "maintenance_grace_minutes": -1}, "maintenance_grace_minutes: -1 is out of range"),
+        (
+            {"project": "p", "maintenance_grace_minutes": True},
+            "maintenance_grace_minutes = True: Input should be a valid integer",
+        ),
     ],
 )
 def test_bad_arguments_are_refused_naming_the_key(args, message):

@@ -5,9 +5,7 @@ point read one list."""
 import asyncio
 import inspect
 import json
-import re
 import sys
-import typing
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Optional
 
@@ -17,6 +15,7 @@ from typing import Any, Optional
 # reads live state would fail on its first probe. Both are the same message: the SDK gets the
 # canonical module. (Must run before anything imports pulumi.provider.)
 import google.rpc.status_pb2 as _canonical_status
+import typing_extensions
 
 sys.modules.setdefault("pulumi.runtime.proto.status_pb2", _canonical_status)
 
@@ -33,7 +32,7 @@ from pulumi.provider.experimental.component import ComponentProvider  # noqa: E4
 from pulumi.provider.experimental.util import camel_case  # noqa: E402
 from pulumi.provider.server import ComponentInitError  # noqa: E402
 
-from .errors import InvalidArgument  # noqa: E402
+from .errors import InvalidArgument, PropertyPath, format_path  # noqa: E402
 from .resources.checkpoint_bucket import CheckpointBucket  # noqa: E402
 from .resources.engines import WorkloadEngines  # noqa: E402
 from .resources.gke_cluster import GkeTpuCluster  # noqa: E402
@@ -88,8 +87,10 @@ class TpuTrainingProvider(ComponentProvider):
     - A plain input (``nodePool``, ``tpuVms``) written from another resource's known value, as a
       YAML ``${...}`` is, arrives wrapped in an Output with its dependencies: it is unwrapped to
       its value, or refused by name when the value is not known yet.
-    - A component's refusal (``InvalidArgument``) or a wrong type reaches the caller as a message
-      naming the argument in the schema's camelCase, without a Python traceback.
+    - A component's refusal (``InvalidArgument``) reaches the engine as Pulumi's own
+      ``InputPropertiesError``: each problem at its property path in the schema's names
+      (``nodePool.machineType``), which the engine prints with the value it was given; any other
+      failure of a component, a message without a Python traceback.
     """
 
     def __init__(self) -> None:
@@ -133,22 +134,54 @@ class TpuTrainingProvider(ComponentProvider):
         except ComponentInitError as failure:
             component_def = self._component_defs[resource_type.rsplit(":", maxsplit=1)[-1]]
             inner = failure.inner
-            message = str(inner)
-            if not isinstance(inner, InvalidArgument):
-                # Not a refusal the component wrote: a value of a type the schema does not allow
-                # (YAML is not type-checked), caught where the component first used it.
-                message = (
-                    f"{component_def.name} {name!r}: an argument has a type the schema does not allow "
-                    f"({type(inner).__name__}: {inner})"
-                )
-            raise pulumi.RunError(_in_schema_names(message, component_def)) from None
+            if isinstance(inner, InvalidArgument) and inner.refusals:
+                # Not a RunError: the provider server sends an InputPropertiesError with its details.
+                message = "; ".join([inner.where, *(r.reason for r in inner.refusals if not r.path)])
+                raise pulumi.InputPropertiesError(
+                    message,
+                    [
+                        {
+                            "property_path": format_path(self._schema_path(r.path, component_def)),
+                            "reason": r.reason,
+                        }
+                        for r in inner.refusals
+                        if r.path
+                    ],
+                ) from None
+            if isinstance(inner, InvalidArgument):
+                raise pulumi.RunError(str(inner)) from None
+            # Not a refusal the component wrote: a failure it did not foresee.
+            raise pulumi.RunError(f"{component_def.name} {name!r}: {type(inner).__name__}: {inner}") from None
+
+    def _schema_path(self, path: PropertyPath, component_def: ComponentDefinition) -> PropertyPath:
+        """``path`` (Python's names) in the schema's names, read from the schema's own
+        definitions: a property's name at each level, list indices and map keys as they are."""
+        named: Optional[tuple[dict[str, PropertyDefinition], dict[str, str]]] = (
+            component_def.inputs,
+            component_def.inputs_mapping,
+        )
+        prop: Optional[PropertyDefinition] = None
+        schema_path: list[str | int] = []
+        for part in path:
+            if named is not None and isinstance(part, str):
+                properties, mapping = named
+                schema_name = next((key for key, python in mapping.items() if python == part), part)
+                prop = properties.get(schema_name)
+                schema_path.append(schema_name)
+            else:
+                if prop is not None:
+                    prop = prop.items if isinstance(part, int) else prop.additional_properties
+                schema_path.append(part)
+            type_def = self.get_type_definition(prop) if prop is not None and prop.ref else None
+            named = (type_def.properties, type_def.properties_mapping) if type_def is not None else None
+        return tuple(schema_path)
 
 
 def _declaring_classes(owner: Any) -> list[Any]:
     """``owner`` and the classes it inherits fields from: a class's MRO, or for a ``TypedDict``
     (whose MRO is only ``dict``, and which keeps no bases before Python 3.12) the TypedDicts its
     module sees whose fields it has: those it was declared from."""
-    if typing.is_typeddict(owner):
+    if typing_extensions.is_typeddict(owner):
         keys = owner.__annotations__.keys()
         seen = vars(sys.modules[owner.__module__]).values()
         return [
@@ -156,7 +189,7 @@ def _declaring_classes(owner: Any) -> list[Any]:
             *(
                 v
                 for v in seen
-                if typing.is_typeddict(v) and v is not owner and v.__annotations__.keys() <= keys
+                if typing_extensions.is_typeddict(v) and v is not owner and v.__annotations__.keys() <= keys
             ),
         ]
     return [cls for cls in owner.__mro__ if cls not in (object, pulumi.Resource, pulumi.ComponentResource)]
@@ -205,15 +238,6 @@ def _known_value(value: pulumi.Output[Any], key: str, component: str) -> Any:
         f"{key} of {component} must be a value known when the component is declared (it decides which "
         f"resources the component declares): not a secret, and not an output unknown during preview",
     )
-
-
-def _in_schema_names(message: str, component_def: ComponentDefinition) -> str:
-    """A component's message in the names another language's program uses (``recoveryGeneration``
-    for ``recovery_generation``)."""
-    for schema_name, python_name in component_def.inputs_mapping.items():
-        if schema_name != python_name:
-            message = re.sub(rf"\b{python_name}\b", schema_name, message)
-    return message
 
 
 def serve() -> None:

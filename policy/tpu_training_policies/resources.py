@@ -21,8 +21,8 @@ from pulumi_policy import (
 )
 from tpu_training_components.domain import catalogue
 from tpu_training_components.domain.naming import STACK_LABEL_KEYS
+from tpu_training_components.domain.startup_script import CHECKPOINT_VARIABLE
 from tpu_training_components.domain.wire_values import is_list, plain
-from tpu_training_components.errors import CHECKPOINT_VARIABLE
 
 BUCKET = "gcp:storage/bucket:Bucket"
 TPU_VM = "gcp:tpu/v2Vm:V2Vm"

@@ -24,7 +24,7 @@ from tpu_training_components.domain.node_pool_plan import (
     SPOT_NODE_LABEL,
     TOPOLOGY_NODE_LABEL,
 )
-from tpu_training_components.errors import CHECKPOINT_VARIABLE
+from tpu_training_components.domain.startup_script import CHECKPOINT_VARIABLE
 
 from .node_pools import (
     flex_start,

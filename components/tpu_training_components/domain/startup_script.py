@@ -14,6 +14,8 @@ from typing import Mapping, Optional
 from .termination_grace import TPU_VM_SHUTDOWN_SECONDS
 
 COMPLETION_MARKER = "TRAINING_COMPLETE"
+CHECKPOINT_VARIABLE = "CHECKPOINT_DIR"
+"""The variable that tells the trainer where its run's checkpoints are (``gs://``)."""
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 

@@ -1,17 +1,19 @@
 """A regional Cloud Storage bucket for datasets and checkpoints, in the TPUs' own region."""
 
-from typing import Mapping, Optional, TypedDict
+from typing import Mapping, Optional
 
 import pulumi
 import pulumi_gcp as gcp
-from typing_extensions import NotRequired
+from pydantic import with_config
+from typing_extensions import NotRequired, TypedDict
 
 from ..domain.catalogue import is_region
 from ..domain.gcp_locations import region_problem
 from ..domain.naming import bucket_name_problem
-from ..errors import InvalidArgument, check_known, check_labels, check_resource_name
+from ..validation import ARGUMENTS, Problems, check_arguments, count_problem, gcp_labels
 
 
+@with_config(ARGUMENTS)
 class CheckpointBucketArgs(TypedDict):
     region: str
     """Region of the TPUs that read and write this bucket (e.g. ``europe-west4``); the bucket is
@@ -34,27 +36,20 @@ class CheckpointBucketArgs(TypedDict):
     (default True): checkpoints outlive the infrastructure that wrote them."""
 
 
-def _validate(args: CheckpointBucketArgs) -> None:
-    check_known("CheckpointBucketArgs", args, CheckpointBucketArgs.__annotations__)
-    if not is_region(args["region"]):
-        raise InvalidArgument(
-            f"CheckpointBucketArgs.region: {args['region']!r} is not a region name such as "
-            f"'europe-west4' (a zone such as 'europe-west4-a' is not accepted here)"
+def _check_values(problems: Problems, args: CheckpointBucketArgs) -> None:
+    region = args["region"]
+    if not is_region(region):
+        problems.add(
+            "region",
+            f"{region!r} is not a region name such as 'europe-west4' (a zone such as 'europe-west4-a' "
+            f"is not accepted here)",
         )
-    problem = region_problem(args["region"])
-    if problem:
-        raise InvalidArgument(f"CheckpointBucketArgs.region: {problem}")
-    problem = bucket_name_problem(args["bucket_name"])
-    if problem:
-        raise InvalidArgument(f"CheckpointBucketArgs.bucket_name: {problem}")
-    check_labels("CheckpointBucketArgs.labels", args.get("labels", {}))
-    counts = {
-        "noncurrent_version_retention_days": args.get("noncurrent_version_retention_days", 7),
-        "noncurrent_versions_kept": args.get("noncurrent_versions_kept", 3),
-    }
-    for field, count in counts.items():
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise InvalidArgument(f"CheckpointBucketArgs.{field}: must be an integer >= 1, got {count!r}")
+    problems.check("region", region_problem(region))
+    problems.check("bucket_name", bucket_name_problem(args["bucket_name"]))
+    gcp_labels(problems, args.get("labels", {}))
+    for key in ("noncurrent_version_retention_days", "noncurrent_versions_kept"):
+        if key in args:
+            problems.check(key, count_problem(args[key], least=1))
 
 
 class CheckpointBucket(pulumi.ComponentResource):
@@ -76,8 +71,9 @@ class CheckpointBucket(pulumi.ComponentResource):
         args: CheckpointBucketArgs,
         opts: Optional[pulumi.ResourceOptions] = None,
     ) -> None:
-        check_resource_name("CheckpointBucket", name, opts)
-        _validate(args)
+        problems = check_arguments("CheckpointBucket", name, args, CheckpointBucketArgs, opts)
+        _check_values(problems, args)
+        problems.raise_any()
         super().__init__("tpu-training:storage:CheckpointBucket", name, {}, opts)
 
         retention_days = args.get("noncurrent_version_retention_days", 7)

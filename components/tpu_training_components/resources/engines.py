@@ -18,13 +18,14 @@ the release in place. The two charts carry their CRDs differently:
 """
 
 import re
-from typing import Optional, TypedDict
+from typing import Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
-from typing_extensions import NotRequired
+from pydantic import with_config
+from typing_extensions import NotRequired, TypedDict
 
-from ..errors import InvalidArgument, check_known, check_resource_name
+from ..validation import ARGUMENTS, check_arguments
 
 JOBSET_CHART = "oci://registry.k8s.io/jobset/charts/jobset"
 JOBSET_VERSION = "0.12.0"
@@ -34,6 +35,7 @@ KUEUE_VERSION = "0.19.2"
 KUEUE_NAMESPACE = "kueue-system"
 
 
+@with_config(ARGUMENTS)
 class WorkloadEnginesArgs(TypedDict):
     provider: k8s.Provider
     """Kubernetes provider of the cluster (``GkeTpuCluster.provider``)."""
@@ -48,13 +50,14 @@ class WorkloadEnginesArgs(TypedDict):
     """Version of Kueue's Helm chart (default the version this package was tested with)."""
 
 
-def _check_version(where: str, key: str, value: str) -> None:
+def _version_problem(value: str) -> Optional[str]:
     # ASCII digits only: str.isdigit() also takes '٣' or '³', which no chart version has.
-    if not isinstance(value, str) or not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", value):
-        raise InvalidArgument(
-            f"{where}: {key} = {value!r} is not a chart version; give MAJOR.MINOR.PATCH without a "
-            f"'v', e.g. {JOBSET_VERSION!r}: a pinned version, never a range"
+    if not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", value):
+        return (
+            f"{value!r} is not a chart version; give MAJOR.MINOR.PATCH without a 'v', e.g. "
+            f"{JOBSET_VERSION!r}: a pinned version, never a range"
         )
+    return None
 
 
 class WorkloadEngines(pulumi.ComponentResource):
@@ -73,13 +76,12 @@ class WorkloadEngines(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: WorkloadEnginesArgs, opts: Optional[pulumi.ResourceOptions] = None
     ) -> None:
-        check_resource_name("WorkloadEngines", name, opts)
-        where = f"WorkloadEngines {name!r}"
-        check_known(where, args, WorkloadEnginesArgs.__annotations__)
+        problems = check_arguments("WorkloadEngines", name, args, WorkloadEnginesArgs, opts)
         jobset_version = args.get("jobset_version", JOBSET_VERSION)
         kueue_version = args.get("kueue_version", KUEUE_VERSION)
-        _check_version(where, "jobset_version", jobset_version)
-        _check_version(where, "kueue_version", kueue_version)
+        problems.check("jobset_version", _version_problem(jobset_version))
+        problems.check("kueue_version", _version_problem(kueue_version))
+        problems.raise_any()
         install_jobset, install_kueue = args.get("jobset", True), args.get("kueue", False)
         super().__init__("tpu-training:gke:WorkloadEngines", name, {}, opts)
         on_cluster = pulumi.ResourceOptions(parent=self, provider=args["provider"])

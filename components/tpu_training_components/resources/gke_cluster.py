@@ -2,12 +2,13 @@
 
 import json
 import re
-from typing import Mapping, Optional, TypedDict
+from typing import Mapping, Optional
 
 import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
-from typing_extensions import NotRequired
+from pydantic import with_config
+from typing_extensions import NotRequired, TypedDict
 
 from ..domain import catalogue
 from ..domain.gcp_locations import region_problem
@@ -15,7 +16,6 @@ from ..domain.maintenance_window import (
     DEFAULT_UPGRADE_EXCLUSION_START,
     UPGRADE_EXCLUSION_SCOPES,
     MaintenanceWindowError,
-    RecurringWindow,
     exclusion_start_problem,
     recurring_window,
 )
@@ -27,7 +27,7 @@ from ..domain.naming import (
     system_machine_type_problem,
 )
 from ..domain.node_pool_plan import gke_version_problem, system_pool_zones
-from ..errors import InvalidArgument, check_known, check_labels, check_one_of, check_resource_name
+from ..validation import ARGUMENTS, Problems, check_arguments, count_problem, gcp_labels
 
 RELEASE_CHANNELS = ("RAPID", "REGULAR", "STABLE")
 # Roles of the nodes' own identity: what GKE's hardening guide grants a custom node service
@@ -60,6 +60,7 @@ DEFAULT_MAINTENANCE_WINDOW: MaintenanceWindow = {
 }
 
 
+@with_config(ARGUMENTS)
 class GkeTpuClusterArgs(TypedDict):
     location: str
     """Region of the cluster, e.g. ``europe-west4``: a regional control plane survives a zone's
@@ -107,60 +108,50 @@ class GkeTpuClusterArgs(TypedDict):
     """Resource labels on the cluster, besides the project's own."""
 
 
-def _validate(name: str, args: GkeTpuClusterArgs, opts: Optional[pulumi.ResourceOptions]) -> RecurringWindow:
-    check_resource_name("GkeTpuCluster", name, opts)
-    where = f"GkeTpuCluster {name!r}"
-    check_known(where, args, GkeTpuClusterArgs.__annotations__)
-    if not catalogue.is_region(args["location"]):
-        raise InvalidArgument(
-            f"{where}: location {args['location']!r} must be a region such as 'europe-west4' "
-            f"(a regional control plane stays up while a zone is in maintenance)"
+def _check_values(problems: Problems, name: str, args: GkeTpuClusterArgs) -> None:
+    location = args["location"]
+    if not catalogue.is_region(location):
+        problems.add(
+            "location",
+            f"{location!r} must be a region such as 'europe-west4' (a regional control plane stays up "
+            f"while a zone is in maintenance)",
         )
-    problem = region_problem(args["location"])
-    if problem:
-        raise InvalidArgument(f"{where}: location {problem}")
+    problems.check("location", region_problem(location))
     cluster_name = args.get("cluster_name", name)
     if not _CLUSTER_NAME.fullmatch(cluster_name):
-        raise InvalidArgument(
-            f"{where}: cluster name {cluster_name!r} must be 1-40 lowercase letters, digits or '-', "
-            f"starting with a letter"
+        problems.add(
+            "cluster_name",
+            f"cluster name {cluster_name!r} must be 1-40 lowercase letters, digits or '-', starting "
+            f"with a letter",
         )
-    check_one_of(where, "release_channel", args.get("release_channel", "REGULAR"), RELEASE_CHANNELS)
+    channel = args.get("release_channel", "REGULAR")
+    if channel not in RELEASE_CHANNELS:
+        problems.add("release_channel", f"{channel!r} is not one of {', '.join(RELEASE_CHANNELS)}")
     version = args.get("min_version")
     if version is not None:
-        problem = min_version_problem(version, gke_version_problem)
-        if problem:
-            raise InvalidArgument(f"{where}: min_version: {problem}")
-    window = args.get("maintenance_window", DEFAULT_MAINTENANCE_WINDOW)
-    try:
-        recurring = recurring_window(window["start_time"], window["end_time"], window["recurrence"])
-    except MaintenanceWindowError as exc:
-        raise InvalidArgument(f"{where}: maintenance_window: {exc}") from None
+        problems.check("min_version", min_version_problem(version, gke_version_problem))
     scope = args.get("upgrade_exclusion_scope", UPGRADE_EXCLUSION_SCOPES[0])
-    check_one_of(where, "upgrade_exclusion_scope", scope, UPGRADE_EXCLUSION_SCOPES)
+    if scope not in UPGRADE_EXCLUSION_SCOPES:
+        problems.add(
+            "upgrade_exclusion_scope", f"{scope!r} is not one of {', '.join(UPGRADE_EXCLUSION_SCOPES)}"
+        )
     start_problem = exclusion_start_problem(
         args.get("upgrade_exclusion_start", DEFAULT_UPGRADE_EXCLUSION_START)
     )
-    if start_problem:
-        raise InvalidArgument(f"{where}: upgrade_exclusion_start {start_problem}")
-    account_problem = service_account_id_problem(args.get("node_account_id", f"{cluster_name[:24]}-nodes"))
-    if account_problem:
-        raise InvalidArgument(f"{where}: node_account_id: {account_problem}")
-    if args.get("system_max_nodes", 3) < 1:
-        raise InvalidArgument(f"{where}: system_max_nodes {args.get('system_max_nodes')} must be at least 1")
-    problem = system_machine_type_problem(args.get("system_machine_type", "e2-standard-4"))
-    if problem:
-        raise InvalidArgument(f"{where}: system_machine_type: {problem}")
+    problems.check("upgrade_exclusion_start", start_problem)
+    node_account = args.get("node_account_id", f"{cluster_name[:24]}-nodes")
+    problems.check("node_account_id", service_account_id_problem(node_account))
+    problems.check("system_max_nodes", count_problem(args.get("system_max_nodes", 3), least=1))
+    problems.check(
+        "system_machine_type", system_machine_type_problem(args.get("system_machine_type", "e2-standard-4"))
+    )
     # Outputs (a TrainingNetwork's ids) are checked by nobody: their values are not known yet.
     network, subnetwork = args.get("network"), args.get("subnetwork")
-    for problem in (
-        network_problem(network) if isinstance(network, str) else None,
-        subnetwork_problem(subnetwork, args["location"]) if isinstance(subnetwork, str) else None,
-    ):
-        if problem:
-            raise InvalidArgument(f"{where}: {problem}")
-    check_labels(where, args.get("labels", {}))
-    return recurring
+    if isinstance(network, str):
+        problems.check("network", network_problem(network))
+    if isinstance(subnetwork, str):
+        problems.check("subnetwork", subnetwork_problem(subnetwork, location))
+    gcp_labels(problems, args.get("labels", {}))
 
 
 def _upgrade_exclusions(
@@ -243,7 +234,14 @@ class GkeTpuCluster(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: GkeTpuClusterArgs, opts: Optional[pulumi.ResourceOptions] = None
     ) -> None:
-        window = _validate(name, args, opts)
+        problems = check_arguments("GkeTpuCluster", name, args, GkeTpuClusterArgs, opts)
+        _check_values(problems, name, args)
+        given = args.get("maintenance_window", DEFAULT_MAINTENANCE_WINDOW)
+        try:
+            window = recurring_window(given["start_time"], given["end_time"], given["recurrence"])
+        except MaintenanceWindowError as exc:
+            problems.add("maintenance_window", str(exc))
+        problems.raise_any()
         super().__init__("tpu-training:gke:GkeTpuCluster", name, {}, opts)
         project = args["project"]
         labels = dict(args.get("labels", {}))

@@ -1,15 +1,17 @@
 """A dedicated, least-privilege service account for training workloads."""
 
-from typing import Mapping, Optional, TypedDict
+from typing import Mapping, Optional
 
 import pulumi
 import pulumi_gcp as gcp
-from typing_extensions import NotRequired
+from pydantic import with_config
+from typing_extensions import NotRequired, TypedDict
 
 from ..domain.naming import service_account_id_problem
-from ..errors import InvalidArgument, check_known, check_resource_name
+from ..validation import ARGUMENTS, check_arguments
 
 
+@with_config(ARGUMENTS)
 class TrainingServiceAccountArgs(TypedDict):
     account_id: str
     """Service account id (6-30 lowercase letters, digits, '-')."""
@@ -36,11 +38,9 @@ class TrainingServiceAccount(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: TrainingServiceAccountArgs, opts: Optional[pulumi.ResourceOptions] = None
     ) -> None:
-        check_resource_name("TrainingServiceAccount", name, opts)
-        check_known(f"TrainingServiceAccount {name!r}", args, TrainingServiceAccountArgs.__annotations__)
-        problem = service_account_id_problem(args["account_id"])
-        if problem:
-            raise InvalidArgument(f"TrainingServiceAccount {name!r}: {problem}")
+        problems = check_arguments("TrainingServiceAccount", name, args, TrainingServiceAccountArgs, opts)
+        problems.check("account_id", service_account_id_problem(args["account_id"]))
+        problems.raise_any()
         super().__init__("tpu-training:iam:TrainingServiceAccount", name, {}, opts)
         self.account = gcp.serviceaccount.Account(
             f"{name}-account",

@@ -13,15 +13,16 @@ internet only through Cloud NAT:
 """
 
 import re
-from typing import Optional, Sequence, TypedDict
+from typing import Optional, Sequence
 
 import pulumi
 import pulumi_gcp as gcp
-from typing_extensions import NotRequired
+from pydantic import with_config
+from typing_extensions import NotRequired, TypedDict
 
 from ..domain.naming import bounded_name
 from ..domain.network_plan import NetworkPlan, NetworkPlanError, plan_network
-from ..errors import InvalidArgument, check_known, check_resource_name
+from ..validation import ARGUMENTS, check_arguments
 
 _NETWORK_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 NETWORK_NAME_RULE = "1-63 lowercase letters, digits or '-', starting with a letter and not ending with '-'"
@@ -31,6 +32,7 @@ IAP_TCP_FORWARDING_RANGE = "35.235.240.0/20"
 ``gcloud compute tpus tpu-vm ssh --tunnel-through-iap`` to a VM without an external IP."""
 
 
+@with_config(ARGUMENTS)
 class TrainingNetworkArgs(TypedDict):
     network_name: str
     """Name of the VPC network (1-63 lowercase letters, digits or '-', starting with a letter and
@@ -49,19 +51,17 @@ class TrainingNetworkArgs(TypedDict):
     """Google Cloud project; the provider's project when omitted."""
 
 
-def _plan(name: str, args: TrainingNetworkArgs) -> NetworkPlan:
-    where = f"TrainingNetwork {name!r}"
-    check_known(where, args, TrainingNetworkArgs.__annotations__)
+def _plan(name: str, args: TrainingNetworkArgs, opts: Optional[pulumi.ResourceOptions]) -> NetworkPlan:
+    problems = check_arguments("TrainingNetwork", name, args, TrainingNetworkArgs, opts)
     network_name = args["network_name"]
-    if not isinstance(network_name, str) or not _NETWORK_NAME.fullmatch(network_name):
-        raise InvalidArgument(f"{where}: network_name {network_name!r} must be {NETWORK_NAME_RULE}")
-    iap_ssh = args.get("iap_ssh", True)
-    if not isinstance(iap_ssh, bool):
-        raise InvalidArgument(f"{where}: iap_ssh must be True or False, got {iap_ssh!r}")
+    if not _NETWORK_NAME.fullmatch(network_name):
+        problems.add("network_name", f"{network_name!r} must be {NETWORK_NAME_RULE}")
     try:
-        return plan_network(args["regions"], args.get("gke_region"))
+        plan = plan_network(args["regions"], args.get("gke_region"))
     except NetworkPlanError as err:
-        raise InvalidArgument(f"{where}: {err}") from None
+        problems.add((), str(err))  # it names the argument
+    problems.raise_any()
+    return plan
 
 
 class TrainingNetwork(pulumi.ComponentResource):
@@ -89,8 +89,7 @@ class TrainingNetwork(pulumi.ComponentResource):
         # Python-only attributes, annotated here rather than on the class: class annotations are
         # the component's outputs in the provider's schema, and these are not values other
         # languages can hold.
-        check_resource_name("TrainingNetwork", name, opts)
-        self.plan: NetworkPlan = _plan(name, args)
+        self.plan: NetworkPlan = _plan(name, args, opts)
         """The address plan, known before anything is created."""
         plan = self.plan
         super().__init__("tpu-training:network:TrainingNetwork", name, {}, opts)

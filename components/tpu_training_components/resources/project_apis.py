@@ -1,15 +1,17 @@
 """The Google Cloud APIs a stack's resources need, enabled in its project by the stack itself."""
 
-from typing import Optional, Sequence, TypedDict
+from typing import Optional, Sequence
 
 import pulumi
 import pulumi_gcp as gcp
-from typing_extensions import NotRequired
+from pydantic import with_config
+from typing_extensions import NotRequired, TypedDict
 
 from ..domain.required_access import BOOTSTRAP_APIS
-from ..errors import InvalidArgument, check_known, check_resource_name
+from ..validation import ARGUMENTS, check_arguments
 
 
+@with_config(ARGUMENTS)
 class ProjectApisArgs(TypedDict):
     apis: Sequence[str]
     """Service names to enable, e.g. ``tpu.googleapis.com``
@@ -29,16 +31,17 @@ class ProjectApis(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: ProjectApisArgs, opts: Optional[pulumi.ResourceOptions] = None
     ) -> None:
-        check_resource_name("ProjectApis", name, opts)
-        check_known(f"ProjectApis {name!r}", args, ProjectApisArgs.__annotations__)
-        apis = sorted(set(args["apis"]))
-        for api in apis:
+        problems = check_arguments("ProjectApis", name, args, ProjectApisArgs, opts)
+        for index, api in enumerate(args["apis"]):
             if not api.endswith(".googleapis.com") or api in BOOTSTRAP_APIS:
-                raise InvalidArgument(
-                    f"ProjectApis {name!r}: apis: {api!r} cannot be enabled here: give Google API service "
-                    f"names such as 'tpu.googleapis.com', but not {' or '.join(BOOTSTRAP_APIS)}, which "
-                    f"enabling any API needs on beforehand (`gcloud services enable`)"
+                problems.add(
+                    ("apis", index),
+                    f"{api!r} cannot be enabled here: give Google API service names such as "
+                    f"'tpu.googleapis.com', but not {' or '.join(BOOTSTRAP_APIS)}, which enabling any API "
+                    f"needs on beforehand (`gcloud services enable`)",
                 )
+        problems.raise_any()
+        apis = sorted(set(args["apis"]))
         super().__init__("tpu-training:project:ProjectApis", name, {}, opts)
         self.services = {
             api: gcp.projects.Service(

@@ -2,11 +2,12 @@
 workload waits until GKE can bring up all its nodes at once instead of failing or starting on a
 part of its slice."""
 
-from typing import Any, Mapping, Optional, Sequence, TypedDict
+from typing import Any, Mapping, Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
-from typing_extensions import NotRequired
+from pydantic import with_config
+from typing_extensions import NotRequired, TypedDict
 
 from ..domain.kueue_manifests import (
     KUEUE_API_VERSION,
@@ -18,10 +19,11 @@ from ..domain.kueue_manifests import (
     queued_provisioning_spec,
     resource_flavor_manifest,
 )
-from ..errors import InvalidArgument, check_known, check_kubernetes_labels, check_resource_name
+from ..validation import ARGUMENTS, check_arguments, kubernetes_labels
 from .tpu_node_pool import TpuNodePoolSelection, plan_selection
 
 
+@with_config(ARGUMENTS)
 class QueuedProvisioningArgs(TypedDict):
     provider: k8s.Provider
     """Kubernetes provider of the cluster (``GkeTpuCluster.provider``)."""
@@ -35,20 +37,24 @@ class QueuedProvisioningArgs(TypedDict):
     """Labels on every Kueue object, besides the project's own."""
 
 
-def _spec(name: str, args: QueuedProvisioningArgs) -> QueuedProvisioningSpec:
-    where = f"QueuedProvisioning {name!r}"
-    check_known(where, args, QueuedProvisioningArgs.__annotations__)
-    check_kubernetes_labels(where, args.get("labels", {}))
-    pool = plan_selection(where, args["node_pool"])
+def _spec(
+    name: str, args: QueuedProvisioningArgs, opts: Optional[pulumi.ResourceOptions]
+) -> QueuedProvisioningSpec:
+    problems = check_arguments("QueuedProvisioning", name, args, QueuedProvisioningArgs, opts)
+    kubernetes_labels(problems, args.get("labels", {}))
+    pool = plan_selection(problems, args["node_pool"])
     if pool.queue_name is None:
-        raise InvalidArgument(
-            f"{where}: node pool {pool.name!r} has neither queued_provisioning nor kueue_queue; "
-            f"set one of them on the pool to give it a Kueue queue"
+        problems.add(
+            "node_pool",
+            f"node pool {pool.name!r} has neither queued_provisioning nor kueue_queue; set one of them on "
+            f"the pool to give it a Kueue queue",
         )
+    problems.raise_any()
     try:
         return queued_provisioning_spec(pool, args.get("namespaces", ["default"]), args.get("labels"))
     except ValueError as exc:
-        raise InvalidArgument(f"{where}: {exc}") from None
+        problems.add((), str(exc))  # it names the argument
+        raise problems.error() from None
 
 
 class QueuedProvisioning(pulumi.ComponentResource):
@@ -80,8 +86,7 @@ class QueuedProvisioning(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: QueuedProvisioningArgs, opts: Optional[pulumi.ResourceOptions] = None
     ) -> None:
-        check_resource_name("QueuedProvisioning", name, opts)
-        spec = _spec(name, args)
+        spec = _spec(name, args, opts)
         super().__init__("tpu-training:gke:QueuedProvisioning", name, {}, opts)
         provider = args["provider"]
 

@@ -2,19 +2,21 @@
 flex-start training page, and optionally with GKE's queued provisioning (``queued_provisioning``;
 its Kueue objects are ``QueuedProvisioning``'s)."""
 
-from typing import Mapping, Optional, Sequence, TypedDict
+from typing import Mapping, Optional, Sequence
 
 import pulumi
 import pulumi_gcp as gcp
-from typing_extensions import NotRequired
+from pydantic import with_config
+from typing_extensions import NotRequired, TypedDict
 
 from ..domain.catalogue import CatalogueError
 from ..domain.node_pool_plan import TpuNodePoolPlan, plan_from
-from ..errors import InvalidArgument, check_known, check_labels, check_resource_name
+from ..validation import ARGUMENTS, Problems, check_arguments, gcp_labels
 
 RESERVATION_NAME_KEY = "compute.googleapis.com/reservation-name"
 
 
+@with_config(ARGUMENTS)
 class FlexStartTpuNodePoolArgs(TypedDict):
     cluster: pulumi.Input[str]
     """Name of the GKE cluster (``GkeTpuCluster.cluster_name``)."""
@@ -92,34 +94,25 @@ class TpuNodePoolSelection(TypedDict):
     """The pool's workloads go through its Kueue queue, admitted by quota (default False)."""
 
 
-def plan_selection(where: str, selection: TpuNodePoolSelection) -> TpuNodePoolPlan:
-    """The plan of the pool ``selection`` describes, or ``InvalidArgument`` naming ``where``."""
-    if not isinstance(selection, Mapping):
-        raise InvalidArgument(
-            f"{where}: node_pool must be the pool's selection (FlexStartTpuNodePool.selection), "
-            f"not a {type(selection).__name__}"
-        )
-    check_known(f"{where}: node_pool", selection, TpuNodePoolSelection.__annotations__)
+def plan_selection(problems: Problems, selection: TpuNodePoolSelection) -> TpuNodePoolPlan:
+    """The plan of the pool ``selection`` (a component's ``node_pool``) describes; if it is
+    none, the arguments are refused with the problems found so far."""
     try:
         return plan_from(selection["node_pool_name"], selection)
     except CatalogueError as exc:
-        raise InvalidArgument(f"{where}: node_pool: {exc}") from None
-    except KeyError as exc:
-        raise InvalidArgument(
-            f"{where}: node_pool lacks {exc.args[0]!r}; give the pool's selection "
-            f"(FlexStartTpuNodePool.selection)"
-        ) from None
+        problems.add("node_pool", str(exc))
+        raise problems.error() from None
 
 
-def plan_for(name: str, args: FlexStartTpuNodePoolArgs) -> TpuNodePoolPlan:
-    """Validate the arguments and derive the pool's settings, or raise ``InvalidArgument``."""
-    where = f"FlexStartTpuNodePool {name!r}"
-    check_known(where, args, FlexStartTpuNodePoolArgs.__annotations__)
-    check_labels(where, args.get("labels", {}))
+def plan_for(problems: Problems, name: str, args: FlexStartTpuNodePoolArgs) -> TpuNodePoolPlan:
+    """Check the arguments' values and derive the pool's settings, or refuse the arguments."""
+    gcp_labels(problems, args.get("labels", {}))
     try:
-        return plan_from(args.get("node_pool_name", name), args)
+        plan = plan_from(args.get("node_pool_name", name), args)
     except CatalogueError as exc:
-        raise InvalidArgument(f"{where}: {exc}") from None
+        problems.add((), str(exc))  # it says which arguments do not go together
+    problems.raise_any()
+    return plan
 
 
 class FlexStartTpuNodePool(pulumi.ComponentResource):
@@ -151,8 +144,8 @@ class FlexStartTpuNodePool(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: FlexStartTpuNodePoolArgs, opts: Optional[pulumi.ResourceOptions] = None
     ) -> None:
-        check_resource_name("FlexStartTpuNodePool", name, opts)
-        plan = plan_for(name, args)
+        problems = check_arguments("FlexStartTpuNodePool", name, args, FlexStartTpuNodePoolArgs, opts)
+        plan = plan_for(problems, name, args)
         super().__init__("tpu-training:gke:FlexStartTpuNodePool", name, {}, opts)
         # Python-only attributes: annotated here, not on the class, whose annotations are the
         # provider schema's outputs.

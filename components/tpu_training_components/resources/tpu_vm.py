@@ -1,10 +1,11 @@
 """A preemptible / Spot TPU VM that trains in a retry loop and resumes from its checkpoints."""
 
-from typing import Any, Mapping, Optional, TypedDict
+from typing import Any, Mapping, Optional
 
 import pulumi
 import pulumi_gcp as gcp
-from typing_extensions import NotRequired
+from pydantic import with_config
+from typing_extensions import NotRequired, TypedDict
 
 from ..domain import catalogue
 from ..domain.gcp_locations import zone_problem
@@ -17,20 +18,12 @@ from ..domain.naming import (
 )
 from ..domain.recovery import GENERATION_LABEL
 from ..domain.startup_script import metadata_problem, vm_metadata
-from ..errors import (
-    InvalidArgument,
-    check_checkpoint_dir,
-    check_environment,
-    check_known,
-    check_labels,
-    check_one_of,
-    check_resource_name,
-    check_whole_number,
-)
+from ..validation import ARGUMENTS, Problems, check_arguments, checkpoint_places, count_problem, gcp_labels
 
 PROVISIONING_MODELS: tuple[str, ...] = ("preemptible", "spot", "on-demand", "reserved")
 
 
+@with_config(ARGUMENTS)
 class PreemptibleTpuVmArgs(TypedDict):
     zone: str
     """Zone of the TPU VM, e.g. ``europe-west4-a``."""
@@ -96,68 +89,41 @@ def replacement_trigger(recovery_generation: int, restart_generation: int) -> in
     return f"recovery {recovery_generation}, restart {restart_generation}"
 
 
-def _validate(
-    name: str, args: PreemptibleTpuVmArgs, opts: Optional[pulumi.ResourceOptions]
-) -> catalogue.AcceleratorType:
-    check_resource_name("PreemptibleTpuVm", name, opts)
-    where = f"PreemptibleTpuVm {name!r}"
-    check_known(where, args, PreemptibleTpuVmArgs.__annotations__)
+def _check_values(problems: Problems, name: str, args: PreemptibleTpuVmArgs) -> None:
+    zone = args["zone"]
     try:
-        region = catalogue.region_of_zone(args["zone"])
-        problem = zone_problem(args["zone"])
-        if problem:
-            raise InvalidArgument(f"{where}: {problem}")
-        accelerator = catalogue.accelerator_type(args["accelerator_type"])
+        region: Optional[str] = catalogue.region_of_zone(zone)
+        problems.check("zone", zone_problem(zone))
     except catalogue.CatalogueError as exc:
-        raise InvalidArgument(f"{where}: {exc}") from None
-    problem = runtime_version_problem(args["runtime_version"])
-    if problem:
-        raise InvalidArgument(f"{where}: runtime_version: {problem}")
+        region = None
+        problems.add("zone", str(exc))
+    try:
+        catalogue.accelerator_type(args["accelerator_type"])
+    except catalogue.CatalogueError as exc:
+        problems.add("accelerator_type", str(exc))
+    problems.check("runtime_version", runtime_version_problem(args["runtime_version"]))
     # The node name is the TPU API's node id, and it is written into the startup script.
-    problem = dns_label_problem("node_name", args.get("node_name", name), 63)
-    if problem:
-        raise InvalidArgument(f"{where}: {problem}")
+    problems.check("node_name", dns_label_problem("TPU node name", args.get("node_name", name), 63))
     provisioning = args.get("provisioning", "spot")
-    check_one_of(where, "provisioning", provisioning, PROVISIONING_MODELS)
+    if provisioning not in PROVISIONING_MODELS:
+        problems.add("provisioning", f"{provisioning!r} is not one of {', '.join(PROVISIONING_MODELS)}")
     if not args["train_command"].strip():
         # A blank command "succeeds" at once: the script would mark training complete untrained.
-        raise InvalidArgument(f"{where}: train_command is blank; give the command that trains")
-    check_checkpoint_dir(where, args["checkpoint_dir"])
-    check_environment(where, args.get("environment", {}), args["checkpoint_dir"])
+        problems.add("train_command", "is blank; give the command that trains", args["train_command"])
+    checkpoint_places(problems, args["checkpoint_dir"], args.get("environment", {}))
     generation = args.get("recovery_generation", 0)
-    check_whole_number(where, "recovery_generation", generation)
-    check_whole_number(where, "restart_generation", args.get("restart_generation", 0))
-    if not isinstance(generation, pulumi.Output):
-        problem = generation_problem(generation)
-        if problem:
-            raise InvalidArgument(f"{where}: recovery_generation {problem}")
+    # An Output (or other awaitable) is checked by nobody: its value is not known yet.
+    if isinstance(generation, int):
+        problems.check("recovery_generation", count_problem(generation) or generation_problem(generation))
+    problems.check("restart_generation", count_problem(args.get("restart_generation", 0)))
     # Outputs (a TrainingNetwork's ids) are checked by nobody: their values are not known yet.
     network, subnetwork = args.get("network"), args.get("subnetwork")
-    for problem in (
-        network_problem(network) if isinstance(network, str) else None,
-        subnetwork_problem(subnetwork, region) if isinstance(subnetwork, str) else None,
-    ):
-        if problem:
-            raise InvalidArgument(f"{where}: {problem}")
+    if isinstance(network, str):
+        problems.check("network", network_problem(network))
+    if isinstance(subnetwork, str) and region is not None:
+        problems.check("subnetwork", subnetwork_problem(subnetwork, region))
     # The recovery generation is a label of its own.
-    check_labels(where, args.get("labels", {}), added=1)
-    return accelerator
-
-
-def _metadata(node_name: str, args: PreemptibleTpuVmArgs) -> dict[str, str]:
-    """The node's metadata: its startup and shutdown scripts, checked against Compute Engine's
-    limits here, where the message can name the VM, rather than by the API half-way through."""
-    metadata = vm_metadata(
-        vm_name=node_name,
-        checkpoint_dir=args["checkpoint_dir"],
-        train_command=args["train_command"],
-        environment=args.get("environment", {}),
-        setup_command=args.get("setup_command"),
-    )
-    problem = metadata_problem(metadata)
-    if problem:
-        raise InvalidArgument(f"PreemptibleTpuVm {node_name!r}: {problem}")
-    return metadata
+    gcp_labels(problems, args.get("labels", {}), added=1)
 
 
 class PreemptibleTpuVm(pulumi.ComponentResource):
@@ -184,9 +150,21 @@ class PreemptibleTpuVm(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: PreemptibleTpuVmArgs, opts: Optional[pulumi.ResourceOptions] = None
     ) -> None:
-        accelerator = _validate(name, args, opts)
+        problems = check_arguments("PreemptibleTpuVm", name, args, PreemptibleTpuVmArgs, opts)
+        _check_values(problems, name, args)
+        problems.raise_any()
         node_name = args.get("node_name", name)
-        metadata = _metadata(node_name, args)
+        metadata = vm_metadata(
+            vm_name=node_name,
+            checkpoint_dir=args["checkpoint_dir"],
+            train_command=args["train_command"],
+            environment=args.get("environment", {}),
+            setup_command=args.get("setup_command"),
+        )
+        # Compute Engine's limits, checked here rather than by the API half-way through an update.
+        problems.check((), metadata_problem(metadata))
+        problems.raise_any()
+        accelerator = catalogue.accelerator_type(args["accelerator_type"])
         super().__init__("tpu-training:compute:PreemptibleTpuVm", name, {}, opts)
 
         generation = pulumi.Output.from_input(args.get("recovery_generation", 0))

@@ -5,6 +5,7 @@ from typing import Any, Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
+from pydantic import with_config
 from typing_extensions import NotRequired
 
 from ..domain.job_manifests import TrainingJobSpec
@@ -20,7 +21,7 @@ from ..domain.jobset_manifests import (
 )
 from ..domain.naming import dns_label_problem
 from ..domain.node_pool_plan import TpuNodePoolPlan
-from ..errors import InvalidArgument, check_whole_number
+from ..validation import ARGUMENTS, Problems, count_problem
 from .training_workload import (
     JOB_COMPONENT,
     JOB_RESOURCE,
@@ -30,6 +31,7 @@ from .training_workload import (
 )
 
 
+@with_config(ARGUMENTS)
 class TpuTrainingJobSetArgs(TpuTrainingJobArgs):
     """A Job's arguments, and what only a JobSet takes."""
 
@@ -67,52 +69,55 @@ class TpuTrainingJobSet(TrainingWorkload):
     ) -> None:
         super().__init__(name, args, opts)
 
-    def _check(self, where: str, name: str, args: Any) -> TpuNodePoolPlan:
-        pool = super()._check(where, name, args)
-        slices = args.get("slices", 1)
-        check_whole_number(where, "slices", slices)
+    def _check(self, problems: Problems, name: str, args: Any) -> None:
+        super()._check(problems, name, args)
         max_restarts = args.get("max_restarts", DEFAULT_MAX_RESTARTS)
-        check_whole_number(where, "max_restarts", max_restarts)
-        if not pool.multi_host:
-            raise InvalidArgument(
-                f"{where}: node pool {pool.name!r} has single-host slices ({pool.shape.machine_type.name} "
-                f"{pool.shape.topology}, 1 VM); a JobSet here takes multi-host slices only, as GKE's "
-                f"Multislice does; use TpuTrainingJob for a single-host slice"
-            )
-        if not 1 <= slices <= pool.slices:
-            raise InvalidArgument(
-                f"{where}: slices = {slices}; node pool {pool.name!r} holds {pool.slices} slice(s), so "
-                f"1-{pool.slices} are allowed; raise the pool's slices first"
-            )
-        if max_restarts > MAX_RESTARTS_LIMIT:
-            raise InvalidArgument(f"{where}: max_restarts = {max_restarts}; allowed: 0-{MAX_RESTARTS_LIMIT}")
-        problem = jobset_name_problem(args.get("job_name", name), slices, pool.shape.vms)
-        if problem:
-            raise InvalidArgument(f"{where}: {problem}")
+        problems.check("max_restarts", count_problem(max_restarts, most=MAX_RESTARTS_LIMIT))
         queue = args.get("queue_name")
         if queue is not None:
-            problem = dns_label_problem("queue name", queue, 63)
-            if problem:
-                raise InvalidArgument(f"{where}: {problem}")
-        if pool.queue_name is not None and queue is not None and queue != pool.queue_name:
-            raise InvalidArgument(
-                f"{where}: queue_name = {queue!r}; node pool {pool.name!r} has its own Kueue queue "
-                f"{pool.queue_name!r}, whose quota is its chips; leave queue_name out (or give "
-                f"{pool.queue_name!r})"
+            problems.check("queue_name", dns_label_problem("queue name", queue, 63))
+
+    def _check_on(self, problems: Problems, pool: TpuNodePoolPlan, name: str, args: Any) -> None:
+        slices = args.get("slices", 1)
+        if not pool.multi_host:
+            problems.add(
+                "node_pool",
+                f"node pool {pool.name!r} has single-host slices ({pool.shape.machine_type.name} "
+                f"{pool.shape.topology}, 1 VM); a JobSet here takes multi-host slices only, as GKE's "
+                f"Multislice does; use TpuTrainingJob for a single-host slice",
             )
-        if pool.queued_provisioning:
-            if slices > 1:
-                # Kueue asks for a whole workload in one ProvisioningRequest, and GKE's queued
-                # provisioning brings up node pools one request at a time; xpk stopped queueing
-                # multislice flex-start (AI-Hypercomputer/xpk 7df05a95, "Don't set
-                # --enable-queued-provisioning for flex multislice", #631), and Cluster Toolkit's
-                # queued TPU examples run one slice per JobSet.
-                raise InvalidArgument(
-                    f"{where}: slices = {slices} on node pool {pool.name!r}, which has queued "
-                    f"provisioning: a queued JobSet spans 1 slice here (allowed: 1); run one JobSet per "
-                    f"slice, or span slices on a pool without queuedProvisioning"
-                )
-        return pool
+        if not 1 <= slices <= pool.slices:
+            problems.add(
+                "slices",
+                f"node pool {pool.name!r} holds {pool.slices} slice(s), so 1-{pool.slices} are allowed; "
+                f"raise the pool's slices first",
+                slices,
+            )
+        elif pool.queued_provisioning and slices > 1:
+            # Kueue asks for a whole workload in one ProvisioningRequest, and GKE's queued
+            # provisioning brings up node pools one request at a time; xpk stopped queueing
+            # multislice flex-start (AI-Hypercomputer/xpk 7df05a95, "Don't set
+            # --enable-queued-provisioning for flex multislice", #631), and Cluster Toolkit's
+            # queued TPU examples run one slice per JobSet.
+            problems.add(
+                "slices",
+                f"node pool {pool.name!r} has queued provisioning: a queued JobSet spans 1 slice here "
+                f"(allowed: 1); run one JobSet per slice, or span slices on a pool without "
+                f"queuedProvisioning",
+                slices,
+            )
+        else:
+            problems.check(
+                "job_name", jobset_name_problem(args.get("job_name", name), slices, pool.shape.vms)
+            )
+        queue = args.get("queue_name")
+        if pool.queue_name is not None and queue is not None and queue != pool.queue_name:
+            problems.add(
+                "queue_name",
+                f"node pool {pool.name!r} has its own Kueue queue {pool.queue_name!r}, whose quota is its "
+                f"chips; leave queue_name out (or give {pool.queue_name!r})",
+                queue,
+            )
 
     def _queue(self, args: Any, pool: TpuNodePoolPlan) -> Optional[str]:
         return args.get("queue_name", pool.queue_name)

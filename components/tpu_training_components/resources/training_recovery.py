@@ -4,15 +4,17 @@ zone, one per namespace and kind), decides with the decision tables, says why, a
 stack last deployed, so that a later `pulumi up` re-creates exactly what was lost."""
 
 from datetime import datetime, timedelta
-from typing import Any, Optional, Sequence, TypedDict
+from typing import Any, Optional, Sequence
 
 import pulumi
-from typing_extensions import NotRequired
+from pydantic import with_config
+from typing_extensions import NotRequired, TypedDict
 
 from ..domain import recovery as _recovery
 from ..domain.recovery import Decision
-from ..errors import InvalidArgument, check_known, check_resource_name, check_whole_number
+from ..errors import InvalidArgument
 from ..live.kube_api import ClusterRef
+from ..validation import ARGUMENTS, Problems, check_arguments, count_problem
 from . import reconcile
 
 JOB_KINDS = ("Job", reconcile.JOBSET)
@@ -55,6 +57,7 @@ class RecoveryCluster(TypedDict):
     """Name of the cluster (``GkeTpuCluster``'s ``cluster_name``)."""
 
 
+@with_config(ARGUMENTS)
 class TrainingRecoveryArgs(TypedDict):
     project: str
     """Google Cloud project of the TPU VMs."""
@@ -75,33 +78,26 @@ MAX_GRACE_MINUTES = 7 * 24 * 60
 """The longest maintenance grace, a week (also the stack file's ``recovery.maintenanceGraceMinutes``)."""
 
 
-def _check(name: str, args: TrainingRecoveryArgs) -> None:
-    where = f"TrainingRecovery {name!r}"
-    check_known(where, args, TrainingRecoveryArgs.__annotations__)
-    for key, entries, allowed in (
-        ("tpu_vms", args.get("tpu_vms", ()), RecoveredTpuVm.__annotations__),
-        ("jobs", args.get("jobs", ()), RecoveredJob.__annotations__),
-    ):
+def _check_values(problems: Problems, args: TrainingRecoveryArgs) -> None:
+    for key, entries in (("tpu_vms", args.get("tpu_vms", ())), ("jobs", args.get("jobs", ()))):
         seen: set[str] = set()
         for index, entry in enumerate(entries):
-            check_known(f"{where}: {key}[{index}]", entry, allowed)
-            if entry.get("name") in seen:
-                raise InvalidArgument(
-                    f"{where}: {key}[{index}] repeats the name {entry['name']!r}; each must be unique"
-                )
+            if entry["name"] in seen:
+                problems.add((key, index, "name"), f"repeats the name {entry['name']!r}; each must be unique")
             seen.add(entry["name"])
-            kind = entry.get("kind", "Job") if key == "jobs" else "Job"
-            if kind not in JOB_KINDS:
-                raise InvalidArgument(
-                    f"{where}: jobs[{index}].kind = {kind!r}; allowed: {', '.join(JOB_KINDS)}"
-                )
+    for index, job in enumerate(args.get("jobs", ())):
+        kind = job.get("kind", "Job")
+        if kind not in JOB_KINDS:
+            problems.add(
+                ("jobs", index, "kind"),
+                f"{kind!r} is no kind recovery reads; allowed: {', '.join(JOB_KINDS)}",
+            )
     if args.get("jobs") and not args.get("cluster"):
-        raise InvalidArgument(f"{where}: jobs need the cluster they run on; give cluster")
+        problems.add("cluster", "required with jobs: give the cluster they run on")
     # A week at most, as the stack file allows: a longer grace is no recovery (and past about
     # 10**12 minutes no date can hold it).
-    check_whole_number(
-        where, "maintenance_grace_minutes", args.get("maintenance_grace_minutes", 30), most=MAX_GRACE_MINUTES
-    )
+    grace = args.get("maintenance_grace_minutes", 30)
+    problems.check("maintenance_grace_minutes", count_problem(grace, most=MAX_GRACE_MINUTES))
 
 
 class TrainingRecovery(pulumi.ComponentResource):
@@ -134,8 +130,9 @@ class TrainingRecovery(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: TrainingRecoveryArgs, opts: Optional[pulumi.ResourceOptions] = None
     ) -> None:
-        check_resource_name("TrainingRecovery", name, opts)
-        _check(name, args)
+        problems = check_arguments("TrainingRecovery", name, args, TrainingRecoveryArgs, opts)
+        _check_values(problems, args)
+        problems.raise_any()
         super().__init__("tpu-training:recovery:TrainingRecovery", name, {}, opts)
         read_live_state = args.get("read_live_state", True)
         vms = list(args.get("tpu_vms", ()))

@@ -14,12 +14,13 @@ first (delete_before_replace), instead of a new workload created beside the old 
 holds the slice, and the old one deleted at the end of the update.
 """
 
-from typing import Any, ClassVar, Mapping, Optional, Sequence, TypedDict
+from typing import Any, ClassVar, Mapping, Optional, Sequence
 
 import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
-from typing_extensions import NotRequired
+from pydantic import with_config
+from typing_extensions import NotRequired, TypedDict
 
 from ..domain.job_manifests import (
     TrainingJobSpec,
@@ -32,16 +33,15 @@ from ..domain.job_manifests import (
 from ..domain.jobset_manifests import JOBSET_API_VERSION, JOBSET_KIND
 from ..domain.naming import generation_problem
 from ..domain.node_pool_plan import TpuNodePoolPlan
+from ..domain.startup_script import CHECKPOINT_VARIABLE
 from ..domain.termination_grace import GKE_MAX_HONOURED_GRACE_SECONDS
-from ..errors import (
-    CHECKPOINT_VARIABLE,
-    InvalidArgument,
-    check_checkpoint_dir,
-    check_environment,
-    check_known,
-    check_kubernetes_labels,
-    check_resource_name,
-    check_whole_number,
+from ..validation import (
+    ARGUMENTS,
+    Problems,
+    check_arguments,
+    checkpoint_places,
+    count_problem,
+    kubernetes_labels,
 )
 from .tpu_node_pool import TpuNodePoolSelection, plan_selection
 
@@ -52,6 +52,7 @@ JOBSET_RESOURCE = f"kubernetes:{JOBSET_API_VERSION}:{JOBSET_KIND}"
 """The Pulumi types of the two workloads (a CustomResource's is built from its apiVersion and kind)."""
 
 
+@with_config(ARGUMENTS)
 class TpuTrainingJobArgs(TypedDict):
     provider: k8s.Provider
     """Kubernetes provider of the cluster (``GkeTpuCluster.provider``)."""
@@ -121,10 +122,11 @@ class TrainingWorkload(pulumi.ComponentResource):
     """Where the run's checkpoints are (``gs://``); it outlives every workload of its name."""
 
     def __init__(self, name: str, args: Any, opts: Optional[pulumi.ResourceOptions] = None) -> None:
-        kind = self._TYPE.rsplit(":", 1)[-1]
-        check_resource_name(kind, name, opts)
-        where = f"{kind} {name!r}"
-        pool = self._check(where, name, args)
+        problems = check_arguments(self._TYPE.rsplit(":", 1)[-1], name, args, self._ARGS, opts)
+        self._check(problems, name, args)
+        pool = plan_selection(problems, args["node_pool"])
+        self._check_on(problems, pool, name, args)
+        problems.raise_any()
         super().__init__(
             self._TYPE,
             name,
@@ -234,38 +236,32 @@ class TrainingWorkload(pulumi.ComponentResource):
             }
         )
 
-    def _check(self, where: str, name: str, args: Any) -> TpuNodePoolPlan:
-        """Check the arguments both kinds take; the pool's plan, or ``InvalidArgument``."""
-        check_known(where, args, self._ARGS.__annotations__)
-        pool = plan_selection(where, args["node_pool"])
-        problem = job_name_problem(args.get("job_name", name))
-        if problem:
-            raise InvalidArgument(f"{where}: {problem}")
+    def _check(self, problems: Problems, name: str, args: Any) -> None:
+        """Add every problem with the values of the arguments both kinds take."""
+        problems.check("job_name", job_name_problem(args.get("job_name", name)))
         if not args["command"] or not args["command"][0].strip():
-            raise InvalidArgument(
-                f"{where}: command {list(args['command'])!r} has no program to run; give the training "
-                f"command as a list of words, the program first"
+            problems.add(
+                "command",
+                "has no program to run; give the training command as a list of words, the program first",
+                args["command"],
             )
-        for problem in (image_problem(args["image"]), namespace_problem(args.get("namespace", "default"))):
-            if problem:
-                raise InvalidArgument(f"{where}: {problem}")
-        check_checkpoint_dir(where, args["checkpoint_dir"])
-        check_environment(where, args.get("environment", {}), args["checkpoint_dir"])
+        problems.check("image", image_problem(args["image"]))
+        problems.check("namespace", namespace_problem(args.get("namespace", "default")))
+        checkpoint_places(problems, args["checkpoint_dir"], args.get("environment", {}))
         generation = args.get("recovery_generation", 0)
-        check_whole_number(where, "recovery_generation", generation)
-        # It becomes the Pods' `recovery-generation` label value, which recovery reads back.
-        problem = None if isinstance(generation, pulumi.Output) else generation_problem(generation)
-        if problem:
-            raise InvalidArgument(f"{where}: recovery_generation {problem}")
-        check_kubernetes_labels(where, args.get("labels", {}))
+        # It becomes the Pods' `recovery-generation` label value, which recovery reads back (an
+        # Output, or other awaitable, is checked by nobody: its value is not known yet).
+        if isinstance(generation, int):
+            problems.check("recovery_generation", count_problem(generation) or generation_problem(generation))
+        kubernetes_labels(problems, args.get("labels", {}))
         if "termination_grace_seconds" in args:
-            check_whole_number(
-                where,
+            problems.check(
                 "termination_grace_seconds",
-                args["termination_grace_seconds"],
-                most=GKE_MAX_HONOURED_GRACE_SECONDS,
+                count_problem(args["termination_grace_seconds"], most=GKE_MAX_HONOURED_GRACE_SECONDS),
             )
-        return pool
+
+    def _check_on(self, problems: Problems, pool: TpuNodePoolPlan, name: str, args: Any) -> None:
+        """Add every problem with the arguments on the pool ``pool`` (a subclass's own)."""
 
     def _queue(self, args: Any, pool: TpuNodePoolPlan) -> Optional[str]:
         """The Kueue LocalQueue that admits the workload: the pool's own on a queued pool."""
