@@ -292,7 +292,11 @@ def log(event: str, **fields: Any) -> None:
     """One line per event: ``tpu-trainer: EVENT key=value ...``, flushed at once, so the startup
     script's log (and a test reading it) sees each line as it happens."""
     parts = [LOG_PREFIX, event, *(f"{key}={value}" for key, value in fields.items())]
-    print(" ".join(parts), flush=True)
+    # One write with its newline: print() writes the text and the newline apart when output is
+    # unbuffered, and a library thread's traceback on stderr (the same pipe under a startup
+    # script or a container runtime) could land in between, breaking the line for its readers.
+    sys.stdout.write(" ".join(parts) + "\n")
+    sys.stdout.flush()
 
 
 def quoted(text: str) -> str:
