@@ -655,18 +655,5 @@ def _run() -> int:
         return 130
 
 
-def _exit_now(status: int) -> None:
-    """End the process without interpreter teardown once its output is out. A probe past its
-    deadline leaves its daemon thread blocked in a socket read or a credentials plugin; tearing
-    the interpreter down under it can abort the process (SIGABRT, exit 134) after the round has
-    decided, where the status must be the round's own."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (BrokenPipeError, ValueError, OSError):
-            pass
-    os._exit(status)
-
-
 if __name__ == "__main__":
-    _exit_now(_run())
+    sys.exit(_run())
