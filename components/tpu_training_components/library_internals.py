@@ -23,8 +23,8 @@ def rest_session(client: Any) -> Optional[Any]:
     redirect is followed to wherever it points, a 200 that is a captive portal's page or a JSON
     list reads as a zone without nodes (every VM "deleted", re-created by the next `up`), an
     endless body fills the memory and a body dripped a byte at a time outlives every deadline:
-    tests/test_probe_faults.py (the redirect, Content-Type, huge-answer, dripping-body and
-    malformed-answer tests) and tests/test_kueue_recovery.py fail."""
+    tests/test_probe_faults.py fails (the redirect, Content-Type, huge-answer and dripping-body
+    tests, the GKE API's redirect)."""
     return getattr(getattr(client, "transport", None), "_session", None)
 
 
@@ -32,8 +32,8 @@ def storage_session(client: Any) -> Optional[Any]:
     """The `requests` session of a ``google.cloud.storage.Client`` (``Client._http``), for the
     same hooks as ``rest_session``: the storage library reads each answer whole inside the
     session, so without them a bucket listing dripped a byte at a time outlives the deadline of
-    ``python -m infra.status``, and a redirect is followed: tests/test_status.py
-    (test_a_bucket_that_drips_its_listing_is_unread_within_the_deadline) fails."""
+    ``python -m infra.status``, and a redirect is followed: tests/test_probe_faults.py
+    (test_a_bucket_whose_listing_drips_is_cut_off_at_the_deadline) fails."""
     return getattr(client, "_http", None)
 
 
