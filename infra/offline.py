@@ -31,6 +31,7 @@ from ruamel.yaml.constructor import SafeConstructor
 from semver import VersionInfo
 from tpu_training_components import preview as library_preview
 from tpu_training_components.domain import wire_values
+from tpu_training_components.library_internals import sdk_without_stack_traces
 
 from infra.stack_config import OFFLINE_SECRET
 
@@ -541,7 +542,7 @@ def run(
     logger.handlers = [collector]
     logger.setLevel(logging.INFO)
 
-    with _own_event_loops() as loop:
+    with _own_event_loops() as loop, sdk_without_stack_traces():
         # As Pulumi's Automation API runs an inline program (pulumi/automation/_server.py,
         # LanguageServer.Run): reset_options, set_all_config, then run_in_stack in its own loop,
         # which makes the root stack and registers its outputs when the program is done. With the

@@ -21,7 +21,7 @@ import threading
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable, Iterator, Optional, Protocol, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Protocol, Sequence
 
 from ..domain.job_manifests import PART_OF, PART_OF_LABEL
 from ..domain.job_recovery import JobCondition, LiveJob, LiveJobSet
@@ -297,17 +297,40 @@ def _list_items(raw: Any, list_kind: str, max_bytes: int, deadline: Deadline) ->
     return items
 
 
-def _list_jobs(batch: Any, namespace: str, timeout: float, deadline: float, max_bytes: int) -> list[LiveJob]:
+@dataclass(frozen=True)
+class _Limits:
+    """What one list call may take: each request ``timeout`` seconds, the call ``deadline``
+    seconds in all, its answer ``max_bytes``."""
+
+    timeout: float
+    deadline: float
+    max_bytes: int
+
+    def items(
+        self, what: str, list_kind: str, call: Callable[..., Any], *args: Any, selector: str
+    ) -> list[Any]:
+        """The items of ``call(*args)``, one list call of the Kubernetes client, made and read
+        within these limits."""
+        by = Deadline(self.deadline, what)
+        with timeouts_of(by):
+            raw = call(
+                *args,
+                label_selector=selector,
+                _request_timeout=by.timeout(self.timeout),
+                _preload_content=False,  # the raw urllib3 response, after the client's check for 2xx
+            )
+        return _list_items(raw, list_kind, self.max_bytes, by)
+
+
+def _list_jobs(batch: Any, namespace: str, limits: _Limits) -> list[LiveJob]:
     """One namespace's Jobs of this project."""
-    by = Deadline(deadline, f"listing Jobs in {namespace}")
-    with timeouts_of(by):
-        raw = batch.list_namespaced_job(
-            namespace,
-            label_selector=f"{PART_OF_LABEL}={PART_OF}",
-            _request_timeout=by.timeout(timeout),
-            _preload_content=False,  # the raw urllib3 response, after the client's check for 2xx
-        )
-    items = _list_items(raw, "JobList", max_bytes, by)
+    items = limits.items(
+        f"listing Jobs in {namespace}",
+        "JobList",
+        batch.list_namespaced_job,
+        namespace,
+        selector=f"{PART_OF_LABEL}={PART_OF}",
+    )
     return [_live_job(item, namespace, index) for index, item in enumerate(items)]
 
 
@@ -359,23 +382,20 @@ def _time(value: Any) -> Optional[datetime]:
     return at if at.tzinfo else None
 
 
-def _list_jobsets(
-    custom: Any, namespace: str, timeout: float, deadline: float, max_bytes: int
-) -> list[LiveJobSet]:
+def _list_jobsets(custom: Any, namespace: str, limits: _Limits) -> list[LiveJobSet]:
     """One namespace's JobSets of this project, checked as Jobs are."""
     group, version = JOBSET_API_VERSION.split("/")
-    by = Deadline(deadline, f"listing JobSets in {namespace}")
-    with timeouts_of(by):
-        raw = custom.list_namespaced_custom_object(
-            group,
-            version,
-            namespace,
-            "jobsets",
-            label_selector=f"{PART_OF_LABEL}={PART_OF}",
-            _request_timeout=by.timeout(timeout),
-            _preload_content=False,
-        )
-    return [_live_jobset(item) for item in _list_items(raw, "JobSetList", max_bytes, by)]
+    items = limits.items(
+        f"listing JobSets in {namespace}",
+        "JobSetList",
+        custom.list_namespaced_custom_object,
+        group,
+        version,
+        namespace,
+        "jobsets",
+        selector=f"{PART_OF_LABEL}={PART_OF}",
+    )
+    return [_live_jobset(item) for item in items]
 
 
 # A uid goes into a label selector: only a valid label value (a uid always is) can be asked about.
@@ -417,24 +437,20 @@ def _live_workload(item: Any, namespace: str, index: int) -> LiveWorkload:
     )
 
 
-def _list_workloads(
-    custom: Any, namespace: str, uids: Sequence[str], timeout: float, deadline: float, max_bytes: int
-) -> list[LiveWorkload]:
+def _list_workloads(custom: Any, namespace: str, uids: Sequence[str], limits: _Limits) -> list[LiveWorkload]:
     """The Kueue Workloads of these Jobs and JobSets in one namespace: one call, selected by the
     label Kueue puts on each (the namespace may hold many other workloads)."""
     group, version = KUEUE_WORKLOAD_API_VERSION.split("/")
-    by = Deadline(deadline, f"listing Kueue Workloads in {namespace}")
-    with timeouts_of(by):
-        raw = custom.list_namespaced_custom_object(
-            group,
-            version,
-            namespace,
-            "workloads",
-            label_selector=f"{KUEUE_JOB_UID_LABEL} in ({','.join(uids)})",
-            _request_timeout=by.timeout(timeout),
-            _preload_content=False,
-        )
-    items = _list_items(raw, "WorkloadList", max_bytes, by)
+    items = limits.items(
+        f"listing Kueue Workloads in {namespace}",
+        "WorkloadList",
+        custom.list_namespaced_custom_object,
+        group,
+        version,
+        namespace,
+        "workloads",
+        selector=f"{KUEUE_JOB_UID_LABEL} in ({','.join(uids)})",
+    )
     return [_live_workload(item, namespace, index) for index, item in enumerate(items)]
 
 
@@ -525,12 +541,13 @@ def list_live_jobs(
         # No automatic retries: a preview must not hang; the next `up` asks again.
         configuration.retries = False
         api_client = cleanup.enter_context(client.ApiClient(configuration))
+        limits = _Limits(timeout, deadline, max_bytes)
         _refuse_redirects(api_client)
         batch = client.BatchV1Api(api_client)
         for namespace in namespaces:
             result.calls += 1
             try:
-                jobs = _list_jobs(batch, namespace, timeout, deadline, max_bytes)
+                jobs = _list_jobs(batch, namespace, limits)
                 _check_answer(namespace, jobs)
                 result.jobs.update(((namespace, live.name), live) for live in jobs)
             except Exception as exc:  # noqa: BLE001 - any failure means "unknown", per namespace
@@ -539,7 +556,7 @@ def list_live_jobs(
         for namespace in jobset_namespaces:
             result.calls += 1
             try:
-                jobsets = _list_jobsets(custom, namespace, timeout, deadline, max_bytes)
+                jobsets = _list_jobsets(custom, namespace, limits)
                 _check_answer(namespace, jobsets)
                 result.jobsets.update(((namespace, live.name), live) for live in jobsets)
             except Exception as exc:  # noqa: BLE001 - any failure means "unknown", per namespace
@@ -551,7 +568,7 @@ def list_live_jobs(
                 continue  # nothing there waits on Kueue: no call
             result.calls += 1
             try:
-                workloads = _list_workloads(custom, namespace, uids, timeout, deadline, max_bytes)
+                workloads = _list_workloads(custom, namespace, uids, limits)
                 _check_answer(namespace, workloads, "Kueue Workload")
                 for uid in uids:
                     result.workloads[(namespace, uid)] = tuple(w for w in workloads if w.owner_uid == uid)

@@ -12,9 +12,8 @@ leave unanswered.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Optional
 
 from ..library_internals import rest_session
 from .deadline import MAX_PAGES, Deadline
@@ -61,15 +60,9 @@ def application_default_credentials(deadline: Deadline) -> Identity:
     return Identity(credentials, kind, member, getattr(credentials, "quota_project_id", None))
 
 
-@contextmanager
-def _answers_of(client: Any, deadline: Deadline) -> Iterator[None]:
-    with checking_answers(rest_session(client), deadline):
-        yield
-
-
 def project_state(client: Any, project: str, deadline: Deadline) -> str:
     """The project's lifecycle state (``ACTIVE``, ``DELETE_REQUESTED``)."""
-    with _answers_of(client, deadline):
+    with checking_answers(rest_session(client), deadline):
         found = client.get_project(name=f"projects/{project}", retry=None, timeout=deadline.left())
     return str(found.state.name)
 
@@ -80,7 +73,7 @@ def api_states(client: Any, project: str, apis: Iterable[str], deadline: Deadlin
     states: dict[str, str] = {}
     for start in range(0, len(names), MAX_SERVICES_PER_CALL):
         chunk = names[start : start + MAX_SERVICES_PER_CALL]
-        with _answers_of(client, deadline):
+        with checking_answers(rest_session(client), deadline):
             answer = client.batch_get_services(
                 request={
                     "parent": f"projects/{project}",
@@ -101,7 +94,7 @@ def granted_permissions(
     wanted = sorted(set(permissions))
     granted: set[str] = set()
     for start in range(0, len(wanted), MAX_PERMISSIONS_PER_CALL):
-        with _answers_of(client, deadline):
+        with checking_answers(rest_session(client), deadline):
             answer = client.test_iam_permissions(
                 request={
                     "resource": f"projects/{project}",
@@ -140,7 +133,7 @@ def _all(
     items: list[Any] = []
     token = ""
     for _ in range(max_pages):
-        with _answers_of(client, deadline):
+        with checking_answers(rest_session(client), deadline):
             pager = list_call(
                 request={"parent": parent, "page_token": token}, retry=None, timeout=deadline.left()
             )
@@ -156,7 +149,7 @@ def gke_channel_versions(
     client: Any, project: str, location: str, deadline: Deadline
 ) -> dict[str, tuple[str, ...]]:
     """The GKE versions each release channel offers in ``location`` (``serverConfig``)."""
-    with _answers_of(client, deadline):
+    with checking_answers(rest_session(client), deadline):
         config = client.get_server_config(
             name=f"projects/{project}/locations/{location}", retry=None, timeout=deadline.left()
         )
