@@ -85,7 +85,7 @@ from infra.automation import (
     UpRunner,
     deployed_names,
 )
-from infra.plan import CommandLineParser, UsageError, load_project_for, stack_name
+from infra.plan import CommandLineParser, UsageError, exit_quickly, load_project_for, stack_name
 
 EXIT_OK = 0
 EXIT_UP_FAILED = 1
@@ -656,4 +656,4 @@ def _run() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_run())
+    exit_quickly(_run())
