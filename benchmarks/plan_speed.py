@@ -9,7 +9,7 @@ medians over the rounds, each case's first run (which checks that it works) not 
 memory is each run's own maximum resident set (`os.wait4`), not the children's total.
 
 - P1: the dev plan against its import floor (a process that imports exactly the modules the dev
-  plan loads, listed by a plan run, with the collector off and the same quick exit as the plan),
+  plan loads, listed by a plan run, with the collector off and the same exit as the plan),
   the part of that floor the Pulumi SDK and providers make up alone, and, when xpk is installed
   (`--xpk PATH`, or on PATH), `xpk cluster create --tpu-type=v6e-16 --flex --dry-run`, which only
   prints commands.
@@ -77,14 +77,12 @@ XPK_ARGS = (
 """As tests/fixtures/xpk-1.16.0/cluster-create-v6e-16-flex.txt recorded it."""
 
 # Runs the plan as `python -m infra.plan` does, and writes the modules it loaded when it exits
-# (the plan ends with os._exit, which skips atexit): each module once, by the first name it was
-# loaded under. `__main__` is the plan module itself.
+# (at exit, whichever way the plan ends): each module once, by the first name it was loaded
+# under. `__main__` is the plan module itself.
 DUMP_MODULES = """\
-import gc
-gc.disable()
-import json, os, runpy, sys
-target, args, exit_now = sys.argv[1], sys.argv[2:], os._exit
-def dump_then_exit(status):
+import atexit, json, runpy, sys
+target, args = sys.argv[1], sys.argv[2:]
+def dump():
     names, seen = [], set()
     for name, module in list(sys.modules.items()):
         if module is not None and id(module) not in seen:
@@ -92,19 +90,19 @@ def dump_then_exit(status):
             names.append("infra.plan" if name == "__main__" else name)
     with open(target, "w") as file:
         json.dump(names, file)
-    exit_now(status)
-os._exit = dump_then_exit
+atexit.register(dump)
 sys.argv = ["infra.plan", *args]
 runpy.run_module("infra.plan", run_name="__main__", alter_sys=True)
 """
 
 # The floor: a fresh interpreter, the collector off (as the plan has it), every module the plan
 # loaded imported in the order it loaded them (the program folder on the path, as the plan puts
-# it), then the plan's own quick exit. Names that cannot be imported by name are counted.
+# it), then the plan's own exit (infra.plan.exit_quickly). Names that cannot be imported by name
+# are counted.
 IMPORT_FLOOR = """\
 import gc
 gc.disable()
-import importlib, json, os, sys
+import importlib, json, sys
 sys.path.append(sys.argv[2])
 missed = 0
 for name in json.load(open(sys.argv[1])):
@@ -114,8 +112,8 @@ for name in json.load(open(sys.argv[1])):
         except ImportError:
             missed += 1
 sys.stderr.write(f"not importable by name: {missed}\\n")
-sys.stderr.flush()
-os._exit(0)
+gc.freeze()
+sys.exit(0)
 """
 
 
@@ -559,7 +557,7 @@ def report(measured: Measured, largest: StackSize) -> list[dict[str, Any]]:
     print("P1  the dev plan, its import floor and xpk's dry-run")
     print(HEADER)
     print(row(f"dev plan ({dev.resources} resources)", dev, dev))
-    print(row(floor.label, floor, dev, f"collector off, os._exit; {measured.floor_note}"))
+    print(row(floor.label, floor, dev, f"collector off, the plan's exit; {measured.floor_note}"))
     sdk = measured.sdk_floor
     print(row(sdk.label, sdk, dev, f"{', '.join(SDK_PACKAGES)} and what they import"))
     if xpk:

@@ -23,22 +23,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import pulumi
-import yaml
 from google.protobuf import json_format
 from pulumi.runtime import mocks as pulumi_mocks
-from pulumi.runtime import resource as runtime_resource
-from pulumi.runtime import rpc, settings
-from pulumi.runtime.proto import source_pb2
-from pulumi.runtime.stack import run_in_stack
-from pulumi.runtime.sync_await import _sync_await
+from pulumi.runtime import rpc
 from ruamel.yaml import YAML, YAMLError
-from ruamel.yaml import nodes as ruamel_nodes
 from ruamel.yaml.constructor import SafeConstructor
-from ruamel.yaml.reader import Reader
 from semver import VersionInfo
 from tpu_training_components import preview as library_preview
 from tpu_training_components.domain import wire_values
-from yaml import events as libyaml_events
+from tpu_training_components.library_internals import sdk_without_stack_traces
 
 from infra.stack_config import OFFLINE_SECRET
 
@@ -183,100 +176,9 @@ def _yaml_1_2() -> YAML:
     return loader
 
 
-_UNSURE = object()
-"""What ``_load_with_libyaml`` answers when it leaves a document to ruamel."""
-
-# What libyaml (a YAML 1.1 parser) may read otherwise than ruamel's YAML 1.2 parser, or what the
-# fast path does not build itself: directives (`%YAML 1.1` changes the rules), document end
-# markers (`...`, which ruamel reads into a block scalar before it), escapes in double-quoted
-# scalars (1.2 added `\/`), tabs, the characters only YAML 1.1 counts as line breaks (NEL, LS,
-# PS) and a byte-order mark inside the text. Also what a review found libyaml reads otherwise:
-# a lone CR, which both parsers count as a line break but `^` does not (so a directive or `...`
-# after one would pass this check); any `?` (libyaml loses the token after an empty `?` key in a
-# flow sequence); and a `:` right after a quoted or bracketed flow key (`["k":v]`, which ruamel
-# refuses). Such files go to ruamel.
-_RUAMEL_ONLY = re.compile(
-    r"^%|^\.\.\.|[\t\\\x85\u2028\u2029\ufeff?]|\r(?!\n)|[\"'\]}]:(?=[^\s])", re.MULTILINE
-)
-# Deeper than this, ruamel's composer (about two frames a level) and this path's (one) would hit
-# Python's recursion limit at different depths: leave the document to ruamel, which decides.
-_MAX_FAST_DEPTH = 100
-
-
-class _LeftToRuamel(Exception):
-    pass
-
-
-def _ruamel_node(
-    event: Any, events: Iterator[Any], resolver: Any, tags: dict[str, Any], depth: int = 0
-) -> Any:
-    """The node ruamel's composer makes of ``event`` (and of the events up to its end), its tag
-    resolved by ruamel's own YAML 1.2 resolver. Anchors, aliases, explicit tags and block
-    scalars are left to ruamel."""
-    if isinstance(event, libyaml_events.AliasEvent) or event.anchor is not None or event.tag is not None:
-        raise _LeftToRuamel
-    if depth > _MAX_FAST_DEPTH:
-        raise _LeftToRuamel
-    if isinstance(event, libyaml_events.ScalarEvent):
-        if event.style in ("|", ">"):
-            # Block scalars: ruamel refuses some blank-line layouts that libyaml reads.
-            raise _LeftToRuamel
-        plain, value = event.implicit[0], event.value
-        tag = tags.get(value) if plain else None
-        if tag is None:
-            tag = resolver.resolve(ruamel_nodes.ScalarNode, value, event.implicit)
-            if plain:
-                tags[value] = tag
-        return ruamel_nodes.ScalarNode(tag, value, style=event.style)
-    if isinstance(event, libyaml_events.SequenceStartEvent):
-        items: list[Any] = []
-        for item in events:
-            if isinstance(item, libyaml_events.SequenceEndEvent):
-                tag = resolver.resolve(ruamel_nodes.SequenceNode, None, event.implicit)
-                return ruamel_nodes.SequenceNode(tag, items, flow_style=event.flow_style)
-            items.append(_ruamel_node(item, events, resolver, tags, depth + 1))
-    if isinstance(event, libyaml_events.MappingStartEvent):
-        pairs: list[tuple[Any, Any]] = []
-        for key in events:
-            if isinstance(key, libyaml_events.MappingEndEvent):
-                tag = resolver.resolve(ruamel_nodes.MappingNode, None, event.implicit)
-                return ruamel_nodes.MappingNode(tag, pairs, flow_style=event.flow_style)
-            key_node = _ruamel_node(key, events, resolver, tags, depth + 1)
-            pairs.append((key_node, _ruamel_node(next(events), events, resolver, tags, depth + 1)))
-    raise _LeftToRuamel
-
-
-def _load_with_libyaml(text: str) -> Any:
-    """The document as ruamel's YAML 1.2 loader reads it, parsed by libyaml (PyYAML's C parser,
-    several times faster: 137 -> 24 ms for a 256-VM stack file), or ``_UNSURE``. libyaml only
-    parses: every scalar's type comes from ruamel's resolver and every value from ruamel's
-    constructor, so `on` stays a string and a repeated key is refused as before. Anything this
-    path is not sure of, or any error, goes to ruamel, which reads it (or reports it) itself."""
-    if not yaml.__with_libyaml__ or _RUAMEL_ONLY.search(text) or Reader.NON_PRINTABLE.search(text):
-        return _UNSURE
-    loader = _yaml_1_2()
-    try:
-        events = yaml.parse(text, Loader=yaml.CBaseLoader)
-        _, document, top = next(events), next(events), next(events)
-        if not isinstance(document, libyaml_events.DocumentStartEvent) or not isinstance(
-            top, libyaml_events.MappingStartEvent
-        ):
-            return _UNSURE  # no document, or not a mapping (which project and stack files are)
-        root = _ruamel_node(top, events, loader.resolver, {})
-        if [type(event) for event in events] != [
-            libyaml_events.DocumentEndEvent,
-            libyaml_events.StreamEndEvent,
-        ]:
-            return _UNSURE  # another document follows, which ruamel refuses
-        return loader.constructor.construct_document(root)
-    except Exception:  # noqa: BLE001 - whatever it is, ruamel decides (a repeated key, a syntax error)
-        return _UNSURE
-
-
 def _load_yaml_1_2(text: str) -> Any:
     """The single document in ``text``, as the Pulumi CLI reads it (see ``_yaml_1_2``)."""
-    document = _load_with_libyaml(text)
-    return _yaml_1_2().load(text) if document is _UNSURE else document
+    return _yaml_1_2().load(text)
 
 
 def _read_yaml(path: Path) -> Any:
@@ -551,8 +453,8 @@ def _plain_asset_or_secret(value: Any) -> Any:
         path = Path(os.path.abspath(value.path))
         shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
         return {"fileAsset": str(shown)}
-    if isinstance(value, dict) and value.get(rpc._special_sig_key) == rpc._special_secret_sig:
-        return _plain(value.get("value"))
+    if rpc.is_rpc_secret(value):
+        return _plain(rpc.unwrap_rpc_secret(value))
     return wire_values.KEEP
 
 
@@ -591,7 +493,7 @@ class _Collector(logging.Handler):
 
 
 @contextlib.contextmanager
-def _own_event_loops() -> Iterator[None]:
+def _own_event_loops() -> Iterator[asyncio.AbstractEventLoop]:
     """An event loop of the run's own, current while the SDK is set up and the program runs;
     closed afterwards with every loop the mock monitor's worker threads made. Left open, Python
     finds them at exit and may print `Exception ignored in: <function BaseEventLoop.__del__>`
@@ -609,7 +511,7 @@ def _own_event_loops() -> Iterator[None]:
     loop.set_default_executor(executor)
     asyncio.set_event_loop(loop)
     try:
-        yield
+        yield loop
     finally:
         pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
         for task in pending:
@@ -621,25 +523,6 @@ def _own_event_loops() -> Iterator[None]:
             worker_loop.close()
         loop.close()
         asyncio.set_event_loop(None)
-
-
-def _no_stack_trace() -> source_pb2.StackTrace:
-    return source_pb2.StackTrace()
-
-
-@contextlib.contextmanager
-def _without_stack_traces() -> Iterator[None]:
-    """No stack trace for each resource while the program runs under mocks. The SDK takes one per
-    resource (traceback.extract_stack, which also reads every frame's source file into linecache,
-    and a file URI per frame) to tell the engine where the resource was declared; neither the
-    mock monitor nor the recording keeps it. Without: a 256-VM plan 2.89 -> 2.66 s, the dev plan
-    1.25 -> 1.21 s and 5 MiB less (medians of 9, 2-core machine, 2026-11-21)."""
-    taken = runtime_resource._get_stack_trace
-    runtime_resource._get_stack_trace = _no_stack_trace
-    try:
-        yield
-    finally:
-        runtime_resource._get_stack_trace = taken
 
 
 def run(
@@ -659,19 +542,26 @@ def run(
     logger.handlers = [collector]
     logger.setLevel(logging.INFO)
 
-    with _own_event_loops(), _without_stack_traces():
-        pulumi.runtime.reset_options()
+    with _own_event_loops() as loop, sdk_without_stack_traces():
+        # As Pulumi's Automation API runs an inline program (pulumi/automation/_server.py,
+        # LanguageServer.Run): reset_options, set_all_config, then run_in_stack in its own loop,
+        # which makes the root stack and registers its outputs when the program is done. With the
+        # mock monitor in place of the engine's; not set_mocks, which makes a root stack of its
+        # own and finishes it at once, so that the program's exports would never be registered.
+        pulumi.runtime.reset_options(project=project, stack=stack, preview=preview)
         pulumi.runtime.set_all_config(dict(config or {}), list(secret_keys or []))
-        mocks = PlanMocks(previous_outputs)
-        monitor = RecordingMonitor(mocks)
-        pulumi.runtime.set_mocks(
-            mocks, project=project, stack=stack, preview=preview, logger=logger, monitor=monitor
+        monitor = RecordingMonitor(PlanMocks(previous_outputs))
+        pulumi.runtime.configure(
+            pulumi.runtime.Settings(
+                project=project,
+                stack=stack,
+                monitor=monitor,
+                engine=pulumi_mocks.MockEngine(logger),
+                dry_run=preview,
+            )
         )
-        # set_mocks makes a finished root stack of its own; drop it so run_in_stack makes the root
-        # stack the way the language host does, and stack exports reach RegisterResourceOutputs.
-        settings.ROOT.set(None)
         try:
-            _sync_await(run_in_stack(body))
+            loop.run_until_complete(pulumi.runtime.run_in_stack(body))
         finally:
             pulumi.runtime.set_all_config({}, [])
     registrations = sorted(monitor.registrations.values(), key=lambda r: r.urn)

@@ -32,32 +32,30 @@ from __future__ import annotations
 import gc
 
 if __name__ == "__main__":
-    # A one-shot command, as infra.plan: the collector would walk the SDKs' objects again and
-    # again while they import, for nothing (see infra/plan.py).
-    gc.disable()
+    gc.disable()  # a one-shot command, as infra.plan (see there for what it saves)
 
 import argparse  # noqa: E402 - after the collector is off, on purpose
-import functools  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from typing import Any, Callable, Literal, Optional, Sequence, TypeVar  # noqa: E402
+import functools
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Optional, Sequence, TypeVar
 
-import pulumi  # noqa: E402
-from tpu_training_components.domain.node_pool_plan import (  # noqa: E402
+import pulumi
+from tpu_training_components.domain.node_pool_plan import (
     FLEX_START_MIN_GKE_VERSION,
     QUEUED_PROVISIONING_MIN_GKE_VERSION,
     gke_version_problem,
 )
-from tpu_training_components.domain.recovery import failure_summary  # noqa: E402
-from tpu_training_components.domain.required_access import BOOTSTRAP_APIS, StackAccess, stack_access  # noqa: E402
-from tpu_training_components.live import endpoints, project_api  # noqa: E402
-from tpu_training_components.live.deadline import call_with_deadline  # noqa: E402
+from tpu_training_components.domain.recovery import failure_summary
+from tpu_training_components.domain.required_access import BOOTSTRAP_APIS, StackAccess, stack_access
+from tpu_training_components.live import endpoints, project_api
+from tpu_training_components.live.deadline import Deadline
 
-from infra import offline  # noqa: E402
-from infra.plan import CommandLineParser, UsageError, _exit_now, load_project_for, stack_name  # noqa: E402
+from infra import offline
+from infra.plan import CommandLineParser, UsageError, exit_quickly, load_project_for, stack_name
 
 T = TypeVar("T")
 
@@ -155,11 +153,12 @@ class Budget:
         self._clock = clock
         self._ends = clock() + seconds
 
-    def call(self, what: str, call: Callable[[], T]) -> T:
+    def call(self, what: str, call: Callable[[Deadline], T]) -> T:
+        """``call(deadline)``, its deadline ``CALL_SECONDS`` or what is left from now."""
         left = self._ends - self._clock()
         if left <= 0:
             raise TimeoutError("the time budget (--timeout) ran out before this check")
-        return call_with_deadline(call, min(CALL_SECONDS, left), what)
+        return call(Deadline(min(CALL_SECONDS, left), what))
 
 
 def _unchecked(name: str, why: str) -> Check:
@@ -223,7 +222,7 @@ class Preflight:
         try:
             self.identity = self.budget.call(
                 "getting a token with the Application Default Credentials",
-                lambda: project_api.application_default_credentials(CALL_SECONDS),
+                project_api.application_default_credentials,
             )
         except Exception as exc:  # noqa: BLE001 - any failure: no usable credentials
             return Check(
@@ -248,13 +247,13 @@ class Preflight:
         check: str,
         what: str,
         client: Callable[..., Any],
-        read: Callable[[Any], T],
+        read: Callable[[Any, Deadline], T],
         fixes: tuple[str, ...] = (),
     ) -> T:
-        """``read(client)``, within the budget; a failure raises ``_NoAnswer`` with the check's
-        result (``_refused``)."""
+        """``read(client, deadline)``, within the budget; a failure raises ``_NoAnswer`` with the
+        check's result (``_refused``)."""
         try:
-            return self.budget.call(what, lambda: read(self._client(client)))
+            return self.budget.call(what, lambda deadline: read(self._client(client), deadline))
         except Exception as exc:  # noqa: BLE001 - reported as the check's result
             raise _NoAnswer(self._refused(check, exc, what, fixes)) from None
 
@@ -265,7 +264,7 @@ class Preflight:
             "project",
             f"reading project {project}",
             endpoints.projects_client,
-            lambda client: project_api.project_state(client, project, CALL_SECONDS),
+            lambda client, deadline: project_api.project_state(client, project, deadline),
             (f"gcloud projects describe {project}", "gcloud projects list"),
         )
         if state != "ACTIVE":
@@ -284,7 +283,7 @@ class Preflight:
             "apis",
             f"reading the enabled APIs of {project}",
             endpoints.service_usage_client,
-            lambda client: project_api.api_states(client, project, wanted, CALL_SECONDS),
+            lambda client, deadline: project_api.api_states(client, project, wanted, deadline),
             (f"gcloud services enable {' '.join(BOOTSTRAP_APIS)} --project={project}",),
         )
         off = [api for api in wanted if states.get(api) != "ENABLED"]
@@ -309,7 +308,9 @@ class Preflight:
             "permissions",
             f"testing permissions on {project}",
             endpoints.projects_client,
-            lambda client: project_api.granted_permissions(client, project, access.permissions, CALL_SECONDS),
+            lambda client, deadline: project_api.granted_permissions(
+                client, project, access.permissions, deadline
+            ),
         )
         lacking = [p for p in access.permissions if p not in granted]
         unknown = (
@@ -350,7 +351,7 @@ class Preflight:
             check,
             f"listing the TPU types and versions of {zone}",
             endpoints.tpu_client,
-            lambda client: project_api.tpu_offering(client, project, zone, CALL_SECONDS),
+            lambda client, deadline: project_api.tpu_offering(client, project, zone, deadline),
         )
         problems, fixes = [], []
         if accelerator_type not in offering.accelerator_types:
@@ -370,7 +371,7 @@ class Preflight:
             "gke-versions",
             f"reading the GKE versions of {location}",
             endpoints.container_client,
-            lambda client: project_api.gke_channel_versions(client, project, location, CALL_SECONDS),
+            lambda client, deadline: project_api.gke_channel_versions(client, project, location, deadline),
         )
         needs = list(self.stack.needs) + (
             [(minimum, "cluster.minVersion")] if minimum and minimum != "latest" else []
@@ -517,4 +518,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    _exit_now(main())
+    exit_quickly(main())

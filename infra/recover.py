@@ -87,7 +87,7 @@ from infra.automation import (
     UpRunner,
     deployed_names,
 )
-from infra.plan import CommandLineParser, UsageError, load_project_for, stack_name
+from infra.plan import CommandLineParser, UsageError, exit_quickly, load_project_for, stack_name
 
 EXIT_OK = 0
 EXIT_UP_FAILED = 1
@@ -676,18 +676,5 @@ def _run() -> int:
         return 130
 
 
-def _exit_now(status: int) -> None:
-    """End the process without interpreter teardown once its output is out. A probe past its
-    deadline leaves its daemon thread blocked in a socket read or a credentials plugin; tearing
-    the interpreter down under it can abort the process (SIGABRT, exit 134) after the round has
-    decided, where the status must be the round's own."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (BrokenPipeError, ValueError, OSError):
-            pass
-    os._exit(status)
-
-
 if __name__ == "__main__":
-    _exit_now(_run())
+    exit_quickly(_run())

@@ -26,35 +26,33 @@ from __future__ import annotations
 import gc
 
 if __name__ == "__main__":
-    gc.disable()  # a one-shot command, as infra.plan (see there)
+    gc.disable()  # a one-shot command, as infra.plan (see there for what it saves)
 
 import argparse  # noqa: E402 - after the collector is off, on purpose
-import functools  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from datetime import datetime, timezone  # noqa: E402
-from typing import Any, Callable, Optional, Sequence  # noqa: E402
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Optional, Sequence
 
-from tpu_training_components.domain.recovery import Decision, failure_summary  # noqa: E402
-from tpu_training_components.live import endpoints  # noqa: E402
-from tpu_training_components.live.checkpoints import CheckpointState, read_checkpoints  # noqa: E402
-from tpu_training_components.live.deadline import PROBE_DEADLINE_SECONDS, call_with_deadline  # noqa: E402
-from tpu_training_components.live.progress_records import ProgressReading, read_progress  # noqa: E402
-from tpu_training_components.resources.reconcile import RECOVERIES_OUTPUT  # noqa: E402
+from tpu_training_components.domain.recovery import Decision, failure_summary
+from tpu_training_components.live import endpoints
+from tpu_training_components.live.checkpoints import CheckpointState, read_checkpoints
+from tpu_training_components.live.progress_records import ProgressReading, read_progress
+from tpu_training_components.resources.reconcile import RECOVERIES_OUTPUT
 
-from infra import offline, stack_config  # noqa: E402
-from infra.plan import (  # noqa: E402
+from infra import offline, stack_config
+from infra.plan import (
     CommandLineParser,
     UsageError,
-    _exit_now,
+    exit_quickly,
     load_project_for,
     read_previous_outputs,
     stack_name,
 )
-from infra.recover import Probe, SecretsNeedTheCli, Target, load_settings  # noqa: E402
+from infra.recover import Probe, SecretsNeedTheCli, Target, load_settings
 
 EXIT_OK = 0
 EXIT_CONFIG_ERROR = 2
@@ -65,7 +63,7 @@ EXIT_UNREAD = 75
 OUTPUTS_SECONDS = 60.0
 """How long `pulumi stack output` may take: it reads the backend, and answers in seconds."""
 READ_SECONDS = 15.0
-"""Each Cloud Storage request's timeout; ``PROBE_DEADLINE_SECONDS`` bounds each run's reads."""
+"""Each Cloud Storage request's timeout; ``read_checkpoints``' deadline bounds each run's reads."""
 
 
 @dataclass
@@ -201,17 +199,11 @@ def gather(
             run.unread.append(f"checkpoints: {client_error}")
         else:
             try:
-                read = functools.partial(read_checkpoints, client, run.checkpoint_dir, timeout=READ_SECONDS)
-                run.checkpoints = call_with_deadline(
-                    read, PROBE_DEADLINE_SECONDS, f"listing {run.checkpoint_dir}"
-                )
+                run.checkpoints = read_checkpoints(client, run.checkpoint_dir, timeout=READ_SECONDS)
             except Exception as exc:  # noqa: BLE001 - reported per run
                 run.unread.append(f"checkpoints: {failure_summary(exc)}")
             try:
-                records = functools.partial(read_progress, client, run.checkpoint_dir, timeout=READ_SECONDS)
-                progress = call_with_deadline(
-                    records, PROBE_DEADLINE_SECONDS, f"progress in {run.checkpoint_dir}"
-                )
+                progress = read_progress(client, run.checkpoint_dir, timeout=READ_SECONDS)
                 run.progress = progress
                 run.unread.extend(f"progress: {problem}" for problem in progress.problems)
             except Exception as exc:  # noqa: BLE001 - reported per run
@@ -370,4 +362,4 @@ def main(
 
 if __name__ == "__main__":
     os.environ.pop("TPU_TRAINING_OFFLINE", None)  # status reads what is live
-    _exit_now(main())
+    exit_quickly(main())

@@ -12,6 +12,9 @@ import pytest
 from support.fake_kube_api import FakeGkeApi, FakeKubernetesApi, job, kubeconfig_for, self_signed_certificate
 from support.fake_redirect import RedirectingServer
 from support.fake_tpu_api import FakeTpuApi
+from support.loopback import LoopbackJsonServer, not_found
+from tpu_training_components.live import endpoints
+from tpu_training_components.live.checkpoints import read_checkpoints
 from tpu_training_components.live.deadline import DeadlineExceeded, call_with_deadline
 from tpu_training_components.live.kube_api import ClusterRef, list_live_jobs, make_container_client
 from tpu_training_components.live.tpu_api import list_live_nodes, make_client
@@ -466,3 +469,34 @@ def test_a_redirected_gke_api_is_unavailable_not_absent():
     assert live.failures["default"].startswith(
         "UnexpectedAnswer: finding projects/p/locations/us-east5/clusters/tpu-dev"
     )
+
+
+# --- a run's checkpoints in its bucket (python -m infra.status) ----------------------------------
+
+
+class FakeStorageApi(LoopbackJsonServer):
+    """The Cloud Storage JSON API's listing and object reads, for one bucket holding a run's step
+    folder 10 with its commit file."""
+
+    def route(self, method, path, query, headers):
+        if path == "/storage/v1/b/ckpts/o":
+            return 200, {"kind": "storage#objects", "prefixes": ["run/10/"]}
+        if path == "/storage/v1/b/ckpts/o/run%2F10%2Fcommit_success.txt":
+            return 200, {
+                "kind": "storage#object",
+                "bucket": "ckpts",
+                "name": "run/10/commit_success.txt",
+                "timeCreated": "2026-11-26T07:00:00.000Z",
+            }
+        return not_found()
+
+
+def test_a_bucket_whose_listing_drips_is_cut_off_at_the_deadline():
+    with FakeStorageApi() as gcs:
+        client = endpoints.storage_client("p", gcs.endpoint)
+        assert read_checkpoints(client, "gs://ckpts/run", timeout=5).step == 10
+        gcs.drip_seconds = 0.3  # each byte well within the read timeout
+        started = time.monotonic()
+        with pytest.raises(DeadlineExceeded, match="listing gs://ckpts/run took longer than 1.5 s"):
+            read_checkpoints(client, "gs://ckpts/run", timeout=1.0, deadline=DEADLINE)
+    assert time.monotonic() - started < DEADLINE + SLACK

@@ -170,13 +170,11 @@ def test_program_runs_as_the_language_host_runs_it():
     config, _, _ = offline.stack_config(offline.load_project(REPO), "dev")
     script = textwrap.dedent(
         f"""
-        import runpy, sys
+        import asyncio, runpy, sys
         sys.path.insert(0, {str(INFRA)!r})
         assert {str(REPO)!r} not in sys.path, sys.path
         import pulumi
-        from pulumi.runtime import mocks, settings
-        from pulumi.runtime.stack import run_in_stack
-        from pulumi.runtime.sync_await import _sync_await
+        from pulumi.runtime import mocks
 
         registered = []
         class Mocks(mocks.Mocks):
@@ -188,9 +186,16 @@ def test_program_runs_as_the_language_host_runs_it():
             def call(self, args):  # the program reads its last outputs: as the engine, none yet
                 return {{}}, []  # no check failures (the SDK's mock monitor cannot iterate None)
 
-        pulumi.runtime.set_mocks(Mocks(), project="tpu-training", stack="dev", preview=False)
-        settings.ROOT.set(None)
-        _sync_await(run_in_stack(lambda: runpy.run_path({str(INFRA / "__main__.py")!r}, run_name="__main__")))
+        # As the language host runs a program (see infra/offline.py, run), the engine mocked.
+        pulumi.runtime.reset_options(project="tpu-training", stack="dev", preview=False)
+        pulumi.runtime.configure(pulumi.runtime.Settings(
+            project="tpu-training", stack="dev", monitor=mocks.MockMonitor(Mocks()),
+            engine=mocks.MockEngine(None), dry_run=False,
+        ))
+        program = lambda: runpy.run_path({str(INFRA / "__main__.py")!r}, run_name="__main__")
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(pulumi.runtime.run_in_stack(program))
         print(sorted(registered))
         """
     )
@@ -229,7 +234,7 @@ def test_pulumi_yaml_declares_and_describes_every_project_key():
     assert project["main"] == "infra/"
     assert project["runtime"]["name"] == "python"
     declared = project["config"]
-    assert set(declared) == set(stack_config._PROJECT_KEYS)
+    assert set(declared) == set(stack_config.PROJECT_KEYS)
     for key, declaration in declared.items():
         assert declaration["description"].strip(), key
         # Pulumi demands a stack value for any project key without a default.

@@ -339,13 +339,13 @@ import functools, os, sys
 from tpu_training_components.live import kube_api
 from infra import recover
 probe = recover.Probe(read_jobs=functools.partial(kube_api.list_live_jobs, deadline=1.0))
-recover._exit_now(recover.main(["--stack", "dev", "--once", "--dry-run"], probe=probe))
+sys.exit(recover.main(["--stack", "dev", "--once", "--dry-run"], probe=probe))
 """
 
 
-def test_a_jobs_list_past_its_deadline_exits_75_even_with_its_thread_still_blocked(tmp_path):
-    # The abandoned probe thread is still blocked in its socket read when the process ends: the
-    # exit status is the round's (75), never an abort from interpreter teardown (134).
+def test_a_jobs_list_past_its_deadline_exits_75_by_the_interpreters_own_exit(tmp_path):
+    # The list's request is cut off at the deadline (no thread is left blocked in its socket read):
+    # the exit status is the round's (75), never an abort from interpreter teardown (134).
     with FakeTpuApi() as tpu, FakeKubernetesApi() as kube:
         tpu.add(ZONE, "demo-tpu", "READY", labels={"recovery-generation": "3"})
         kube.add("default", job("train-v6e", generation=1, active=4, ready=4))

@@ -2,7 +2,6 @@
 library, under the package name ``tpu-training``. Kept here so that tests and the provider's entry
 point read one list."""
 
-import asyncio
 import inspect
 import json
 import sys
@@ -33,6 +32,7 @@ from pulumi.provider.experimental.util import camel_case  # noqa: E402
 from pulumi.provider.server import ComponentInitError  # noqa: E402
 
 from .errors import InvalidArgument, PropertyPath, format_path  # noqa: E402
+from .library_internals import resolved_value  # noqa: E402
 from .resources.checkpoint_bucket import CheckpointBucket  # noqa: E402
 from .resources.engines import WorkloadEngines  # noqa: E402
 from .resources.gke_cluster import GkeTpuCluster  # noqa: E402
@@ -228,11 +228,9 @@ def _whole_number(value: Any) -> Any:
 def _known_value(value: pulumi.Output[Any], key: str, component: str) -> Any:
     """The value of a plain input that arrived as an Output because it came from another resource.
     The provider server makes such Outputs from values it already holds, so they are resolved."""
-    data = getattr(value, "_data", None)
-    if isinstance(data, asyncio.Future) and data.done() and not data.cancelled() and data.exception() is None:
-        resolved = data.result()
-        if resolved.is_known and not contains_unknowns(resolved.value) and not resolved.is_secret:
-            return resolved.value
+    resolved, known_value, known, secret = resolved_value(value)
+    if resolved and known and not contains_unknowns(known_value) and not secret:
+        return known_value
     raise InputPropertyError(
         key,
         f"{key} of {component} must be a value known when the component is declared (it decides which "

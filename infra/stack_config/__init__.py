@@ -13,8 +13,8 @@ puts only ``infra/`` on ``sys.path``), the commands as ``infra.stack_config``:
 from .fields import PROJECT, Provisioning
 from .gke import SYSTEM_POOL, ClusterConfig, JobConfig, MaintenanceWindowConfig, NodePoolConfig
 from .loading import (
-    _PROJECT_KEYS,
     OFFLINE_SECRET,
+    PROJECT_KEYS,
     ConfigError,
     gcp_provider_keys,
     is_config_secret,
@@ -32,7 +32,7 @@ __all__ = [
     "PROJECT_ROOT",
     "SYSTEM_POOL",
     "TRAINER_CODE_VARIABLE",
-    "_PROJECT_KEYS",
+    "PROJECT_KEYS",
     "BucketConfig",
     "CheckpointingConfig",
     "ClusterConfig",

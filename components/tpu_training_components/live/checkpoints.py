@@ -8,7 +8,7 @@ save still being written, or one a preemption cut short. The reference trainer (
 keeping the contract of docs/trainer.md) writes ``TRAINING_COMPLETE`` there when it is done.
 
 One listing of the step folders, then one read per candidate step, newest first, until a complete
-one: a few calls per run, bounded by ``max_candidates``.
+one: a few calls per run, bounded by ``max_candidates``, and all of them by one deadline.
 """
 
 from __future__ import annotations
@@ -17,6 +17,10 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Optional
+
+from ..library_internals import storage_session
+from .deadline import MAX_PAGES, PROBE_DEADLINE_SECONDS, Deadline
+from .http_answers import checking_answers
 
 COMMIT_FILE = "commit_success.txt"
 COMPLETION_MARKER = "TRAINING_COMPLETE"
@@ -46,29 +50,55 @@ def split_gs(uri: str) -> tuple[str, str]:
 
 
 def read_checkpoints(
-    client: Any, checkpoint_dir: str, *, timeout: float, max_candidates: int = 5
+    client: Any,
+    checkpoint_dir: str,
+    *,
+    timeout: float,
+    deadline: float = PROBE_DEADLINE_SECONDS,
+    max_candidates: int = 5,
 ) -> CheckpointState:
     """The newest complete checkpoint under ``checkpoint_dir`` (a ``google.cloud.storage.Client``
-    reads it); raises the client's error when the bucket cannot be read."""
+    reads it); raises the client's error when the bucket cannot be read, ``DeadlineExceeded``
+    when the reads take more than ``deadline`` seconds in all (each request waits at most
+    ``timeout``, or the time left if that is shorter)."""
     bucket_name, prefix = split_gs(checkpoint_dir)
     folder = f"{prefix}/" if prefix else ""
-    listing = client.list_blobs(bucket_name, prefix=folder, delimiter="/", timeout=timeout, retry=None)
-    names = {blob.name for blob in listing}  # consumes every page; prefixes fill in as it goes
-    steps = sorted(
-        (
-            int(p[len(folder) :].rstrip("/"))
-            for p in listing.prefixes
-            if p[len(folder) :].rstrip("/").isdigit()
-        ),
-        reverse=True,
-    )
-    bucket = client.bucket(bucket_name)
-    incomplete: list[int] = []
-    for step in steps[:max_candidates]:
-        commit = bucket.get_blob(f"{folder}{step}/{COMMIT_FILE}", timeout=timeout, retry=None)
-        if commit is not None:
-            return CheckpointState(
-                step, commit.time_created, tuple(incomplete), f"{folder}{COMPLETION_MARKER}" in names
-            )
-        incomplete.append(step)
+    by = Deadline(deadline, f"listing {checkpoint_dir}")
+    with checking_answers(storage_session(client), by):
+        names, prefixes = _list_folder(client, bucket_name, folder, timeout, by)
+        steps = sorted(
+            (int(p[len(folder) :].rstrip("/")) for p in prefixes if p[len(folder) :].rstrip("/").isdigit()),
+            reverse=True,
+        )
+        bucket = client.bucket(bucket_name)
+        incomplete: list[int] = []
+        for step in steps[:max_candidates]:
+            commit = bucket.get_blob(f"{folder}{step}/{COMMIT_FILE}", timeout=by.timeout(timeout), retry=None)
+            if commit is not None:
+                return CheckpointState(
+                    step, commit.time_created, tuple(incomplete), f"{folder}{COMPLETION_MARKER}" in names
+                )
+            incomplete.append(step)
     return CheckpointState(None, None, tuple(incomplete), f"{folder}{COMPLETION_MARKER}" in names)
+
+
+def _list_folder(
+    client: Any, bucket: str, folder: str, timeout: float, by: Deadline
+) -> tuple[set[str], set[str]]:
+    """The names of the objects directly in ``folder``, and of its subfolders: one request per
+    page, each with the time left (the client's own iterator gives every page the first one's)."""
+    names: set[str] = set()
+    prefixes: set[str] = set()
+    token: Optional[str] = None
+    for _ in range(MAX_PAGES):
+        listing = client.list_blobs(
+            bucket, prefix=folder, delimiter="/", page_token=token, timeout=by.timeout(timeout), retry=None
+        )
+        page = next(listing.pages, None)  # the first page; iterating on would read the next
+        if page is not None:
+            names.update(blob.name for blob in page)
+            prefixes.update(page.prefixes)
+        token = listing.next_page_token
+        if not token:
+            return names, prefixes
+    raise RuntimeError(f"gs://{bucket}/{folder} has more than {MAX_PAGES} pages of checkpoints")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
+from .deadline import Deadline
+
 TPU_ENDPOINT_VARIABLE = "TPU_API_ENDPOINT"
 """Overrides the Cloud TPU API endpoint, e.g. ``http://127.0.0.1:8080``."""
 GKE_ENDPOINT_VARIABLE = "GKE_API_ENDPOINT"
@@ -83,3 +85,19 @@ def storage_client(project: str, endpoint: Optional[str] = None, credentials: An
     if credentials is None and endpoint and endpoint.startswith("http://"):
         credentials = AnonymousCredentials()
     return Client(project=project, credentials=credentials, client_options=options)
+
+
+class TimedRequest:
+    """google-auth's `requests` transport (``google.auth.transport.requests.Request``) with the
+    time left before ``deadline`` as the timeout of every request it makes (its default is two
+    minutes): what a credentials refresh is given, so that a token endpoint that never answers
+    cannot outlast a probe's deadline, retries included."""
+
+    def __init__(self, deadline: Deadline) -> None:
+        from google.auth.transport.requests import Request
+
+        self.request, self.deadline = Request(), deadline
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["timeout"] = self.deadline.left()
+        return self.request(*args, **kwargs)

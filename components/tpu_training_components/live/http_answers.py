@@ -9,11 +9,11 @@ answer that is not the API's own is refused here, and the caller reports "unavai
 
 from __future__ import annotations
 
-import threading
+import io
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Optional
 
-from .deadline import MAX_ANSWER_BYTES
+from .deadline import MAX_ANSWER_BYTES, Deadline
 
 
 class UnexpectedAnswer(Exception):
@@ -46,54 +46,86 @@ def answer_problem(status: int, headers: Mapping[str, str], what: str) -> Option
     return None
 
 
-def read_bounded(chunks: Iterator[bytes], declared_length: str, limit: int, what: str) -> bytes:
-    """The whole body from ``chunks``, refusing one larger than ``limit`` bytes (as declared, or
-    as it arrives) before it is all in memory."""
+def read_bounded(raw: Any, declared_length: str, limit: int, what: str, deadline: Deadline) -> bytes:
+    """The whole body of ``raw`` (a urllib3 response not read yet), refusing one larger than
+    ``limit`` bytes (as declared, or as it arrives) before it is all in memory, and one that
+    is still arriving when ``deadline`` passes. Read in pieces as they come (``read1``), so a
+    body dripped a byte at a time is cut off at the deadline, not at its end."""
     if declared_length.strip().isdigit() and int(declared_length) > limit:
         raise UnexpectedAnswer(f"{what}: the answer is {int(declared_length)} bytes, more than {limit}")
     body = bytearray()
-    for chunk in chunks:
-        body += chunk
-        if len(body) > limit:
-            raise UnexpectedAnswer(f"{what}: the answer is more than {limit} bytes")
-    return bytes(body)
+    with timeouts_of(deadline):
+        while True:
+            deadline.left()
+            chunk = raw.read1(64 * 1024)
+            if not chunk:
+                return bytes(body)
+            body += chunk
+            if len(body) > limit:
+                raise UnexpectedAnswer(f"{what}: the answer is more than {limit} bytes")
+
+
+def read_whole(raw: Any, declared_length: str, limit: int, deadline: Deadline) -> bytes:
+    """``read_bounded``, then the connection goes back to its pool; closed instead when the body
+    was not read to its end (what is left of it would be read as the next answer)."""
+    try:
+        body = read_bounded(raw, declared_length, limit, deadline.what, deadline)
+    except BaseException:
+        raw.close()
+        raise
+    raw.release_conn()
+    return body
 
 
 @contextmanager
-def checking_answers(session: Any, what: str, *, max_bytes: int = MAX_ANSWER_BYTES) -> Iterator[list[bytes]]:
+def timeouts_of(deadline: Deadline) -> Iterator[None]:
+    """A failure in the block once ``deadline`` has passed is the deadline's: each request waits
+    at most the time left (``Deadline.timeout``), and the libraries report a wait cut short in
+    their own ways (``ReadTimeout``, urllib3's ``ReadTimeoutError``, google-auth's
+    ``TransportError`` around either)."""
+    try:
+        yield
+    except Exception:
+        if deadline.passed():
+            raise deadline.exceeded() from None
+        raise
+
+
+@contextmanager
+def checking_answers(
+    session: Any, deadline: Deadline, *, max_bytes: int = MAX_ANSWER_BYTES
+) -> Iterator[list[bytes]]:
     """While the block runs, refuse (raise ``UnexpectedAnswer`` from) every answer a `requests`
-    session receives in this thread that is not the API's own, and collect each body it accepts.
+    session receives that is not the API's own, read each body within ``deadline`` (a request
+    cut short by it raises ``DeadlineExceeded``), and collect each body it accepts.
 
     A `requests` response hook runs before the session follows a redirect and before it reads the
     body (``Session.send``), so a redirect is never followed and a huge body never read whole.
-    Only this thread's answers: a call that outlived its deadline may still be answered on the
-    shared session while the next one runs. A session without hooks (another transport) is
-    left alone and yields no bodies."""
+    The hook reads the body itself and hands the session the same bytes to parse. A session
+    without hooks (another transport) is left alone and yields no bodies."""
     bodies: list[bytes] = []
+    what = deadline.what
     hooks = getattr(session, "hooks", None)
     if not isinstance(hooks, dict):
-        yield bodies
+        with timeouts_of(deadline):
+            yield bodies
         return
-    reader = threading.get_ident()
 
     def check(response: Any, *args: Any, **kwargs: Any) -> Any:
-        if threading.get_ident() != reader:
-            return response
         problem = answer_problem(response.status_code, response.headers, what)
         if problem is not None:
             response.close()
             raise UnexpectedAnswer(problem)
-        body = read_bounded(
-            response.iter_content(64 * 1024), response.headers.get("Content-Length", ""), max_bytes, what
-        )
-        # Where `requests` keeps a body it has read: the client library parses these same bytes.
-        response._content = body
+        body = read_whole(response.raw, response.headers.get("Content-Length", ""), max_bytes, deadline)
+        # The client library reads the body from here (``Response.raw``, a file-like object).
+        response.raw = io.BytesIO(body)
         if response.status_code == 200:
             bodies.append(body)
         return response
 
     hooks.setdefault("response", []).append(check)
     try:
-        yield bodies
+        with timeouts_of(deadline):
+            yield bodies
     finally:
         hooks["response"].remove(check)

@@ -21,7 +21,7 @@ import threading
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable, Iterator, Optional, Protocol, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Protocol, Sequence
 
 from ..domain.job_manifests import PART_OF, PART_OF_LABEL
 from ..domain.job_recovery import JobCondition, LiveJob, LiveJobSet
@@ -36,9 +36,10 @@ from ..domain.kueue_recovery import (
     kueue_unreadable,
 )
 from ..domain.recovery import Condition, failure_summary
-from .deadline import MAX_ANSWER_BYTES, PROBE_DEADLINE_SECONDS, call_with_deadline
-from .endpoints import container_client
-from .http_answers import UnexpectedAnswer, answer_problem, checking_answers, read_bounded
+from ..library_internals import rest_session
+from .deadline import MAX_ANSWER_BYTES, PROBE_DEADLINE_SECONDS, Deadline, call_with_deadline
+from .endpoints import TimedRequest, container_client
+from .http_answers import UnexpectedAnswer, answer_problem, checking_answers, read_whole, timeouts_of
 
 KUBECONFIG_VARIABLE = "KUBECONFIG"
 _CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
@@ -142,18 +143,23 @@ def _configuration_from_kubeconfig(path: str) -> Any:
 
 
 def _configuration_from_gke(
-    cluster: ClusterRef, container_client: Any, credentials: Any, cleanup: ExitStack, timeout: float
+    cluster: ClusterRef,
+    container_client: Any,
+    credentials: Any,
+    cleanup: ExitStack,
+    timeout: float,
+    deadline: Deadline,
 ) -> Any:
     import google.auth
-    import google.auth.transport.requests
     from google.api_core import exceptions
     from kubernetes import client
 
     container_client = container_client or make_container_client()
-    session = getattr(getattr(container_client, "transport", None), "_session", None)
     try:
-        with checking_answers(session, f"finding {cluster.path}"):
-            described = container_client.get_cluster(name=cluster.path, retry=None, timeout=timeout)
+        with checking_answers(rest_session(container_client), deadline):
+            described = container_client.get_cluster(
+                name=cluster.path, retry=None, timeout=deadline.timeout(timeout)
+            )
     except exceptions.NotFound as exc:
         if not _google_not_found(exc):
             raise
@@ -161,7 +167,8 @@ def _configuration_from_gke(
     if credentials is None:
         credentials, _ = google.auth.default(scopes=[_CLOUD_PLATFORM])
     if not credentials.valid:
-        credentials.refresh(google.auth.transport.requests.Request())
+        with timeouts_of(deadline):
+            credentials.refresh(TimedRequest(deadline))
 
     # The client wants the cluster's CA certificate as a file; it lives only while we list.
     ca_file = cleanup.enter_context(tempfile.NamedTemporaryFile("wb", suffix=".crt"))
@@ -266,17 +273,16 @@ def _live_job(item: Any, namespace: str, index: int) -> LiveJob:
     )
 
 
-def _list_items(raw: Any, what: str, list_kind: str, max_bytes: int) -> list[Any]:
+def _list_items(raw: Any, list_kind: str, max_bytes: int, deadline: Deadline) -> list[Any]:
     """The items of a list answer, from the raw urllib3 response (``_preload_content=False``):
     the client's own reading takes any JSON (``{"items": []}`` from anything at all) as an
     empty list, so the answer must be the API server's own and of ``list_kind``."""
-    try:
-        problem = answer_problem(raw.status, raw.headers, what)
-        if problem is not None:
-            raise UnexpectedAnswer(problem)
-        body = read_bounded(raw.stream(64 * 1024), raw.headers.get("Content-Length", ""), max_bytes, what)
-    finally:
-        raw.release_conn()
+    what = deadline.what
+    problem = answer_problem(raw.status, raw.headers, what)
+    if problem is not None:
+        raw.close()
+        raise UnexpectedAnswer(problem)
+    body = read_whole(raw, raw.headers.get("Content-Length", ""), max_bytes, deadline)
     try:
         document = json.loads(body)
     except ValueError as exc:
@@ -291,15 +297,40 @@ def _list_items(raw: Any, what: str, list_kind: str, max_bytes: int) -> list[Any
     return items
 
 
-def _list_jobs(batch: Any, namespace: str, timeout: float, max_bytes: int) -> list[LiveJob]:
+@dataclass(frozen=True)
+class _Limits:
+    """What one list call may take: each request ``timeout`` seconds, the call ``deadline``
+    seconds in all, its answer ``max_bytes``."""
+
+    timeout: float
+    deadline: float
+    max_bytes: int
+
+    def items(
+        self, what: str, list_kind: str, call: Callable[..., Any], *args: Any, selector: str
+    ) -> list[Any]:
+        """The items of ``call(*args)``, one list call of the Kubernetes client, made and read
+        within these limits."""
+        by = Deadline(self.deadline, what)
+        with timeouts_of(by):
+            raw = call(
+                *args,
+                label_selector=selector,
+                _request_timeout=by.timeout(self.timeout),
+                _preload_content=False,  # the raw urllib3 response, after the client's check for 2xx
+            )
+        return _list_items(raw, list_kind, self.max_bytes, by)
+
+
+def _list_jobs(batch: Any, namespace: str, limits: _Limits) -> list[LiveJob]:
     """One namespace's Jobs of this project."""
-    raw = batch.list_namespaced_job(
+    items = limits.items(
+        f"listing Jobs in {namespace}",
+        "JobList",
+        batch.list_namespaced_job,
         namespace,
-        label_selector=f"{PART_OF_LABEL}={PART_OF}",
-        _request_timeout=timeout,
-        _preload_content=False,  # the raw urllib3 response, after the client's check for 2xx
+        selector=f"{PART_OF_LABEL}={PART_OF}",
     )
-    items = _list_items(raw, f"listing Jobs in {namespace}", "JobList", max_bytes)
     return [_live_job(item, namespace, index) for index, item in enumerate(items)]
 
 
@@ -351,22 +382,20 @@ def _time(value: Any) -> Optional[datetime]:
     return at if at.tzinfo else None
 
 
-def _list_jobsets(custom: Any, namespace: str, timeout: float, max_bytes: int) -> list[LiveJobSet]:
+def _list_jobsets(custom: Any, namespace: str, limits: _Limits) -> list[LiveJobSet]:
     """One namespace's JobSets of this project, checked as Jobs are."""
     group, version = JOBSET_API_VERSION.split("/")
-    raw = custom.list_namespaced_custom_object(
+    items = limits.items(
+        f"listing JobSets in {namespace}",
+        "JobSetList",
+        custom.list_namespaced_custom_object,
         group,
         version,
         namespace,
         "jobsets",
-        label_selector=f"{PART_OF_LABEL}={PART_OF}",
-        _request_timeout=timeout,
-        _preload_content=False,
+        selector=f"{PART_OF_LABEL}={PART_OF}",
     )
-    return [
-        _live_jobset(item)
-        for item in _list_items(raw, f"listing JobSets in {namespace}", "JobSetList", max_bytes)
-    ]
+    return [_live_jobset(item) for item in items]
 
 
 # A uid goes into a label selector: only a valid label value (a uid always is) can be asked about.
@@ -408,22 +437,20 @@ def _live_workload(item: Any, namespace: str, index: int) -> LiveWorkload:
     )
 
 
-def _list_workloads(
-    custom: Any, namespace: str, uids: Sequence[str], timeout: float, max_bytes: int
-) -> list[LiveWorkload]:
+def _list_workloads(custom: Any, namespace: str, uids: Sequence[str], limits: _Limits) -> list[LiveWorkload]:
     """The Kueue Workloads of these Jobs and JobSets in one namespace: one call, selected by the
     label Kueue puts on each (the namespace may hold many other workloads)."""
     group, version = KUEUE_WORKLOAD_API_VERSION.split("/")
-    raw = custom.list_namespaced_custom_object(
+    items = limits.items(
+        f"listing Kueue Workloads in {namespace}",
+        "WorkloadList",
+        custom.list_namespaced_custom_object,
         group,
         version,
         namespace,
         "workloads",
-        label_selector=f"{KUEUE_JOB_UID_LABEL} in ({','.join(uids)})",
-        _request_timeout=timeout,
-        _preload_content=False,
+        selector=f"{KUEUE_JOB_UID_LABEL} in ({','.join(uids)})",
     )
-    items = _list_items(raw, f"listing Kueue Workloads in {namespace}", "WorkloadList", max_bytes)
     return [_live_workload(item, namespace, index) for index, item in enumerate(items)]
 
 
@@ -469,8 +496,10 @@ def list_live_jobs(
 
     ``kubeconfig`` defaults to ``$KUBECONFIG``; without one (or with ``""``), the cluster is
     found through the GKE API. ``container_client`` and ``credentials`` are seams for tests.
-    Loading the credentials and each namespace's list end within ``deadline``; an answer that
-    is not the API server's own (a redirect, not a JobList) makes the namespace unavailable."""
+    Loading the credentials and each namespace's list end within ``deadline``: each request
+    gets ``timeout``, or the time left if that is shorter, and each body is read against the
+    deadline. An answer that is not the API server's own (a redirect, not a JobList) makes the
+    namespace unavailable."""
     from kubernetes import client
 
     namespaces = sorted(set(namespaces))
@@ -484,8 +513,9 @@ def list_live_jobs(
         try:
             if kubeconfig:
                 result.source = f"{KUBECONFIG_VARIABLE}={kubeconfig}"
-                # Reading it may wait for ever: a FIFO, a slow network file system, an exec
-                # plugin (a credential helper) that hangs.
+                # Reading it may wait for ever, and the Kubernetes client has no timeout for it:
+                # a FIFO, a slow network file system, an exec plugin (a credential helper) that
+                # hangs. The one wait of a probe in a thread of its own (call_with_deadline).
                 configuration = call_with_deadline(
                     functools.partial(_configuration_from_kubeconfig, kubeconfig),
                     deadline,
@@ -493,10 +523,9 @@ def list_live_jobs(
                 )
             else:
                 result.source = f"GKE API ({cluster.path}) and Application Default Credentials"
-                configuration = call_with_deadline(
-                    lambda: _configuration_from_gke(cluster, container_client, credentials, cleanup, timeout),
-                    deadline,
-                    f"finding {cluster.path}",
+                finding = Deadline(deadline, f"finding {cluster.path}")
+                configuration = _configuration_from_gke(
+                    cluster, container_client, credentials, cleanup, timeout, finding
                 )
         except ClusterAbsent:
             result.cluster_absent = True
@@ -512,13 +541,13 @@ def list_live_jobs(
         # No automatic retries: a preview must not hang; the next `up` asks again.
         configuration.retries = False
         api_client = cleanup.enter_context(client.ApiClient(configuration))
+        limits = _Limits(timeout, deadline, max_bytes)
         _refuse_redirects(api_client)
         batch = client.BatchV1Api(api_client)
         for namespace in namespaces:
             result.calls += 1
             try:
-                list_namespace = functools.partial(_list_jobs, batch, namespace, timeout, max_bytes)
-                jobs = call_with_deadline(list_namespace, deadline, f"listing Jobs in {namespace}")
+                jobs = _list_jobs(batch, namespace, limits)
                 _check_answer(namespace, jobs)
                 result.jobs.update(((namespace, live.name), live) for live in jobs)
             except Exception as exc:  # noqa: BLE001 - any failure means "unknown", per namespace
@@ -527,8 +556,7 @@ def list_live_jobs(
         for namespace in jobset_namespaces:
             result.calls += 1
             try:
-                list_jobsets = functools.partial(_list_jobsets, custom, namespace, timeout, max_bytes)
-                jobsets = call_with_deadline(list_jobsets, deadline, f"listing JobSets in {namespace}")
+                jobsets = _list_jobsets(custom, namespace, limits)
                 _check_answer(namespace, jobsets)
                 result.jobsets.update(((namespace, live.name), live) for live in jobsets)
             except Exception as exc:  # noqa: BLE001 - any failure means "unknown", per namespace
@@ -540,11 +568,7 @@ def list_live_jobs(
                 continue  # nothing there waits on Kueue: no call
             result.calls += 1
             try:
-                list_workloads = functools.partial(
-                    _list_workloads, custom, namespace, uids, timeout, max_bytes
-                )
-                listing = f"listing Kueue Workloads in {namespace}"
-                workloads = call_with_deadline(list_workloads, deadline, listing)
+                workloads = _list_workloads(custom, namespace, uids, limits)
                 _check_answer(namespace, workloads, "Kueue Workload")
                 for uid in uids:
                     result.workloads[(namespace, uid)] = tuple(w for w in workloads if w.owner_uid == uid)

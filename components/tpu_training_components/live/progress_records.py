@@ -2,8 +2,8 @@
 "Progress and save requests"; the records are judged by ``domain.progress``).
 
 One listing of ``progress.process-*`` under the run's ``CHECKPOINT_DIR``, then one read per
-record, at most ``max_records``: a run of N hosts costs N + 1 calls. Each call has its own
-timeout and no retry: the caller's round is bounded, and an unread record is unknown, never
+record, at most ``max_records``: a run of N hosts costs N + 1 calls, each with the client's own
+timeout cut to the time left of one deadline, and no retry. An unread record is unknown, never
 stalled.
 """
 
@@ -15,7 +15,10 @@ from datetime import datetime
 from typing import Any, Optional
 
 from ..domain.progress import PROGRESS_PREFIX, ProcessProgress, read_record
+from ..library_internals import storage_session
 from .checkpoints import split_gs
+from .deadline import PROBE_DEADLINE_SECONDS, Deadline
+from .http_answers import checking_answers
 
 SAVE_REQUEST = "save-request.json"
 SAVE_REQUEST_FORMAT = "tpu-training-save-request/1"
@@ -31,30 +34,46 @@ class ProgressReading:
 
 
 def read_progress(
-    client: Any, checkpoint_dir: str, *, timeout: float, max_records: int = MAX_RECORDS
+    client: Any,
+    checkpoint_dir: str,
+    *,
+    timeout: float,
+    deadline: float = PROBE_DEADLINE_SECONDS,
+    max_records: int = MAX_RECORDS,
 ) -> ProgressReading:
     """Every process's record under ``checkpoint_dir`` (a ``google.cloud.storage.Client`` reads
-    them); raises the client's error when the bucket cannot be listed."""
+    them); raises the client's error when the bucket cannot be listed, ``DeadlineExceeded`` when
+    the reads take more than ``deadline`` seconds in all."""
     bucket_name, prefix = split_gs(checkpoint_dir)
     folder = f"{prefix}/" if prefix else ""
     reading = ProgressReading()
-    blobs = client.list_blobs(
-        bucket_name, prefix=f"{folder}{PROGRESS_PREFIX}", timeout=timeout, retry=None, max_results=max_records
-    )
-    bucket = client.bucket(bucket_name)
-    for listed in blobs:
-        where = f"gs://{bucket_name}/{listed.name}"
-        try:
-            # By name, not by the listed generation: a record rewritten since the listing is newer.
-            text = bucket.blob(listed.name).download_as_text(timeout=timeout, retry=None)
-        except Exception as exc:  # noqa: BLE001 - one record unread is that record unknown
-            reading.problems.append(f"{where}: not read ({type(exc).__name__})")
-            continue
-        record, problem = read_record(text)
-        if record is None:
-            reading.problems.append(f"{where}: {problem}")
-        else:
-            reading.records.append(record)
+    by = Deadline(deadline, f"progress in {checkpoint_dir}")
+    with checking_answers(storage_session(client), by):
+        # One page: max_records is more than a page holds only for slices no one runs.
+        listing = client.list_blobs(
+            bucket_name,
+            prefix=f"{folder}{PROGRESS_PREFIX}",
+            max_results=max_records,
+            timeout=by.timeout(timeout),
+            retry=None,
+        )
+        names = [blob.name for blob in next(listing.pages, [])]
+        bucket = client.bucket(bucket_name)
+        for name in names:
+            where = f"gs://{bucket_name}/{name}"
+            try:
+                # By name, not by the listed generation: a record rewritten since is newer.
+                text = bucket.blob(name).download_as_text(timeout=by.timeout(timeout), retry=None)
+            except Exception as exc:  # noqa: BLE001 - one record unread is that record unknown
+                if by.passed():
+                    raise
+                reading.problems.append(f"{where}: not read ({type(exc).__name__})")
+                continue
+            record, problem = read_record(text)
+            if record is None:
+                reading.problems.append(f"{where}: {problem}")
+            else:
+                reading.records.append(record)
     reading.records.sort(key=lambda record: record.process)
     return reading
 

@@ -7,13 +7,13 @@ zone, and the caller keeps everything in that zone as it is.
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from ..domain.recovery import LiveNode, failure_summary
-from .deadline import MAX_ANSWER_BYTES, MAX_PAGES, PROBE_DEADLINE_SECONDS, call_with_deadline
+from ..library_internals import rest_session
+from .deadline import MAX_ANSWER_BYTES, MAX_PAGES, PROBE_DEADLINE_SECONDS, Deadline
 from .endpoints import TPU_ENDPOINT_VARIABLE, tpu_client
 from .http_answers import checking_answers
 
@@ -47,9 +47,9 @@ def list_live_nodes(
     max_bytes: int = MAX_ANSWER_BYTES,
 ) -> LiveNodes:
     """List the nodes of every zone, one call per zone. ``timeout`` bounds each HTTP request,
-    ``deadline`` the whole call (every page of it), ``max_pages`` its pages, ``max_bytes`` each
-    page's body. An answer that is not the API's own (a redirect, not JSON: see
-    ``http_answers``) makes the zone unavailable."""
+    ``deadline`` the whole call (every page of it, each request's timeout cut to the time
+    left), ``max_pages`` its pages, ``max_bytes`` each page's body. An answer that is not the
+    API's own (a redirect, not JSON: see ``http_answers``) makes the zone unavailable."""
     zones = sorted(set(zones))
     result = LiveNodes()
     if not zones:
@@ -65,8 +65,9 @@ def list_live_nodes(
         result.calls += 1
         parent = f"projects/{project}/locations/{zone}"
         try:
-            list_zone = functools.partial(_list_zone, client, parent, zone, timeout, max_pages, max_bytes)
-            nodes = call_with_deadline(list_zone, deadline, f"listing {parent}")
+            nodes = _list_zone(
+                client, parent, zone, timeout, Deadline(deadline, f"listing {parent}"), max_pages, max_bytes
+            )
             result.nodes.update(((zone, node.name), node) for node in nodes)
         except Exception as exc:  # noqa: BLE001 - any failure means "unknown", reported per zone
             result.failures[zone] = failure_summary(exc)
@@ -118,24 +119,35 @@ def node_states_in_answer(body: bytes, parent: str) -> dict[str, str]:
 
 
 def _list_zone(
-    client: Any, parent: str, zone: str, timeout: float, max_pages: int, max_bytes: int
+    client: Any, parent: str, zone: str, timeout: float, deadline: Deadline, max_pages: int, max_bytes: int
 ) -> list[LiveNode]:
     # The client parses leniently: a body of ``[]`` or ``"x"`` reads as a zone without nodes, and
     # a state it does not know as STATE_UNSPECIFIED; the raw bodies tell those apart.
-    session = getattr(getattr(client, "transport", None), "_session", None)
-    with checking_answers(session, f"listing {parent}", max_bytes=max_bytes) as bodies:
-        return _read_pages(client, parent, zone, timeout, max_pages, bodies)
+    with checking_answers(rest_session(client), deadline, max_bytes=max_bytes) as bodies:
+        return _read_pages(client, parent, zone, timeout, deadline, max_pages, bodies)
 
 
 def _read_pages(
-    client: Any, parent: str, zone: str, timeout: float, max_pages: int, bodies: list[bytes]
+    client: Any,
+    parent: str,
+    zone: str,
+    timeout: float,
+    deadline: Deadline,
+    max_pages: int,
+    bodies: list[bytes],
 ) -> list[LiveNode]:
-    # No automatic retries: a preview must not hang; the next `up` asks again.
-    pager = client.list_nodes(parent=parent, retry=None, timeout=timeout)
     nodes = []
     names: set[str] = set()
     tokens: set[str] = set()
-    for number, page in enumerate(pager.pages, start=1):
+    token = ""
+    for number in range(1, max_pages + 2):
+        # One request per page, each with the time left: the client's pager would give every
+        # page the first one's timeout. No automatic retries: a preview must not hang; the next
+        # `up` asks again.
+        pager = client.list_nodes(
+            request={"parent": parent, "page_token": token}, retry=None, timeout=deadline.timeout(timeout)
+        )
+        page = next(iter(pager.pages))  # the page this call read; iterating on would read the next
         if number > max_pages:
             raise TooManyPages(f"{parent} has more than {max_pages} pages of nodes")
         if page.next_page_token in tokens:
@@ -162,4 +174,7 @@ def _read_pages(
                     create_time=node.create_time.isoformat() if node.create_time else "",
                 )
             )
+        token = page.next_page_token
+        if not token:
+            break
     return nodes
