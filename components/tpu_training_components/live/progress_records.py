@@ -17,11 +17,13 @@ from typing import Any, Optional
 from ..domain.progress import PROGRESS_PREFIX, ProcessProgress, read_record
 from ..library_internals import storage_session
 from .checkpoints import split_gs
-from .deadline import PROBE_DEADLINE_SECONDS, Deadline
-from .http_answers import checking_answers
+from .deadline import PROBE_DEADLINE_SECONDS, Deadline, DeadlineExceeded
+from .http_answers import checking_answers, timeouts_of
 
 SAVE_REQUEST = "save-request.json"
 SAVE_REQUEST_FORMAT = "tpu-training-save-request/1"
+MAX_RECORD_BYTES = 64 * 1024
+"""A record is a few hundred bytes; what is longer is cut, and then is not a record."""
 MAX_RECORDS = 1024
 """More processes than the largest slice has hosts (a v5p-12288 has 1,536 chips on 384 hosts)."""
 
@@ -58,22 +60,27 @@ def read_progress(
             retry=None,
         )
         names = [blob.name for blob in next(listing.pages, [])]
-        bucket = client.bucket(bucket_name)
-        for name in names:
-            where = f"gs://{bucket_name}/{name}"
-            try:
-                # By name, not by the listed generation: a record rewritten since is newer.
-                text = bucket.blob(name).download_as_text(timeout=by.timeout(timeout), retry=None)
-            except Exception as exc:  # noqa: BLE001 - one record unread is that record unknown
-                if by.passed():
-                    raise
-                reading.problems.append(f"{where}: not read ({type(exc).__name__})")
-                continue
-            record, problem = read_record(text)
-            if record is None:
-                reading.problems.append(f"{where}: {problem}")
-            else:
-                reading.records.append(record)
+    bucket = client.bucket(bucket_name)
+    for name in names:
+        where = f"gs://{bucket_name}/{name}"
+        try:
+            # The record's own bytes (not the API's JSON, so outside checking_answers), at most
+            # MAX_RECORD_BYTES, each read waiting at most the time left. By name, not by the
+            # listed generation: a record rewritten since the listing is newer.
+            with timeouts_of(by):
+                data = bucket.blob(name).download_as_bytes(
+                    end=MAX_RECORD_BYTES - 1, timeout=by.timeout(timeout), retry=None
+                )
+        except DeadlineExceeded:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one record unread is that record unknown
+            reading.problems.append(f"{where}: not read ({type(exc).__name__})")
+            continue
+        record, problem = read_record(data.decode("utf-8", errors="replace"))
+        if record is None:
+            reading.problems.append(f"{where}: {problem}")
+        else:
+            reading.records.append(record)
     reading.records.sort(key=lambda record: record.process)
     return reading
 
