@@ -4,7 +4,7 @@ derived from them (names, checkpoint directories, each run's environment)."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Callable, Optional
+from typing import Annotated, Optional
 
 from pydantic import (
     AfterValidator,
@@ -53,13 +53,6 @@ DEV_PROJECT = "tpu-training-dev"
 """The dev stack's project (Pulumi.dev.yaml): another stack naming it was copied and not edited."""
 
 _GS_BUCKET = re.compile(r"gs://([a-z0-9][a-z0-9._-]{1,220}[a-z0-9])")
-
-
-def _compatible_name(earlier: str, safe: str, problem_of: Callable[[str], Optional[str]]) -> str:
-    """The name earlier versions derived, when it is valid: a deployed stack keeps its bucket and
-    identities (a new name would replace them, and the TPU VMs using them). Otherwise the name made
-    from the DNS-safe stack name, which earlier versions could not deploy at all."""
-    return earlier if problem_of(earlier) is None else safe
 
 
 class StackConfig(Model):
@@ -231,9 +224,7 @@ class StackConfig(Model):
     @property
     def network_name(self) -> str:
         """The VPC the stack declares: ``tpu-training-<stack>`` unless named."""
-        # As every earlier version named it: renaming would replace the VPC and all on it.
-        stack = re.sub(r"[^a-z0-9-]+", "-", self.stack.lower()).strip("-")
-        return self.network.name or naming.bounded_name(PROJECT, stack)
+        return self.network.name or naming.bounded_name(PROJECT, naming.name_part(self.stack))
 
     @property
     def network_regions(self) -> tuple[str, ...]:
@@ -343,11 +334,7 @@ class StackConfig(Model):
     def bucket_name(self, region: str) -> str:
         if self.bucket.name:
             return self.bucket.name
-        return _compatible_name(
-            naming.bounded_name(self.gcp_project, self.stack, "ckpt", region),
-            naming.bounded_name(self.gcp_project, naming.name_part(self.stack), "ckpt", region),
-            naming.bucket_name_problem,
-        )
+        return naming.bounded_name(self.gcp_project, naming.name_part(self.stack), "ckpt", region)
 
     def _checkpoint_dir(self, region: str, run: str) -> str:
         # Named after the run (a VM or a Job), not after any one instance of it, so one re-created
@@ -465,11 +452,7 @@ class StackConfig(Model):
         return self._account_id("tpu-train")
 
     def _account_id(self, prefix: str) -> str:
-        return _compatible_name(
-            naming.bounded_name(prefix, naming.label_value(self.stack), limit=30),
-            naming.bounded_name(prefix, naming.name_part(self.stack), limit=30),
-            naming.service_account_id_problem,
-        )
+        return naming.bounded_name(prefix, naming.name_part(self.stack), limit=30)
 
     @property
     def common_labels(self) -> dict[str, str]:
