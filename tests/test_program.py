@@ -229,7 +229,7 @@ def test_pulumi_yaml_declares_and_describes_every_project_key():
     assert project["main"] == "infra/"
     assert project["runtime"]["name"] == "python"
     declared = project["config"]
-    assert set(declared) == set(stack_config._PROJECT_KEYS)
+    assert set(declared) == set(stack_config.PROJECT_KEYS)
     for key, declaration in declared.items():
         assert declaration["description"].strip(), key
         # Pulumi demands a stack value for any project key without a default.

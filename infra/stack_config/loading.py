@@ -32,7 +32,7 @@ from .tpu_vms import TpuVmConfig
 from .training import CheckpointingConfig, RecoveryConfig, RestartBudgetConfig, TrainingConfig
 
 # Keys of the project namespace this program reads.
-_PROJECT_KEYS = (
+PROJECT_KEYS = (
     "enableApis",
     "labels",
     "network",
@@ -197,12 +197,12 @@ def gcp_provider_keys() -> frozenset[str]:
 def _unknown_key_problems(keys: list[str]) -> list[str]:
     """Keys of this project's namespace it does not read, `gcp:` keys the provider does not know,
     and namespaces that look like a misspelt `tpu-training`."""
-    allowed_top = sorted(_PROJECT_KEYS)
+    allowed_top = sorted(PROJECT_KEYS)
     known_gcp = gcp_provider_keys()
     problems = []
     for key in keys:
         namespace, _, short = key.partition(":")
-        if namespace == PROJECT and short not in _PROJECT_KEYS:
+        if namespace == PROJECT and short not in PROJECT_KEYS:
             problems.append(
                 f"{key}: unknown key{suggestion(short, allowed_top)}; allowed: "
                 + ", ".join(f"{PROJECT}:{k}" for k in allowed_top)
@@ -306,7 +306,7 @@ def load(stack: str | None = None) -> StackConfig:
     gcp_project = pulumi.Config("gcp").get("project")
     if gcp_project is not None:
         raw["gcpProject"] = gcp_project
-    for key in _PROJECT_KEYS:
+    for key in PROJECT_KEYS:
         text = project_config.get(key)
         # Pulumi.yaml declares `training: {}` as the default: an empty object means "not set".
         if text is None or (key in _EMPTY_MEANS_UNSET and text.strip() == "{}"):
@@ -332,7 +332,7 @@ def load(stack: str | None = None) -> StackConfig:
             problems.extend(_nul_problems(value, (key,)))
 
     config: Optional[StackConfig] = None
-    for _ in range(len(_PROJECT_KEYS) + 1):  # each round leaves out at least one key or item
+    for _ in range(len(PROJECT_KEYS) + 1):  # each round leaves out at least one key or item
         try:
             config = StackConfig.model_validate(raw)
             break
