@@ -151,9 +151,9 @@ def test_a_slice_beyond_the_generations_largest(config):
     assert "tpu-training:nodePools[0] (v6e-4x4): topology '16x16x25' is not offered" in refused(config)
 
 
-@pytest.mark.parametrize("flex_start", [True, False])
-def test_durations_beyond_protobufs_range(config, flex_start):
-    config[POOLS][0].update(maxRunDuration="315576000001s", flexStart=flex_start)
+@pytest.mark.parametrize("provisioning", ["flex-start", "spot"])
+def test_durations_beyond_protobufs_range(config, provisioning):
+    config[POOLS][0].update(maxRunDuration="315576000001s", provisioning=provisioning)
     message = refused(config)
     assert 'tpu-training:nodePools[0].maxRunDuration = "315576000001s"' in message
     assert "longer than the longest duration the API takes (315576000000s)" in message

@@ -1,10 +1,11 @@
 """``tpu-training:cluster``, ``nodePools`` and ``jobs``: the GKE cluster, its TPU slice pools and
-the training workloads on them, and the checks that span them."""
+the training workloads on them, each checked on its own (the checks that span them are
+``gke_checks``)."""
 
 from __future__ import annotations
 
 import ipaddress
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, get_args
 
 from pydantic import (
     AfterValidator,
@@ -12,6 +13,7 @@ from pydantic import (
     StrictBool,
     StrictInt,
     StrictStr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -31,6 +33,7 @@ from tpu_training_components.domain.node_pool_plan import (
     parse_duration,
     plan_from,
 )
+from tpu_training_components.domain.tpu_availability import FLEX_START_GENERATIONS
 
 from .fields import (
     EnvName,
@@ -124,8 +127,29 @@ class ClusterConfig(Model):
         return self
 
 
+PoolProvisioning = Literal["flex-start", "flex-start-queued", "spot", "reserved", "on-demand"]
+"""How a node pool gets its nodes, GKE's consumption options: flex-start (Dynamic Workload
+Scheduler), flex-start with queued provisioning (nodes only through Kueue's ProvisioningRequests,
+a whole slice at once), Spot, a reservation, or on-demand."""
+POOL_PROVISIONING: tuple[str, ...] = get_args(PoolProvisioning)
+_FLEX_START = ("flex-start", "flex-start-queued")
+
+
+def _replaced_by_provisioning(key: str, value: Any) -> str:
+    """What to write instead of ``key: value``, a capacity key of pools before ``provisioning``."""
+    instead = {
+        ("flexStart", True): "provisioning: flex-start, the default (or just remove flexStart)",
+        ("flexStart", False): "provisioning: spot, reserved (with reservation) or on-demand",
+        ("spot", True): "provisioning: spot",
+        ("queuedProvisioning", True): "provisioning: flex-start-queued",
+    }.get((key, value), f"provisioning (or remove {key}: the default is flex-start)")
+    return f"replaced by provisioning: write {instead}; allowed: {', '.join(POOL_PROVISIONING)}"
+
+
 class NodePoolConfig(Model):
     """One entry of ``tpu-training:nodePools``: a TPU slice node pool, flex-start by default."""
+
+    replaced_keys = {key: _replaced_by_provisioning for key in ("flexStart", "spot", "queuedProvisioning")}
 
     name: Annotated[StrictStr, AfterValidator(dns_label("node pool name", 40))]
     machine_type: StrictStr
@@ -135,19 +159,64 @@ class NodePoolConfig(Model):
     # pool (it also keeps every plan quick).
     slices: StrictInt = Field(default=1, ge=1, le=100)
     max_run_duration: Optional[StrictStr] = None
-    flex_start: StrictBool = True
-    spot: StrictBool = False
     reservation: Optional[StrictStr] = None
-    # Nodes only through Kueue and GKE's ProvisioningRequests: a whole slice at once, or a wait.
-    queued_provisioning: StrictBool = False
+    # One value, as tpuVms' provisioning; checked against the keys above it, so it comes after them.
+    provisioning: PoolProvisioning = Field(default="flex-start", validate_default=True)
     # Workloads admitted whole, in turn, through a Kueue queue of the pool's chips (no
     # ProvisioningRequests): a multislice JobSet starts only when all its slices are free.
     kueue_queue: StrictBool = False
 
     @property
+    def flex_start(self) -> bool:
+        return self.provisioning in _FLEX_START
+
+    @property
+    def spot(self) -> bool:
+        return self.provisioning == "spot"
+
+    @property
+    def queued_provisioning(self) -> bool:
+        """Nodes only through Kueue and GKE's ProvisioningRequests: a whole slice at once, or a wait."""
+        return self.provisioning == "flex-start-queued"
+
+    @property
     def queued(self) -> bool:
         """The pool's workloads go through its Kueue queue (queued provisioning or kueueQueue)."""
         return self.queued_provisioning or self.kueue_queue
+
+    @field_validator("provisioning")
+    @classmethod
+    def _offered(cls, value: str, info: ValidationInfo) -> str:
+        # Here, not only in the pool's plan, so the error names this key and what it allows.
+        reservation = info.data.get("reservation")
+        if value == "reserved" and reservation is None:
+            raise ValueError("give the name of the reservation the pool consumes in reservation")
+        if value != "reserved" and reservation is not None:
+            raise ValueError(
+                f"reservation {reservation!r} is consumed only with provisioning: reserved; set "
+                f"provisioning: reserved, or remove reservation"
+            )
+        machine, topology = info.data.get("machine_type"), info.data.get("topology")
+        if machine is None or topology is None:
+            return value  # refused itself
+        generation = catalogue.machine_type(machine).generation.name
+        if value in _FLEX_START and generation not in FLEX_START_GENERATIONS:
+            offered = ", ".join(sorted(FLEX_START_GENERATIONS))
+            raise ValueError(
+                f"flex-start does not provision {machine} (TPU {generation}; GKE offers it for "
+                f"{offered}); allowed for it: spot, reserved or on-demand, or pick another machine type"
+            )
+        try:
+            multi_host = catalogue.slice_shape(machine, topology).multi_host
+        except catalogue.CatalogueError:
+            return value  # the pool's plan says what is wrong with its shape
+        if value == "flex-start-queued" and not multi_host:
+            raise ValueError(
+                f"queued provisioning is for multi-host slices, which must come up all at once; a "
+                f"{topology} slice of {machine} is one VM, which GKE provisions with plain flex-start "
+                f"(provisioning: flex-start); or use a multi-host topology"
+            )
+        return value
 
     @field_validator("machine_type")
     @classmethod
@@ -180,7 +249,12 @@ class NodePoolConfig(Model):
 
     def plan(self, cluster_region: str) -> TpuNodePoolPlan:
         # The fields are named as the planner's arguments (domain.node_pool_plan.PLAN_OPTIONAL).
-        return plan_from(self.name, {**self.model_dump(), "cluster_region": cluster_region})
+        capacity = {
+            "flex_start": self.flex_start,
+            "spot": self.spot,
+            "queued_provisioning": self.queued_provisioning,
+        }
+        return plan_from(self.name, {**self.model_dump(), **capacity, "cluster_region": cluster_region})
 
 
 class JobConfig(Model):

@@ -33,9 +33,9 @@ def _jobset_problems(index: int, job: JobConfig, plan: TpuNodePoolPlan) -> list[
         ]
     if plan.queued_provisioning and job.slices > 1:
         return [
-            f"{key}.slices = {job.slices} on node pool {plan.name!r}, which has queuedProvisioning: "
-            f"a queued workload spans one slice (allowed: 1); run one job per slice, or span "
-            f"slices on a pool without queuedProvisioning"
+            f"{key}.slices = {job.slices} on node pool {plan.name!r}, which has provisioning: "
+            f"flex-start-queued: a queued workload spans one slice (allowed: 1); run one job per "
+            f"slice, or span slices on a pool of another provisioning"
         ]
     if job.kind == "Job":
         if job.max_restarts is not None:
