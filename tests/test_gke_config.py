@@ -77,19 +77,20 @@ def test_a_reservation_is_for_reserved_capacity_only(config):
     assert 'tpu-training:nodePools[0].provisioning = "spot": reservation' in _refused(config)
 
 
-def test_reserved_capacity_names_its_reservation(config):
-    config[POOLS][0]["provisioning"] = "reserved"
-    assert (
-        'tpu-training:nodePools[0].provisioning = "reserved": give the name of the reservation the pool '
-        "consumes in reservation" in _refused(config)
-    )
-
-
-def test_an_unknown_capacity_lists_the_allowed_ones(config):
-    config[POOLS][0]["provisioning"] = "preemptible"
-    message = _refused(config)
-    assert 'tpu-training:nodePools[0].provisioning = "preemptible": Input should be' in message
-    assert "'flex-start', 'flex-start-queued', 'spot', 'reserved' or 'on-demand'" in message
+@pytest.mark.parametrize(
+    ("provisioning", "says"),
+    [
+        ("reserved", "give the name of the reservation the pool consumes in reservation"),
+        (
+            "preemptible",
+            "Input should be 'flex-start', 'flex-start-queued', 'spot', 'reserved' or 'on-demand'",
+        ),
+    ],
+    ids=["reserved-without-a-reservation", "a-vm-value"],
+)
+def test_a_capacity_the_pool_cannot_have_is_refused_at_its_key(config, provisioning, says):
+    config[POOLS][0]["provisioning"] = provisioning
+    assert f'tpu-training:nodePools[0].provisioning = "{provisioning}": {says}' in _refused(config)
 
 
 def test_spot_capacity(config):
