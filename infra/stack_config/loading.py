@@ -348,9 +348,8 @@ def load(stack: str | None = None) -> StackConfig:
                 problems.extend(_format_error(e, parts) for e in exc.errors())
                 break
 
-    if problems:
+    if problems or config is None:
         raise ConfigError(
             f"invalid configuration for stack {stack!r}:\n" + "\n".join(f"  - {p}" for p in problems)
         )
-    assert config is not None
     return config
