@@ -666,5 +666,7 @@ def main() -> None:
     export_outputs(settings, last, buckets, tpu_vms, gke, workloads, recovery)
 
 
+# The language host runs this file as __main__ (`runpy.run_path(args.PROGRAM, run_name='__main__')`,
+# pulumi/pulumi sdk/python/cmd/pulumi-language-python-exec at 0491e0d1a5), as infra.offline does.
 if __name__ == "__main__":
     main()
