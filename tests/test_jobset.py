@@ -473,7 +473,7 @@ def test_runs_that_fit_the_pool_together_are_accepted(config):
 
 
 def test_a_queued_pool_takes_more_runs_than_slices_they_wait_in_its_queue(config):
-    run = run_stack(_two_runs(config, pool_slices=1, slices=(1, 1), queuedProvisioning=True))
+    run = run_stack(_two_runs(config, pool_slices=1, slices=(1, 1), provisioning="flex-start-queued"))
     assert len(run.by_type("kubernetes:batch/v1:Job")) == 2
 
 

@@ -358,7 +358,7 @@ def live_cluster(monkeypatch, tmp_path, kube):
 def queued_stack(config: dict[str, Any]) -> dict[str, Any]:
     """The dev stack, its v6e pool queued, without its TPU VM (only the cluster is read)."""
     config = copy.deepcopy(config)
-    config["tpu-training:nodePools"][0]["queuedProvisioning"] = True
+    config["tpu-training:nodePools"][0]["provisioning"] = "flex-start-queued"
     config["tpu-training:tpuVms"] = []
     return config
 
@@ -450,7 +450,7 @@ def _queued_dev_stack(root: Path) -> None:
     """Pulumi.dev.yaml of this repository in ``root``, its v6e pool queued."""
     dev = yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text())
     pools = dev["config"]["tpu-training:nodePools"]
-    pools[0]["queuedProvisioning"] = True
+    pools[0]["provisioning"] = "flex-start-queued"
     (root / "Pulumi.dev.yaml").write_text(yaml.safe_dump(dev))
 
 

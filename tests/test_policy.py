@@ -919,7 +919,7 @@ def test_a_queued_pool_stack_passes_every_policy(analyzer, served, config):
     # A queued pool is a flex-start pool that asks GKE through ProvisioningRequests: every
     # flex-start rule still holds, with no node lifetime of its own (test_queued_stack.py).
     config = copy.deepcopy(config)
-    config["tpu-training:nodePools"][0]["queuedProvisioning"] = True
+    config["tpu-training:nodePools"][0]["provisioning"] = "flex-start-queued"
     plan = run_stack(config).registrations
     (pool,) = [r for r in plan if r.type == PACK["NODE_POOL"] and "v6e" in r.name]
     assert pool.inputs["queuedProvisioning"] == {"enabled": True}

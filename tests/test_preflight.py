@@ -254,7 +254,7 @@ def test_bad_command_lines_and_stacks_exit_64_and_2(api, scratch_project, monkey
 
 def _variants(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     queued = copy.deepcopy(config)
-    queued["tpu-training:nodePools"][0]["queuedProvisioning"] = True
+    queued["tpu-training:nodePools"][0]["provisioning"] = "flex-start-queued"
     queued["tpu-training:jobs"][0]["workload"] = "jobset"
     no_cluster = {
         k: v

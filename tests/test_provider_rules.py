@@ -144,14 +144,14 @@ func ResourceX() *schema.Resource {
 
 def _multislice() -> dict[str, Any]:
     config = copy.deepcopy(dev_config())
-    config["tpu-training:nodePools"][0].update({"slices": 2, "queuedProvisioning": False})
+    config["tpu-training:nodePools"][0]["slices"] = 2
     config["tpu-training:jobs"][0]["slices"] = 2
     return config
 
 
 def _queued() -> dict[str, Any]:
     config = copy.deepcopy(dev_config())
-    config["tpu-training:nodePools"][0]["queuedProvisioning"] = True
+    config["tpu-training:nodePools"][0]["provisioning"] = "flex-start-queued"
     config["tpu-training:jobs"][0]["namespace"] = "ml"  # a namespace the stack declares
     return config
 

@@ -22,7 +22,7 @@ CLUSTER = "tpu-training:cluster"
 def queued(config: dict[str, Any], **pool: Any) -> dict[str, Any]:
     """The dev stack with its v6e pool queued (a multi-host flex-start pool, one Job on it)."""
     config = copy.deepcopy(config)
-    config[POOLS][0].update({"queuedProvisioning": True, **pool})
+    config[POOLS][0].update({"provisioning": "flex-start-queued", **pool})
     return config
 
 
@@ -95,23 +95,21 @@ def test_a_stack_without_queued_pools_declares_no_kueue(config):
         ),
         (
             lambda c: (c[POOLS][0].update({"slices": 2}), c[JOBS][0].update({"slices": 2})),
-            "tpu-training:jobs[0].slices = 2 on node pool 'v6e-4x4', which has queuedProvisioning: "
-            "a queued workload spans one slice (allowed: 1)",
-        ),
-        (
-            lambda c: c[POOLS][0].update({"flexStart": False}),
-            "queuedProvisioning needs flexStart: true",
+            "tpu-training:jobs[0].slices = 2 on node pool 'v6e-4x4', which has provisioning: "
+            "flex-start-queued: a queued workload spans one slice (allowed: 1)",
         ),
         (
             lambda c: c[POOLS][0].update({"topology": "2x2"}),
-            "queuedProvisioning is for multi-host slices",
+            'tpu-training:nodePools[0].provisioning = "flex-start-queued": queued provisioning is for '
+            "multi-host slices",
         ),
         (
-            lambda c: c[POOLS][0].update({"queuedProvisioning": "yes"}),
-            'tpu-training:nodePools[0].queuedProvisioning = "yes": Input should be a valid boolean',
+            lambda c: c[POOLS][0].update({"queuedProvisioning": True}),
+            "tpu-training:nodePools[0].queuedProvisioning = true: replaced by provisioning: write "
+            "provisioning: flex-start-queued;",
         ),
     ],
-    ids=["old-cluster", "multislice", "not-flex-start", "single-host", "not-a-bool"],
+    ids=["old-cluster", "multislice", "single-host", "the-old-key"],
 )
 def test_what_queued_provisioning_cannot_do_is_refused_by_key(config, edit, says):
     config = queued(config)

@@ -165,8 +165,10 @@ def test_tpu_vm_and_cluster_use_the_declared_network_with_google_access_and_nat(
 
 
 def test_network_is_named_after_the_stack_unless_named(config):
+    # A stack name that is not DNS-safe is made so, with a hash of it, as in every name made from it.
     run = run_stack(config, stack="dev.eu")
-    assert run.one("gcp:compute/network:Network", "network-vpc").inputs["name"] == "tpu-training-dev-eu"
+    network = run.one("gcp:compute/network:Network", "network-vpc")
+    assert network.inputs["name"] == "tpu-training-dev-eu-46d7d943"
     config[NETWORK] = {"name": "ml-vpc", "iapSsh": False}
     run = run_stack(config)
     assert run.one("gcp:compute/network:Network", "network-vpc").inputs["name"] == "ml-vpc"

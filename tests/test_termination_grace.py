@@ -88,7 +88,7 @@ def test_a_job_on_spot_nodes_is_warned_about_and_one_on_flex_start_is_not(config
     config["tpu-training:checkpointing"]["costSeconds"] = 20
     assert not [w for w in run_stack(config).warnings if "costSeconds" in w]  # 20 s fits the VM's 25 s
     pool = config["tpu-training:nodePools"][0]
-    pool.update({"flexStart": False, "spot": True})
+    pool["provisioning"] = "spot"
     warnings = [w for w in run_stack(config).warnings if "costSeconds" in w]
     assert len(warnings) == 1 and warnings[0].startswith(
         "tpu-training:jobs[0] (train-v6e): a checkpoint takes 20 s (checkpointing.costSeconds), but a "

@@ -6,10 +6,15 @@ puts only ``infra/`` on ``sys.path``), the commands as ``infra.stack_config``:
 - ``fields``: the model base and the field types and validators every part shares;
 - ``tpu_vms``, ``storage``, ``training``, ``network``, ``gke``: one part of the config each, with
   the checks that belong to it;
-- ``stack``: ``StackConfig``, the whole, its cross-key checks and the values derived from it;
+- ``keys``: ``StackKeys``, every key, each valid on its own;
+- ``derived``: what the stack makes of them: names, regions, pool plans, each run's checkpoint
+  directory, checkpoint plan and environment (plain functions);
+- ``checks`` and ``gke_checks``: the checks that span keys, and the warnings;
+- ``stack``: ``StackConfig``, the keys validated as a whole: what the program reads;
 - ``loading``: ``load()``, the only reader of ``pulumi.Config``, and how problems are reported.
 """
 
+from . import derived
 from .fields import PROJECT, Provisioning
 from .gke import SYSTEM_POOL, ClusterConfig, JobConfig, MaintenanceWindowConfig, NodePoolConfig
 from .loading import (
@@ -29,10 +34,10 @@ from .training import CheckpointingConfig, RecoveryConfig, RestartBudgetConfig, 
 __all__ = [
     "OFFLINE_SECRET",
     "PROJECT",
+    "PROJECT_KEYS",
     "PROJECT_ROOT",
     "SYSTEM_POOL",
     "TRAINER_CODE_VARIABLE",
-    "PROJECT_KEYS",
     "BucketConfig",
     "CheckpointingConfig",
     "ClusterConfig",
@@ -48,6 +53,7 @@ __all__ = [
     "TpuVmConfig",
     "TrainerCodeConfig",
     "TrainingConfig",
+    "derived",
     "gcp_provider_keys",
     "is_config_secret",
     "load",

@@ -4,7 +4,7 @@ functions."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Callable, Literal, Optional
+from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping, Optional
 
 from pydantic import (
     AfterValidator,
@@ -24,6 +24,10 @@ PROJECT = "tpu-training"
 class Model(BaseModel):
     # Frozen: config is read once and never changes. Unknown keys are refused (typos).
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+    replaced_keys: ClassVar[Mapping[str, Callable[[str, Any], str]]] = {}
+    """Keys this part no longer takes, by name -> why ``key: value`` is refused: the key that
+    replaced it and what that allows (the loader's error for an unknown key uses it)."""
 
 
 Provisioning = Literal["preemptible", "spot", "on-demand", "reserved"]

@@ -1,10 +1,11 @@
 """``tpu-training:cluster``, ``nodePools`` and ``jobs``: the GKE cluster, its TPU slice pools and
-the training workloads on them, and the checks that span them."""
+the training workloads on them, each checked on its own (the checks that span them are
+``gke_checks``)."""
 
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING, Annotated, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, get_args
 
 from pydantic import (
     AfterValidator,
@@ -12,13 +13,14 @@ from pydantic import (
     StrictBool,
     StrictInt,
     StrictStr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 from tpu_training_components.domain import catalogue, naming
 from tpu_training_components.domain.gcp_locations import region_problem, zone_problem
 from tpu_training_components.domain.job_manifests import image_problem, job_name_problem, namespace_problem
-from tpu_training_components.domain.jobset_manifests import MAX_RESTARTS_LIMIT, jobset_name_problem
+from tpu_training_components.domain.jobset_manifests import MAX_RESTARTS_LIMIT
 from tpu_training_components.domain.maintenance_window import (
     DEFAULT_UPGRADE_EXCLUSION_START,
     MaintenanceWindowError,
@@ -26,27 +28,19 @@ from tpu_training_components.domain.maintenance_window import (
     recurring_window,
 )
 from tpu_training_components.domain.node_pool_plan import (
-    MAX_NODES_PER_CLUSTER,
-    QUEUED_PROVISIONING_MIN_GKE_VERSION,
     TpuNodePoolPlan,
     gke_version_problem,
     parse_duration,
     plan_from,
 )
-from tpu_training_components.errors import suggestion
+from tpu_training_components.domain.tpu_availability import FLEX_START_GENERATIONS
 
 from .fields import (
-    PROJECT,
     EnvName,
     Model,
     dns_label,
     no_problem,
-    repeated,
 )
-from .network import network_problems
-
-if TYPE_CHECKING:
-    from .stack import StackConfig
 
 
 class MaintenanceWindowConfig(Model):
@@ -133,8 +127,29 @@ class ClusterConfig(Model):
         return self
 
 
+PoolProvisioning = Literal["flex-start", "flex-start-queued", "spot", "reserved", "on-demand"]
+"""How a node pool gets its nodes, GKE's consumption options: flex-start (Dynamic Workload
+Scheduler), flex-start with queued provisioning (nodes only through Kueue's ProvisioningRequests,
+a whole slice at once), Spot, a reservation, or on-demand."""
+POOL_PROVISIONING: tuple[str, ...] = get_args(PoolProvisioning)
+_FLEX_START = ("flex-start", "flex-start-queued")
+
+
+def _replaced_by_provisioning(key: str, value: Any) -> str:
+    """What to write instead of ``key: value``, a capacity key of pools before ``provisioning``."""
+    instead = {
+        ("flexStart", True): "provisioning: flex-start, the default (or just remove flexStart)",
+        ("flexStart", False): "provisioning: spot, reserved (with reservation) or on-demand",
+        ("spot", True): "provisioning: spot",
+        ("queuedProvisioning", True): "provisioning: flex-start-queued",
+    }.get((key, value), f"provisioning (or remove {key}: the default is flex-start)")
+    return f"replaced by provisioning: write {instead}; allowed: {', '.join(POOL_PROVISIONING)}"
+
+
 class NodePoolConfig(Model):
     """One entry of ``tpu-training:nodePools``: a TPU slice node pool, flex-start by default."""
+
+    replaced_keys = {key: _replaced_by_provisioning for key in ("flexStart", "spot", "queuedProvisioning")}
 
     name: Annotated[StrictStr, AfterValidator(dns_label("node pool name", 40))]
     machine_type: StrictStr
@@ -144,19 +159,64 @@ class NodePoolConfig(Model):
     # pool (it also keeps every plan quick).
     slices: StrictInt = Field(default=1, ge=1, le=100)
     max_run_duration: Optional[StrictStr] = None
-    flex_start: StrictBool = True
-    spot: StrictBool = False
     reservation: Optional[StrictStr] = None
-    # Nodes only through Kueue and GKE's ProvisioningRequests: a whole slice at once, or a wait.
-    queued_provisioning: StrictBool = False
+    # One value, as tpuVms' provisioning; checked against the keys above it, so it comes after them.
+    provisioning: PoolProvisioning = Field(default="flex-start", validate_default=True)
     # Workloads admitted whole, in turn, through a Kueue queue of the pool's chips (no
     # ProvisioningRequests): a multislice JobSet starts only when all its slices are free.
     kueue_queue: StrictBool = False
 
     @property
+    def flex_start(self) -> bool:
+        return self.provisioning in _FLEX_START
+
+    @property
+    def spot(self) -> bool:
+        return self.provisioning == "spot"
+
+    @property
+    def queued_provisioning(self) -> bool:
+        """Nodes only through Kueue and GKE's ProvisioningRequests: a whole slice at once, or a wait."""
+        return self.provisioning == "flex-start-queued"
+
+    @property
     def queued(self) -> bool:
         """The pool's workloads go through its Kueue queue (queued provisioning or kueueQueue)."""
         return self.queued_provisioning or self.kueue_queue
+
+    @field_validator("provisioning")
+    @classmethod
+    def _offered(cls, value: str, info: ValidationInfo) -> str:
+        # Here, not only in the pool's plan, so the error names this key and what it allows.
+        reservation = info.data.get("reservation")
+        if value == "reserved" and reservation is None:
+            raise ValueError("give the name of the reservation the pool consumes in reservation")
+        if value != "reserved" and reservation is not None:
+            raise ValueError(
+                f"reservation {reservation!r} is consumed only with provisioning: reserved; set "
+                f"provisioning: reserved, or remove reservation"
+            )
+        machine, topology = info.data.get("machine_type"), info.data.get("topology")
+        if machine is None or topology is None:
+            return value  # refused itself
+        generation = catalogue.machine_type(machine).generation.name
+        if value in _FLEX_START and generation not in FLEX_START_GENERATIONS:
+            offered = ", ".join(sorted(FLEX_START_GENERATIONS))
+            raise ValueError(
+                f"flex-start does not provision {machine} (TPU {generation}; GKE offers it for "
+                f"{offered}); allowed for it: spot, reserved or on-demand, or pick another machine type"
+            )
+        try:
+            multi_host = catalogue.slice_shape(machine, topology).multi_host
+        except catalogue.CatalogueError:
+            return value  # the pool's plan says what is wrong with its shape
+        if value == "flex-start-queued" and not multi_host:
+            raise ValueError(
+                f"queued provisioning is for multi-host slices, which must come up all at once; a "
+                f"{topology} slice of {machine} is one VM, which GKE provisions with plain flex-start "
+                f"(provisioning: flex-start); or use a multi-host topology"
+            )
+        return value
 
     @field_validator("machine_type")
     @classmethod
@@ -189,7 +249,12 @@ class NodePoolConfig(Model):
 
     def plan(self, cluster_region: str) -> TpuNodePoolPlan:
         # The fields are named as the planner's arguments (domain.node_pool_plan.PLAN_OPTIONAL).
-        return plan_from(self.name, {**self.model_dump(), "cluster_region": cluster_region})
+        capacity = {
+            "flex_start": self.flex_start,
+            "spot": self.spot,
+            "queued_provisioning": self.queued_provisioning,
+        }
+        return plan_from(self.name, {**self.model_dump(), **capacity, "cluster_region": cluster_region})
 
 
 class JobConfig(Model):
@@ -228,174 +293,5 @@ class JobConfig(Model):
         return command
 
 
-def _jobset_problems(index: int, job: JobConfig, plan: TpuNodePoolPlan) -> list[str]:
-    """What a Job's slices, workload and maxRestarts may be on its pool (issue 20)."""
-    key = f"{PROJECT}:jobs[{index}]"
-    if job.workload == "job" and job.slices > 1:
-        return [
-            f"{key}.workload = 'job' with slices = {job.slices}: a plain Job runs on one slice; "
-            f"several slices need a JobSet (workload: jobset, or leave workload out)"
-        ]
-    if plan.queued_provisioning and job.slices > 1:
-        return [
-            f"{key}.slices = {job.slices} on node pool {plan.name!r}, which has queuedProvisioning: "
-            f"a queued workload spans one slice (allowed: 1); run one job per slice, or span "
-            f"slices on a pool without queuedProvisioning"
-        ]
-    if job.kind == "Job":
-        if job.max_restarts is not None:
-            return [
-                f"{key}.maxRestarts = {job.max_restarts}: only a JobSet restarts itself; set "
-                f"workload: jobset, or leave maxRestarts out"
-            ]
-        return []
-    problems = []
-    if not plan.multi_host:
-        problems.append(
-            f"{key}: a JobSet ({'slices = ' + str(job.slices) if job.slices > 1 else 'workload: jobset'}) "
-            f"needs multi-host slices, and node pool {plan.name!r} has single-host ones "
-            f"({plan.shape.machine_type.name} {plan.shape.topology}, 1 VM each): GKE's Multislice "
-            f"takes only multi-host TPU slice node pools; use a multi-host topology or one slice "
-            f"with a plain Job"
-        )
-    if job.slices > plan.slices:
-        problems.append(
-            f"{key}.slices = {job.slices}: node pool {plan.name!r} holds {plan.slices} slice(s); "
-            f"raise its slices to at least {job.slices}, or ask for fewer"
-        )
-    if plan.multi_host:
-        problem = jobset_name_problem(job.name, job.slices, plan.shape.vms)
-        if problem:
-            problems.append(f"{key}.name: {problem}")
-    return problems
-
-
 SYSTEM_POOL = "system"
 """The cluster's own CPU pool (``GkeTpuCluster``)."""
-
-
-def gke_problems(config: StackConfig, planned: list[TpuNodePoolPlan | catalogue.CatalogueError]) -> list[str]:
-    """Every problem of the cluster, node pools and jobs together, each naming its key."""
-    problems: list[str] = network_problems(config)
-    pool_names = [pool.name for pool in config.node_pools]
-    for name in repeated(pool_names):
-        problems.append(f"{PROJECT}:nodePools: node pool names must be unique; repeated: {name}")
-    for name in repeated([job.name for job in config.jobs]):
-        problems.append(f"{PROJECT}:jobs: job names must be unique; repeated: {name}")
-    for name in sorted({job.name for job in config.jobs} & {vm.name for vm in config.tpu_vms}):
-        problems.append(
-            f"{PROJECT}:jobs: {name!r} also names a TPU VM; each training run needs a name "
-            f"of its own, because the name picks its checkpoint directory"
-        )
-    if config.cluster is None:
-        if config.node_pools or config.jobs:
-            problems.append(
-                f"{PROJECT}:nodePools and {PROJECT}:jobs need {PROJECT}:cluster "
-                f"(at least {{name, location}}) to run on"
-            )
-        return problems
-    # GKE pool name -> (the nodePools entry it comes from, how to name that in a message).
-    gke_pools: dict[str, tuple[Optional[str], str]] = {
-        SYSTEM_POOL: (None, f"{PROJECT}:cluster's CPU system pool")
-    }
-    for index, (pool, plan) in enumerate(zip(config.node_pools, planned, strict=True)):
-        key = f"{PROJECT}:nodePools[{index}]"
-        if isinstance(plan, catalogue.CatalogueError):
-            problems.append(f"{key} ({pool.name}): {plan}")
-            continue
-        for gke_name in plan.pool_names:
-            here = (pool.name, f"a pool of {key} ({pool.name})")
-            owner, described = gke_pools.setdefault(gke_name, here)
-            # Two entries of one name are reported above, as repeated names.
-            if owner != pool.name:
-                problems.append(
-                    f"{key}.name = {pool.name!r}: its GKE node pool {gke_name!r} is also the "
-                    f"name of {described}; rename the pool"
-                )
-    problems.extend(_cluster_size_problems(config, planned))
-    problems.extend(_queued_version_problems(config, planned))
-    for index, job in enumerate(config.jobs):
-        if job.node_pool not in pool_names:
-            problems.append(
-                f"{PROJECT}:jobs[{index}].nodePool = {job.node_pool!r}: no such node pool"
-                f"{suggestion(job.node_pool, pool_names)}; declared: {', '.join(pool_names) or 'none'}"
-            )
-            continue
-        pool_index = pool_names.index(job.node_pool)
-        plan = planned[pool_index]
-        if isinstance(plan, TpuNodePoolPlan):
-            problems.extend(_jobset_problems(index, job, plan))
-    problems.extend(_oversubscription_problems(config, planned))
-    return problems
-
-
-def _oversubscription_problems(
-    config: StackConfig, planned: list[TpuNodePoolPlan | catalogue.CatalogueError]
-) -> list[str]:
-    """A pool without a queue holds at once no more slices than its jobs ask for together. Without
-    a queue nothing admits a workload whole: two 2-slice JobSets on a 2-slice pool each start on
-    what is free, and with one slice each (JobSet's exclusive placement) both wait forever; two
-    multi-host Jobs on one slice split its nodes the same way. A queued pool's Kueue admits one
-    workload at a time within the pool's chips, so its jobs may ask for more: they wait their turn."""
-    problems = []
-    for index, (pool, plan) in enumerate(zip(config.node_pools, planned, strict=True)):
-        if not isinstance(plan, TpuNodePoolPlan) or plan.queue_name is not None:
-            continue
-        runs = [(job.name, job.slices) for job in config.jobs if job.node_pool == pool.name]
-        asked = sum(slices for _, slices in runs)
-        if len(runs) > 1 and asked > plan.slices:
-            shown = ", ".join(f"{name} ({slices})" for name, slices in runs)
-            problems.append(
-                f"{PROJECT}:nodePools[{index}] ({pool.name}): its jobs ask for {asked} slices together "
-                f"({shown}) and it holds {plan.slices}; without a queue nothing admits a run whole, so "
-                f"they would split its slices and nodes and wait for each other: raise its slices to "
-                f"{asked}, move a job to another pool, or give it kueueQueue: true (Kueue then "
-                f"admits each whole, in turn)"
-            )
-    return problems
-
-
-def _cluster_size_problems(
-    config: StackConfig, planned: list[TpuNodePoolPlan | catalogue.CatalogueError]
-) -> list[str]:
-    assert config.cluster is not None
-    # A pool without a plan is reported by its own key.
-    sizes = [
-        (pool.name, plan.max_nodes)
-        for pool, plan in zip(config.node_pools, planned, strict=True)
-        if isinstance(plan, TpuNodePoolPlan)
-    ]
-    total = sum(size for _, size in sizes) + config.cluster.system_max_nodes
-    if total <= MAX_NODES_PER_CLUSTER:
-        return []
-    if config.cluster.system_max_nodes > MAX_NODES_PER_CLUSTER:
-        return [
-            f"{PROJECT}:cluster.systemMaxNodes = {config.cluster.system_max_nodes}: above GKE's limit of "
-            f"{MAX_NODES_PER_CLUSTER} nodes per cluster"
-        ]
-    largest = ", ".join(f"{name}: {size}" for name, size in sorted(sizes, key=lambda s: -s[1])[:3])
-    return [
-        f"{PROJECT}:nodePools: the pools reach {total} nodes together (the system pool's "
-        f"{config.cluster.system_max_nodes} included; largest {largest}), above GKE's limit of "
-        f"{MAX_NODES_PER_CLUSTER} nodes per cluster; use fewer slices or another cluster"
-    ]
-
-
-def _queued_version_problems(
-    config: StackConfig, planned: list[TpuNodePoolPlan | catalogue.CatalogueError]
-) -> list[str]:
-    """A queued pool needs a newer cluster than flex-start does; checked when the stack pins one
-    (unpinned, the release channel's version is far past it)."""
-    assert config.cluster is not None
-    version = config.cluster.min_version
-    queued = [
-        f"{PROJECT}:nodePools[{index}] ({pool.name})"
-        for index, (pool, plan) in enumerate(zip(config.node_pools, planned, strict=True))
-        if isinstance(plan, TpuNodePoolPlan) and plan.queued_provisioning
-    ]
-    if not queued or version is None or version == "latest":
-        return []
-    problem = gke_version_problem(version, QUEUED_PROVISIONING_MIN_GKE_VERSION, "TPU queued provisioning")
-    if problem is None:
-        return []
-    return [f"{PROJECT}:cluster.minVersion = {version!r}: {problem}, which {', '.join(queued)} uses"]

@@ -21,9 +21,7 @@ from pydantic import (
 )
 from tpu_training_components.errors import suggestion
 
-from .fields import (
-    PROJECT,
-)
+from .fields import PROJECT, Model
 from .gke import ClusterConfig, JobConfig, MaintenanceWindowConfig, NodePoolConfig
 from .network import NetworkConfig
 from .stack import StackConfig
@@ -72,7 +70,7 @@ def _key_path(loc: tuple[Any, ...]) -> str:
     return path
 
 
-def _format_error(error: Any, allowed_by_path: dict[str, list[str]]) -> str:
+def _format_error(error: Any, parts: dict[str, type[Model]]) -> str:
     loc = tuple(error["loc"])
     if not loc:
         return str(error["msg"]).removeprefix("Value error, ")
@@ -80,7 +78,12 @@ def _format_error(error: Any, allowed_by_path: dict[str, list[str]]) -> str:
     message = str(error["msg"]).removeprefix("Value error, ")
     if error["type"] == "extra_forbidden":
         parent = _key_path(loc[:-1]) if len(loc) > 1 else PROJECT
-        allowed = allowed_by_path.get(_shape(loc[:-1]), [])
+        part = parts.get(_shape(loc[:-1]))
+        replaced = part.replaced_keys.get(str(loc[-1])) if part else None
+        if replaced is not None:
+            shown = json.dumps(error["input"], default=str, ensure_ascii=False)
+            return f"{path} = {shown}: {replaced(str(loc[-1]), error['input'])}"
+        allowed = _aliases(part) if part else []
         return (
             f"{path}: unknown key{suggestion(str(loc[-1]), allowed)}; "
             f"allowed in {parent}: {', '.join(allowed)}"
@@ -120,24 +123,26 @@ def _shape(loc: tuple[Any, ...]) -> str:
     return ".".join("[]" if isinstance(p, int) else str(p) for p in loc)
 
 
-def _allowed_keys() -> dict[str, list[str]]:
-    def aliases(model: type[BaseModel]) -> list[str]:
-        return sorted(f.alias or n for n, f in model.model_fields.items())
-
+def _parts() -> dict[str, type[Model]]:
+    """The model of each object in the config, by its place (``_shape``)."""
     return {
-        "tpuVms.[]": aliases(TpuVmConfig),
-        "bucket": aliases(BucketConfig),
-        "training": aliases(TrainingConfig),
-        "checkpointing": aliases(CheckpointingConfig),
-        "network": aliases(NetworkConfig),
-        "recovery": aliases(RecoveryConfig),
-        "recovery.restartBudget": aliases(RestartBudgetConfig),
-        "cluster": aliases(ClusterConfig),
-        "cluster.maintenanceWindow": aliases(MaintenanceWindowConfig),
-        "nodePools.[]": aliases(NodePoolConfig),
-        "jobs.[]": aliases(JobConfig),
-        "trainerCode": aliases(TrainerCodeConfig),
+        "tpuVms.[]": TpuVmConfig,
+        "bucket": BucketConfig,
+        "training": TrainingConfig,
+        "checkpointing": CheckpointingConfig,
+        "network": NetworkConfig,
+        "recovery": RecoveryConfig,
+        "recovery.restartBudget": RestartBudgetConfig,
+        "cluster": ClusterConfig,
+        "cluster.maintenanceWindow": MaintenanceWindowConfig,
+        "nodePools.[]": NodePoolConfig,
+        "jobs.[]": JobConfig,
+        "trainerCode": TrainerCodeConfig,
     }
+
+
+def _aliases(model: type[BaseModel]) -> list[str]:
+    return sorted(f.alias or n for n, f in model.model_fields.items())
 
 
 OFFLINE_SECRET = "offline-secret"
@@ -339,13 +344,12 @@ def load(stack: str | None = None) -> StackConfig:
         except ValidationError as exc:
             secret_places = [tuple(e["loc"]) for e in exc.errors() if _stands_in_for_a_secret(e.get("input"))]
             if not secret_places or not _leave_out_secrets(raw, secret_places):
-                allowed = _allowed_keys()
-                problems.extend(_format_error(e, allowed) for e in exc.errors())
+                parts = _parts()
+                problems.extend(_format_error(e, parts) for e in exc.errors())
                 break
 
-    if problems:
+    if problems or config is None:
         raise ConfigError(
             f"invalid configuration for stack {stack!r}:\n" + "\n".join(f"  - {p}" for p in problems)
         )
-    assert config is not None
     return config

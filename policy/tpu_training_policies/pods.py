@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 from tpu_training_components.domain.job_manifests import (
     PRIVILEGED_OPT_IN_ANNOTATION,
@@ -17,6 +17,7 @@ from tpu_training_components.domain.node_pool_plan import (
     POOL_NODE_LABEL,
 )
 
+from .pools import Pool
 from .resources import (
     POD_SPECS,
     Resource,
@@ -25,9 +26,6 @@ from .resources import (
     items,
     number,
 )
-
-if TYPE_CHECKING:
-    from .stack import Pool
 
 
 @dataclass(frozen=True)

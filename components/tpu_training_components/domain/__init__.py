@@ -1,1 +1,2 @@
-"""Pure planning and decisions: no Pulumi, no cloud SDK (tests/test_layout.py keeps it so)."""
+"""Pure planning and decisions: no Pulumi, no cloud SDK (an import-linter contract in
+pyproject.toml keeps it so)."""
