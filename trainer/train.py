@@ -766,12 +766,14 @@ class Beacon:
             "examples": None,
             "target_examples": settings.target_examples,
             "started_at": utc_text(now),
-            "advanced_at": utc_text(now),
             "step_seconds": None,
             "saved_step": None,
             "saved_at": None,
             "request_done": None,
         }
+        self.advanced_at = now
+        """When the step (or the phase) last changed; formatted only when the record is written,
+        so the step loop does no more than store a number."""
         self.step_seconds: Optional[float] = None
         self.pending: Optional[SaveRequest] = None
         """A request read and not yet done."""
@@ -802,11 +804,13 @@ class Beacon:
                 mean = self.step_seconds
                 self.step_seconds = seconds if mean is None else 0.9 * mean + 0.1 * seconds
                 self.record["step_seconds"] = round(self.step_seconds, 6)
-            self.record.update(step=step, examples=examples, advanced_at=utc_text(time.time()))
+            self.record.update(step=step, examples=examples)
+            self.advanced_at = time.time()
 
     def phase(self, phase: str) -> None:
         with self.lock:
-            self.record.update(phase=phase, advanced_at=utc_text(time.time()))
+            self.record["phase"] = phase
+            self.advanced_at = time.time()
 
     def committed(self, step: int) -> None:
         with self.lock:
@@ -884,7 +888,11 @@ class Beacon:
 
     def _write(self) -> None:
         with self.lock:
-            record = {**self.record, "written_at": utc_text(time.time())}
+            record = {
+                **self.record,
+                "advanced_at": utc_text(self.advanced_at),
+                "written_at": utc_text(time.time()),
+            }
         text = json.dumps(record, sort_keys=True)
         try:
             if self.local:
