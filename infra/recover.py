@@ -239,13 +239,22 @@ class Probe:
 
     tpu_client: Any = None
     read_jobs: Callable[[ClusterRef, set[str]], LiveJobs] = list_live_jobs
+    read_progress: Optional[reconcile.ReadProgress] = None
+    """Reads a run's progress records (None: a Cloud Storage client of the stack's project)."""
+    clock: Callable[[], datetime] = utc_now
+    """Now, for the maintenance grace and hang limits."""
 
     def __call__(self, settings: stack_config.StackConfig) -> list[tuple[str, Decision]]:
+        checks = stack_config.derived.hang_checks(settings)
+        now = self.clock()
         vms = reconcile.reconcile_tpu_vms(
             settings.gcp_project,
             [(vm.name, vm.zone) for vm in settings.tpu_vms],
             grace=timedelta(minutes=settings.recovery.maintenance_grace_minutes),
             client=self.tpu_client,
+            hang_checks=checks,
+            read_progress=self.read_progress,
+            now=now,
         )
         jobs = (
             reconcile.reconcile_jobs(
@@ -255,6 +264,10 @@ class Probe:
                 queued={
                     job.name for job in settings.jobs if stack_config.derived.job_pool(settings, job).queued
                 },
+                hang_checks=checks,
+                read_progress=self.read_progress,
+                project=settings.gcp_project,
+                now=now,
             )
             if settings.cluster
             else []
@@ -310,6 +323,8 @@ class RoundReport:
                     "generation": d.generation if d.action == "keep" else None,
                     "afterLastDeployed": d.after_last_deployed,
                     "reason": d.reason,
+                    # One word (domain.recovery.Cause) for a create or replace; null for a keep.
+                    "cause": d.cause.value if d.cause is not None else None,
                     "warn": d.warn,
                     "unavailable": d.unavailable,
                     "restarts": d.restarts,

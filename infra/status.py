@@ -298,9 +298,11 @@ def render(stack: str, project: str, runs: Sequence[RunStatus], now: datetime) -
             lines.append(f"  training:      {_training(run.progress, now)}")
         if run.last_recovery is not None:
             last = run.last_recovery
+            # Since causes were words, "reason" says why in full; before, "cause" did.
+            why = f"{last['cause']}: {last['reason']}" if "reason" in last else last.get("cause")
             lines.append(
                 f"  last recovery: {last.get('action')} decided {last.get('decidedAt')} "
-                f"(generation {last.get('generation')}): {last.get('cause')}"
+                f"(generation {last.get('generation')}): {why}"
             )
         elif not any(u.startswith("last recovery") for u in run.unread):
             lines.append("  last recovery: none recorded")
@@ -352,14 +354,15 @@ def main(
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     settings = loaded.settings
+    now = now or datetime.now(timezone.utc)
     runs = gather(
         settings,
         outputs,
         outputs_unread,
-        probe=probe or Probe(),
+        # Hangs judged at the time the status is of.
+        probe=probe or Probe(clock=lambda: now),
         storage=lambda: endpoints.storage_client(settings.gcp_project),
     )
-    now = now or datetime.now(timezone.utc)
     if args.json:
         document = {
             "stack": stack,

@@ -222,7 +222,9 @@ def test_failed_job_is_replaced_alone(gke_only, live_cluster, decided_at):
     previous = {"jobRecoveryGenerations": {"train-v6e": 3, "other-run": 3}}
 
     failed = run_stack(copy.deepcopy(gke_only), previous_outputs=previous)
-    assert len(live_cluster.calls) == 1  # one namespace, one call
+    # One namespace: its Jobs, then its Pods (other-run trains, so when its Pods started is read
+    # to judge its progress).
+    assert live_cluster.calls == ["/apis/batch/v1/namespaces/default/jobs", "/api/v1/namespaces/default/pods"]
     replaced = _job(failed)
     assert replaced.options["replacementTrigger"] == decided_at
     assert replaced.options["deleteBeforeReplace"] is True

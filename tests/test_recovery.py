@@ -297,7 +297,8 @@ def test_the_last_recovery_and_its_cause_are_exported_and_kept_until_the_next(co
     assert last["tpuVms"] == {
         "demo-tpu": {
             "action": "replace",
-            "cause": "node is PREEMPTED",
+            "cause": "preempted",
+            "reason": "node is PREEMPTED",
             "generation": decided_at,
             "decidedAt": DECIDED_AT.strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
