@@ -205,9 +205,7 @@ def reconcile_jobs(
         if name in hang_checks and workload is not None and workload.training and decision.action == "keep":
             since = live.training_since(namespace, name, workload.created)
             unread = live.pod_failures.get(namespace)
-            no_start = (
-                f"its Pods could not be listed ({unread})" if unread else "no Pod of it has started"
-            )
+            no_start = f"its Pods could not be listed ({unread})" if unread else "no Pod of it has started"
             decision = judge_training(
                 decision, since, hang_checks[name], read_records, now, no_start=no_start
             )
