@@ -55,6 +55,7 @@ from typing import Any, Callable, Optional, Sequence, TextIO
 
 import pulumi
 from tpu_training_components.domain.recovery import Decision, utc_now
+from tpu_training_components.domain.recovery_records import RoundTimes, recovery_record
 from tpu_training_components.domain.recovery_rounds import (
     ENDED_EARLY,
     Backoff,
@@ -160,6 +161,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also apply changes that recovery did not decide (edits not yet deployed): a full "
         "`pulumi up --refresh` instead of one targeted at the recovered VMs and Jobs",
+    )
+    parser.add_argument(
+        "--records",
+        metavar="FILE",
+        help="append one JSON line per recovered VM or Job to FILE: its cause and how long the "
+        "recovery took, for goodput accounting (docs/recovery-records.md)",
     )
     parser.add_argument(
         "--json",
@@ -292,6 +299,23 @@ class RoundReport:
     pending: tuple[PendingChange, ...] = ()
     """Changes a full update would make that recovery did not decide."""
     duration_seconds: float = 0.0
+    detected_at: Optional[datetime] = None
+    """When the round had decided (its live state read)."""
+    up_started_at: Optional[datetime] = None
+    up_ended_at: Optional[datetime] = None
+
+    def recovery_records(self) -> list[dict[str, Any]]:
+        """One record per VM or Job the round's `pulumi up` recovered (or tried to): its cause and
+        how long the recovery took (``domain.recovery_records``); none when no up ran."""
+        if self.plan is None or self.up is None or self.detected_at is None:
+            return []
+        times = RoundTimes(self.detected_at, self.up_started_at, self.up_ended_at, self.up.status.value)
+        recovering = set(self.plan.recovering)
+        return [
+            recovery_record(self.stack, kind, decision, times)
+            for kind, decision in self.decisions
+            if decision in recovering
+        ]
 
     @property
     def outcome(self) -> RoundOutcome:
@@ -359,8 +383,11 @@ class Recoverer:
         decrypt: Optional[Decrypt] = None,
         stopping: Callable[[], bool] = lambda: False,
         apply_pending: bool = False,
+        clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.target = target
+        self.clock = clock
+        """Now: when a round decided, and when its `pulumi up` started and ended."""
         self.probe = probe
         self.up = up
         """None for a dry run: decide and say, never run `pulumi up`."""
@@ -416,7 +443,7 @@ class Recoverer:
             # only by a round that would recover something.
             outputs = self.up.stack_outputs(self.target.qualified)
         history = self._history(outputs)
-        now = utc_now()
+        now = self.clock()
         budget = settings.recovery.restart_budget.budget
         report.decisions = [
             (kind, with_budget(d, history.get(d.name, ()) if outputs is not None else None, budget, now))
@@ -428,10 +455,13 @@ class Recoverer:
             level = "warning" if decision.warn else "info"
             self.say(f"{level}: {'TPU VM' if kind == 'tpuVm' else 'Job'} {decision.message}")
         report.plan = plan_round([d for _, d in report.decisions])
+        report.detected_at = now
         self.say(f"{self.target.qualified}: {report.plan.summary}")
         if not report.plan.run_up:
             return
         report.up = self._recover(report, loaded, outputs or {}, history, now)
+        if report.up_started_at is not None:
+            report.up_ended_at = self.clock()
         self.say(f"{self.target.qualified}: pulumi up {report.up.status}: {report.up.message}")
 
     def _history(self, outputs: Optional[dict[str, Any]]) -> dict[str, tuple[Recovery, ...]]:
@@ -484,6 +514,7 @@ class Recoverer:
             for change in chosen.beside:
                 self.say(f"warning: --apply-pending: applied too: {change.shown}")
             told = _recovery_round(recovering, None, history, budget, now)
+            report.up_started_at = self.clock()
             return self.up(self.target.qualified, recovery_round=told)
         for line in recovery_targets.describe(chosen):
             self.say(f"warning: {line}")
@@ -498,6 +529,7 @@ class Recoverer:
         report.targets = chosen.targets
         recovered = [(kind, d) for kind, d in recovering if targets.urns[d.name] in chosen.targets]
         told = _recovery_round(recovered, chosen.targets, history, budget, now)
+        report.up_started_at = self.clock()
         return self.up(
             self.target.qualified, list(chosen.targets), refresh=chosen.refresh, recovery_round=told
         )
@@ -621,6 +653,19 @@ def watch(
             return EXIT_OK
 
 
+def append_records(path: str, records: Sequence[dict[str, Any]], say: Callable[[str], None]) -> None:
+    """Append the records as JSON lines, one write each; a file that cannot be written is a
+    warning, never the end of the watch (recovery matters more than its accounting)."""
+    if not records:
+        return
+    try:
+        with open(path, "a", encoding="utf-8") as out:
+            for record in records:
+                out.write(json.dumps(record, sort_keys=True) + "\n")
+    except OSError as exc:
+        say(f"warning: --records {path}: not written ({exc.strerror or exc}); the recovery itself went on")
+
+
 def _printer(stream: TextIO) -> Callable[[str], None]:
     def say(line: str) -> None:
         _write(stream, line)
@@ -673,6 +718,8 @@ def main(argv: Optional[Sequence[str]] = None, *, probe: Optional[Probe] = None)
     def emit(report: RoundReport) -> None:
         if args.json:
             _write(sys.stdout, json.dumps(report.to_json(), sort_keys=True))
+        if args.records:
+            append_records(args.records, report.recovery_records(), say)
 
     recoverer = Recoverer(
         Target(project, stack, args.stack),

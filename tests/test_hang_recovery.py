@@ -279,6 +279,7 @@ def test_a_round_replaces_the_hung_job_alone_and_says_why_in_its_json(tmp_path, 
             probe=recover.Probe(clock=lambda: NOW),
             up=runner,
             say=said.append,
+            clock=lambda: NOW,
         )
         report = rec.run_round()
     decisions = {d["name"]: d for d in report.to_json()["decisions"]}
@@ -287,6 +288,28 @@ def test_a_round_replaces_the_hung_job_alone_and_says_why_in_its_json(tmp_path, 
     assert "advanced 0.5 min ago" in decisions["demo-tpu"]["reason"]
     assert report.plan is not None and [d.name for d in report.plan.recovering] == ["train-v6e"]
     assert runner.rounds and runner.rounds[0] is not None and runner.rounds[0].jobs == {"train-v6e"}
+
+    # Its goodput record: the cause, when the training stalled, how long recovery took.
+    (record_,) = report.recovery_records()
+    assert record_["format"] == "tpu-training-recovery/1"
+    assert (record_["kind"], record_["name"], record_["cause"]) == ("job", "train-v6e", "hung")
+    assert record_["badput"] == "infrastructure_recovery_from_disruption"
+    assert record_["stalledSince"] == stamp(at(45))
+    assert record_["stalledSeconds"] == 45 * 60.0
+    assert record_["upStatus"] == "succeeded" and record_["recoverySeconds"] == 0.0  # the clock stood still
+
+
+def test_records_are_appended_and_an_unwritable_file_is_a_warning(tmp_path):
+    said: list[str] = []
+    target = tmp_path / "records.jsonl"
+    recover.append_records(str(target), [{"name": "a"}, {"name": "b"}], said.append)
+    recover.append_records(str(target), [{"name": "c"}], said.append)
+    assert [json.loads(line)["name"] for line in target.read_text().splitlines()] == ["a", "b", "c"]
+    nowhere = tmp_path / "no-such-dir" / "r.jsonl"
+    recover.append_records(str(nowhere), [{"name": "d"}], said.append)
+    assert said == [
+        f"warning: --records {nowhere}: not written (No such file or directory); the recovery itself went on"
+    ]
 
 
 # --- The stack keys ---------------------------------------------------------------------------

@@ -72,6 +72,8 @@ class Stall:
     reason: str
     """One line for the round's log: which process, how long, against what limit."""
     stalled_for: Optional[timedelta] = None
+    since: Optional[datetime] = None
+    """Hung: when the stalled process last advanced."""
     doubtful: bool = False
     """Unknown because something could not be read or believed (not merely nothing published
     yet): the round warns."""
@@ -188,6 +190,7 @@ def judge(
             Verdict.HUNG,
             f"{where} has not advanced for {_minutes(stalled)} (limit {_minutes(allowed)})",
             stalled,
+            since=record.advanced_at,
         )
     return Stall(Verdict.ADVANCING, f"{where} advanced {_minutes(stalled)} ago", stalled)
 
@@ -227,13 +230,14 @@ def with_progress(decision: Decision, stall: Stall) -> Decision:
     if decision.action != "keep":
         return decision
     if stall.verdict is Verdict.HUNG:
-        return replace(
+        hung = replace(
             decision.name,
             decision.generation,
             f"{_first_clause(decision.reason)}, but its training is hung: {stall.reason}; the new one "
             f"resumes from its checkpoint",
             Cause.HUNG,
         )
+        return dataclasses.replace(hung, stalled_since=stall.since)
     if stall.verdict is Verdict.UNKNOWN:
         return dataclasses.replace(
             decision,

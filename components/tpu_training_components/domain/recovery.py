@@ -152,7 +152,9 @@ class Decision:
     over_budget: bool = False
     """Its restart budget is spent: recovery does not re-create it, and the round fails."""
     cause: Optional[Cause] = None
-    """Why it is created or replaced; None for one kept."""
+    """Why it is created or replaced (or, over its restart budget, would be); None for one kept."""
+    stalled_since: Optional[datetime] = None
+    """For a hung one: when its stalled process last advanced (the hang's cost starts there)."""
 
     @property
     def message(self) -> str:
