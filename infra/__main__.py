@@ -327,6 +327,7 @@ def declare_tpu_vms(
                 "environment": environments[vm.name],
                 "service_account_email": identity.email,
                 "recovery_generation": recovery.vm_generation(vm.name),
+                "recovery_cause": recovery.vm_cause(vm.name),
                 "restart_generation": vm.restart_generation,
                 "external_ip": vm.external_ip,
                 "network": vm_network,
@@ -523,6 +524,7 @@ def declare_jobs(
             "workload_pool": gke.cluster.workload_pool,
             "namespace": job.namespace,
             "recovery_generation": recovery.job_generation(job.name),
+            "recovery_cause": recovery.job_cause(job.name),
             "privileged": job.privileged,
         }
         grace = derived.job_termination_grace_seconds(settings)

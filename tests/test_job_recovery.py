@@ -234,6 +234,11 @@ def test_failed_job_is_replaced_alone(gke_only, live_cluster, decided_at):
         for m in failed.infos
     )
 
+    # The new Job says why it was made, in its own metadata (not its Pod template).
+    assert replaced.inputs["metadata"]["annotations"]["tpu-training/recovery-cause"] == "failed"
+    assert "tpu-training/recovery-cause" not in str(replaced.inputs["spec"])
+    assert "tpu-training/recovery-cause" not in _job(failed, "other-run").inputs["metadata"]["annotations"]
+
     # Against the same stack with the Job running again, only the failed Job's registration differs.
     live_cluster.jobs.clear()
     live_cluster.add("default", job("train-v6e", generation=3, active=4, ready=4))

@@ -15,6 +15,10 @@ from datetime import datetime, timedelta, timezone
 from typing import Literal, Mapping, Optional
 
 GENERATION_LABEL = "recovery-generation"
+CAUSE_LABEL = "recovery-cause"
+"""On a TPU VM (a label) and a Job or JobSet (an annotation, ``CAUSE_ANNOTATION``): why recovery
+last re-created it, one word of ``Cause``; absent on one never recovered."""
+CAUSE_ANNOTATION = f"tpu-training/{CAUSE_LABEL}"
 
 # Cloud TPU v2 API Node.State values in which a node is working or getting there by itself.
 _WORKING = frozenset({"READY", "CREATING", "STARTING", "RESTARTING", "REPAIRING", "REIMAGING"})
@@ -34,6 +38,13 @@ _EVENT_TIME = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt](\d{2}:\d{2}:\d{2})(\.\d+)?([Z
 # At most 15 digits: a generation also crosses gRPC as a double, exact to 2**53 (16 digits), and
 # "one more" than a longer one could round back to itself (naming.MAX_RECOVERY_GENERATION).
 _PLAIN_DECIMAL = re.compile(r"^[0-9]{1,15}$")
+
+
+def cause_problem(value: object) -> str:
+    """What is wrong with a ``recovery_cause`` argument ("" when nothing: "" or a cause word)."""
+    if value == "" or value in {cause.value for cause in Cause}:
+        return ""
+    return f'{value!r} is no recovery cause; allowed: {", ".join(c.value for c in Cause)}, or ""'
 
 
 def parse_generation(labels: Mapping[str, str]) -> Optional[int]:

@@ -13,7 +13,7 @@ from typing_extensions import NotRequired, TypedDict
 
 from ..domain import recovery as _recovery
 from ..domain.progress import HangCheck
-from ..domain.recovery import Decision
+from ..domain.recovery import Cause, Decision
 from ..errors import InvalidArgument
 from ..live.kube_api import ClusterRef
 from ..validation import ARGUMENTS, Problems, check_arguments, count_problem
@@ -265,12 +265,30 @@ class TrainingRecovery(pulumi.ComponentResource):
         """The generation to declare for Job ``name`` (one of ``jobs``)."""
         return self._one(self.job_generations, name, "jobs")
 
+    def vm_cause(self, name: str) -> pulumi.Output[str]:
+        """Why TPU VM ``name`` was last re-created ("" when never, as far as the stack recorded):
+        ``PreemptibleTpuVm``'s ``recovery_cause``."""
+        self._one(self.vm_generations, name, "tpu_vms")
+        return self.last_recoveries.apply(lambda last: _cause_of(last, "tpuVms", name))
+
+    def job_cause(self, name: str) -> pulumi.Output[str]:
+        """Why Job ``name`` was last re-created ("" when never): the workload's ``recovery_cause``."""
+        self._one(self.job_generations, name, "jobs")
+        return self.last_recoveries.apply(lambda last: _cause_of(last, "jobs", name))
+
     def _one(self, generations: pulumi.Output[dict[str, int]], name: str, key: str) -> pulumi.Output[int]:
         if name not in {decision.name for decision in self._decided[key]}:
             raise InvalidArgument(
                 f"TrainingRecovery: {name!r} is not in its {key}; add it there to recover it"
             )
         return generations.apply(lambda by_name: by_name[name])
+
+
+def _cause_of(last: Any, kind: str, name: str) -> str:
+    # A record written before causes were words holds a sentence there: no cause to label with.
+    entry = (last.get(kind) or {}).get(name) if isinstance(last, dict) else None
+    cause = entry.get("cause") if isinstance(entry, dict) else None
+    return cause if isinstance(cause, str) and cause in {c.value for c in Cause} else ""
 
 
 def last_recoveries(
