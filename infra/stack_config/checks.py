@@ -10,7 +10,7 @@ from tpu_training_components.domain import catalogue, naming
 from tpu_training_components.domain.goodput import GoodputError
 from tpu_training_components.domain.network_plan import NetworkPlanError, plan_network
 from tpu_training_components.domain.node_pool_plan import TpuNodePoolPlan
-from tpu_training_components.domain.recovery import GENERATION_LABEL
+from tpu_training_components.domain.recovery import CAUSE_LABEL, GENERATION_LABEL
 from tpu_training_components.domain.startup_script import metadata_problem, vm_metadata
 from tpu_training_components.domain.termination_grace import (
     PREEMPTIBLE_TPU_VM,
@@ -129,16 +129,17 @@ def _metadata_problems(config: StackKeys) -> list[str]:
 
 def _label_count_problems(config: StackKeys) -> list[str]:
     # Every resource carries the project's own labels and the user's; TPU VMs also carry
-    # their recovery generation, and pulumi-gcp adds its attribution label
-    # (goog-pulumi-provisioned) to each. Google Cloud allows 64 labels per resource.
+    # their recovery generation and, once recovered, its cause, and pulumi-gcp adds its
+    # attribution label (goog-pulumi-provisioned) to each. Google Cloud allows 64 per resource.
     common = derived.common_labels(config)
-    most = len(common) + 1 + naming.PROVIDER_LABELS
+    most = len(common) + 2 + naming.PROVIDER_LABELS
     if most <= naming.MAX_LABELS:
         return []
-    own = len(common) - len(config.labels) + 1
+    own = len(common) - len(config.labels) + 2
     return [
         f"{PROJECT}:labels has {len(config.labels)} labels; with the {own} the stack adds (managed-by, "
-        f"pulumi-project, pulumi-stack, and {GENERATION_LABEL} on TPU VMs) and pulumi-gcp's own "
+        f"pulumi-project, pulumi-stack, and {GENERATION_LABEL} and {CAUSE_LABEL} on TPU VMs) and "
+        f"pulumi-gcp's own "
         f"goog-pulumi-provisioned a resource would carry {most}, above Google Cloud's limit of "
         f"{naming.MAX_LABELS} per resource; remove {most - naming.MAX_LABELS}"
     ]
