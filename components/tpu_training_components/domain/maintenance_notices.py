@@ -214,7 +214,9 @@ def gke_notice(node: PoolNode, now: datetime) -> ReadNotices:
             return None
         parsed = _epoch(value)
         if parsed is None:
-            read.warnings.append(f"{where}: label {key}={value!r} is not a time in seconds since the epoch; it is ignored")
+            read.warnings.append(
+                f"{where}: label {key}={value!r} is not a time in seconds since the epoch; it is ignored"
+            )
         return parsed
 
     _add(
@@ -266,6 +268,7 @@ def _add(
         )
         return
     read.notices.append(replace(notice, window_end=end, latest_start=latest))
+
 
 def save_deadline(notice: MaintenanceNotice, now: datetime, margin: timedelta) -> Optional[datetime]:
     """The ``before`` of the save request for ``notice``, or None when no save is to be asked.

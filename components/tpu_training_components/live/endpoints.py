@@ -46,7 +46,7 @@ def tpu_client(endpoint: Optional[str] = None, credentials: Any = None) -> Any:
     return google_client(tpu_v2.TpuClient, TPU_ENDPOINT_VARIABLE, endpoint, credentials)
 
 
-def tpu_nodes_client(endpoint: Optional[str] = None, credentials: Any = None) -> "TpuNodesClient":
+def tpu_nodes_client(endpoint: Optional[str] = None, credentials: Any = None) -> TpuNodesClient:
     """Lists a zone's TPU nodes through the Cloud TPU API's v2alpha1 surface, which gives each
     node's ``upcoming_maintenance`` beside what v2 gives (``tpu_api``). Preflight keeps
     ``tpu_client`` (v2) for accelerator types and runtime versions."""

@@ -15,7 +15,7 @@ from ..domain.naming import generation_problem
 from ..domain.recovery import Decision, decide, fresh_generation, unreachable, utc_now
 from ..errors import InvalidArgument
 from ..live.kube_api import ClusterRef, LiveJobs, list_live_jobs
-from ..live.tpu_api import list_live_nodes
+from ..live.tpu_api import LiveNodes, list_live_nodes
 
 GENERATIONS_OUTPUT = "recoveryGenerations"
 """Stack output holding ``{vm name: generation}``; read back on the next run."""
@@ -42,12 +42,15 @@ def reconcile_tpu_vms(
     grace: timedelta = timedelta(minutes=30),
     now: Optional[datetime] = None,
     client: Any = None,
+    live: Optional[LiveNodes] = None,
 ) -> list[Decision]:
-    """Decide for every ``(name, zone)``: one API list call per zone, then the decision table.
-    With ``read_live_state=False`` (an offline plan) every VM keeps its last generation."""
+    """Decide for every ``(name, zone)``: one API list call per zone (none when ``live`` holds
+    what the caller listed already), then the decision table. With ``read_live_state=False``
+    (an offline plan) every VM keeps its last generation."""
     if not read_live_state:
         return _not_read([name for name, _ in vms])
-    live = list_live_nodes(project, {zone for _, zone in vms}, client=client)
+    if live is None:
+        live = list_live_nodes(project, {zone for _, zone in vms}, client=client)
     now = now or utc_now()
     decisions = []
     for name, zone in vms:
