@@ -242,10 +242,12 @@ def _add(
     """Check the notice's window and keep it (or not), saying what was wrong."""
     start, end, latest = notice.window_start, notice.window_end, notice.latest_start
     shown = ", ".join(f"{key}={value!r}" for key, value in sent.items() if value is not None) or "no times"
-    if start is None and notice.status == PENDING:
+    start_sent = next(iter(sent.values()), None)  # the start's key comes first
+    if start is None and notice.status == PENDING and start_sent in (None, ""):
+        # (A start that was sent but does not read is warned of where it is read.)
         read.warnings.append(
-            f"{where}: a maintenance notice without a readable window start ({shown}); it is named, and "
-            f"no save is asked for it"
+            f"{where}: a maintenance notice without a window start ({shown}); it is named, and no save "
+            f"is asked for it"
         )
     if start is not None and end is not None and end < start:
         read.warnings.append(
