@@ -521,3 +521,36 @@ def _job() -> dict[str, Any]:
     from support.fake_kube_api import job
 
     return job("train-v6e", generation=1, active=4, ready=4)
+
+
+def test_status_names_the_notices_and_writes_nothing(gcs, tmp_path, monkeypatch, capsys):
+    from infra import status
+
+    server, _ = gcs
+    with FakeTpuApi() as tpu, FakeNodeApi() as kube:
+        tpu.add(ZONE, "demo-tpu", "READY", health="HEALTHY", upcomingMaintenance=upcoming())
+        kube.add("default", _job())
+        kube.nodes.append(gke_node("n-1", "v6e-4x4", taints=(mn.IMPENDING_TERMINATION_TAINT,)))
+        monkeypatch.setenv("TPU_API_ENDPOINT", tpu.endpoint)
+        monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig(tmp_path)))
+        monkeypatch.setenv(endpoints.STORAGE_ENDPOINT_VARIABLE, server.endpoint)
+        outputs = tmp_path / "outputs.json"
+        outputs.write_text("{}")
+        status.main(["--stack", "dev", "--outputs", str(outputs)], now=NOW)
+        text = capsys.readouterr().out
+        status.main(["--stack", "dev", "--outputs", str(outputs), "--json"], now=NOW)
+        document = json.loads(capsys.readouterr().out)
+    assert len(tpu.calls) == 2  # one per run of status: the notices come from the probe's listing
+    assert (
+        "Maintenance notices:\n  TPU VM demo-tpu: SCHEDULED maintenance PENDING, window 2026-11-26T12:00:00Z"
+        in text
+    )
+    assert "affects demo-tpu; demo-tpu: save not requested (before 2026-11-26T11:59:00Z)" in text
+    assert (
+        "  GKE node n-1 (pool v6e-4x4): maintenance ONGOING, window unknown start; affects train-v6e" in text
+    )
+    assert [(n["node"], n["status"], n["saveRequested"]) for n in document["notices"]] == [
+        ("demo-tpu", "PENDING", False),
+        ("n-1", "ONGOING", False),
+    ]
+    assert _writes(server) == []
