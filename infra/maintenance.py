@@ -269,15 +269,9 @@ class NoticeStep:
     said: set[str] = field(default_factory=set)
 
     def __call__(self, settings: stack_config.StackConfig, now: datetime) -> NoticeRound:
-        pools = sorted(_gke_pools(settings)) if settings.cluster else []
-        pool_nodes = (
-            self.read_pool_nodes(
-                ClusterRef(settings.gcp_project, settings.cluster.location, settings.cluster.name), pools
-            )
-            if settings.cluster and pools
-            else None
+        notices, warnings = read_notices(
+            settings, self.tpu_nodes(), pool_nodes(settings, self.read_pool_nodes), now
         )
-        notices, warnings = read_notices(settings, self.tpu_nodes(), pool_nodes, now)
         result = request_saves(
             settings, notices, now, storage=lambda: self.storage(settings), write=self.write
         )
@@ -285,3 +279,22 @@ class NoticeStep:
         self.said.update(fresh)
         result.warnings = fresh
         return result
+
+
+def pool_nodes(
+    settings: stack_config.StackConfig, read: Callable[[ClusterRef, list[str]], PoolNodes] = list_pool_nodes
+) -> Optional[PoolNodes]:
+    """The nodes of the stack's GKE node pools (one call), or None when it has none."""
+    pools = sorted(_gke_pools(settings)) if settings.cluster else []
+    if settings.cluster is None or not pools:
+        return None
+    return read(ClusterRef(settings.gcp_project, settings.cluster.location, settings.cluster.name), pools)
+
+
+def name_notices(
+    settings: stack_config.StackConfig, tpu_nodes: Optional[LiveNodes], now: datetime
+) -> NoticeRound:
+    """The notices and the runs each affects, read and named only: what the plan shows (it asks
+    for no save, and reads no bucket)."""
+    notices, warnings = read_notices(settings, tpu_nodes, pool_nodes(settings), now)
+    return NoticeRound([NoticeReport(n, affected_runs(settings, n)) for n in notices], warnings)

@@ -73,8 +73,9 @@ if __name__ == "__main__":
 import argparse  # noqa: E402 - after the collector is off, on purpose
 import json  # noqa: E402
 import re  # noqa: E402
+from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any, Callable, Sequence  # noqa: E402
+from typing import TYPE_CHECKING, Any, Callable, Sequence  # noqa: E402
 
 import pulumi  # noqa: E402
 import yaml  # noqa: E402
@@ -83,6 +84,9 @@ from tpu_training_components.domain.recovery import UNKNOWN_KEPT  # noqa: E402
 from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT  # noqa: E402
 
 from infra import cost, json_file, offline, plan_diff  # noqa: E402
+
+if TYPE_CHECKING:
+    from infra.maintenance import NoticeRound
 
 EXIT_OK = 0
 EXIT_CONFIG_ERROR = 2
@@ -557,6 +561,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_CONFIG_ERROR
 
     document = plan_document(result)
+    notices = live_notices(project, stack) if args.live else None
+    if notices is not None:
+        # Only with --live: the offline plan JSON keeps its shape (and its golden file).
+        document = dict(document, notices=notices.to_json())
     changes = plan_diff.compare(base, document) if base is not None else None
     if changes is not None:
         # Only with --compare-to: the plan JSON keeps its shape otherwise.
@@ -575,7 +583,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(plan_diff.render(args.compare_to, changes, document))
         print(cost.render(cost.estimate(result)))
         print(render_summary(result, live=args.live, compared=changes is not None))
-        for message in result.warnings:
+        if notices is not None:
+            print("maintenance notices:" if notices.notices else "maintenance notices: none")
+            for report in notices.notices:
+                print(f"  {report.line()}")
+        for message in [*result.warnings, *(notices.warnings if notices else [])]:
             print(f"warning: {message}", file=sys.stderr)
         if args.json:
             writing = args.json
@@ -602,6 +614,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         )
         return EXIT_LIVE_UNAVAILABLE
     return EXIT_OK
+
+
+def live_notices(project: offline.Project, stack: str) -> NoticeRound:
+    """--live: the maintenance notices of the stack's VMs and pools (``infra.maintenance``),
+    named with the training each affects. One more Cloud TPU API call per zone and one
+    Kubernetes call (the program's own listing stays inside it); no bucket is read and no save
+    request written: `python -m infra.recover` asks for the saves."""
+    from tpu_training_components.domain.recovery import failure_summary
+    from tpu_training_components.live.tpu_api import list_live_nodes
+
+    from infra.maintenance import NoticeRound, name_notices
+    from infra.recover import Target, load_settings  # here: infra.recover imports this module
+
+    try:
+        settings = load_settings(Target(project, stack, stack)).settings
+        nodes = list_live_nodes(settings.gcp_project, {vm.zone for vm in settings.tpu_vms})
+        return name_notices(settings, nodes, datetime.now(timezone.utc))
+    except Exception as exc:  # noqa: BLE001 - notices never stop a plan
+        return NoticeRound(warnings=[f"maintenance notices not read: {failure_summary(exc)}"])
 
 
 def _run() -> int:

@@ -554,3 +554,36 @@ def test_status_names_the_notices_and_writes_nothing(gcs, tmp_path, monkeypatch,
         ("n-1", "ONGOING", False),
     ]
     assert _writes(server) == []
+
+
+def test_the_live_plan_names_the_notices_and_asks_for_no_save(tmp_path):
+    from support.program import run_plan
+
+    window = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=1)
+    with FakeTpuApi() as tpu, FakeNodeApi() as kube:
+        tpu.add(
+            ZONE,
+            "demo-tpu",
+            "READY",
+            labels={"recovery-generation": "3"},
+            upcomingMaintenance=upcoming(window),
+        )
+        kube.add("default", _job())
+        kube.nodes.append(
+            gke_node("n-1", "v6e-4x4", labels={mn.SCHEDULED_MAINTENANCE_LABEL: str(int(window.timestamp()))})
+        )
+        env = {"TPU_API_ENDPOINT": tpu.endpoint, "KUBECONFIG": str(kube.kubeconfig(tmp_path))}
+        text = run_plan("--live", "--json", str(tmp_path / "plan.json"), env=env)
+    assert text.returncode == 0, text.stderr
+    assert "recovery (from live state): TPU VM demo-tpu kept, Job train-v6e kept" in text.stdout
+    assert (
+        f"maintenance notices:\n  TPU VM demo-tpu: SCHEDULED maintenance PENDING, window {rfc3339(window)}"
+        in text.stdout
+    )
+    assert "  GKE node n-1 (pool v6e-4x4): maintenance PENDING" in text.stdout
+    assert "affects train-v6e; no save asked" in text.stdout
+    notices = json.loads((tmp_path / "plan.json").read_text())["notices"]
+    assert [(n["node"], n["affected"], n["saveRequested"]) for n in notices] == [
+        ("demo-tpu", [{"kind": "tpuVm", "name": "demo-tpu"}], False),
+        ("n-1", [{"kind": "job", "name": "train-v6e"}], False),
+    ]
