@@ -624,11 +624,21 @@ def live_notices(project: offline.Project, stack: str) -> NoticeRound:
     from tpu_training_components.domain.recovery import failure_summary
     from tpu_training_components.live.tpu_api import list_live_nodes
 
+    from infra import stack_config
     from infra.maintenance import NoticeRound, name_notices
-    from infra.recover import Target, load_settings  # here: infra.recover imports this module
 
     try:
-        settings = load_settings(Target(project, stack, stack)).settings
+        config, secret_keys, _ = offline.stack_config(project, stack)
+        if secret_keys:
+            # The plan reads them as stand-ins, which would name VMs and pools that do not exist.
+            raise ValueError(
+                f"Pulumi.{stack}.yaml holds secrets; `python -m infra.status` reads them decrypted"
+            )
+        loaded: list[stack_config.StackConfig] = []
+        offline.run(
+            lambda: loaded.append(stack_config.load(stack)), project=project.name, stack=stack, config=config
+        )
+        settings = loaded[0]
         nodes = list_live_nodes(settings.gcp_project, {vm.zone for vm in settings.tpu_vms})
         return name_notices(settings, nodes, datetime.now(timezone.utc))
     except Exception as exc:  # noqa: BLE001 - notices never stop a plan
