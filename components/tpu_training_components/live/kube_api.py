@@ -512,22 +512,10 @@ def list_live_jobs(
     kubeconfig = kubeconfig if kubeconfig is not None else os.environ.get(KUBECONFIG_VARIABLE) or None
     with ExitStack() as cleanup:
         try:
-            if kubeconfig:
-                result.source = f"{KUBECONFIG_VARIABLE}={kubeconfig}"
-                # Reading it may wait for ever, and the Kubernetes client has no timeout for it:
-                # a FIFO, a slow network file system, an exec plugin (a credential helper) that
-                # hangs. The one wait of a probe in a thread of its own (call_with_deadline).
-                configuration = call_with_deadline(
-                    functools.partial(_configuration_from_kubeconfig, kubeconfig),
-                    deadline,
-                    f"loading {result.source}",
-                )
-            else:
-                result.source = f"GKE API ({cluster.path}) and Application Default Credentials"
-                finding = Deadline(deadline, f"finding {cluster.path}")
-                configuration = _configuration_from_gke(
-                    cluster, container_client, credentials, cleanup, timeout, finding
-                )
+            result.source = _credentials_source(cluster, kubeconfig)
+            api_client = _cluster_api(
+                cluster, kubeconfig, container_client, credentials, cleanup, timeout, deadline
+            )
         except ClusterAbsent:
             result.cluster_absent = True
             return result
@@ -539,11 +527,7 @@ def list_live_jobs(
             for namespace in workload_namespaces:
                 result.workload_failures[namespace] = failure_summary(exc)
             return result
-        # No automatic retries: a preview must not hang; the next `up` asks again.
-        configuration.retries = False
-        api_client = cleanup.enter_context(client.ApiClient(configuration))
         limits = _Limits(timeout, deadline, max_bytes)
-        _refuse_redirects(api_client)
         batch = client.BatchV1Api(api_client)
         for namespace in namespaces:
             result.calls += 1
@@ -611,6 +595,13 @@ def _pool_node(item: Any, index: int) -> PoolNode:
     )
 
 
+def _credentials_source(cluster: ClusterRef, kubeconfig: Optional[str]) -> str:
+    """Where the credentials come from, for the log."""
+    if kubeconfig:
+        return f"{KUBECONFIG_VARIABLE}={kubeconfig}"
+    return f"GKE API ({cluster.path}) and Application Default Credentials"
+
+
 def _cluster_api(
     cluster: ClusterRef,
     kubeconfig: Optional[str],
@@ -619,27 +610,31 @@ def _cluster_api(
     cleanup: ExitStack,
     timeout: float,
     deadline: float,
-) -> tuple[str, Any]:
-    """Where the credentials come from, and an API client for the cluster: from ``kubeconfig``,
-    or found through the GKE API; no retries, no redirects followed. Raises ``ClusterAbsent``,
-    or whatever stops the credentials from loading."""
+) -> Any:
+    """An API client for the cluster, with the credentials of ``kubeconfig``, or found through
+    the GKE API; no retries, no redirects followed. Raises ``ClusterAbsent``, or whatever stops
+    the credentials from loading."""
     from kubernetes import client
 
     if kubeconfig:
-        source = f"{KUBECONFIG_VARIABLE}={kubeconfig}"
+        # Reading it may wait for ever, and the Kubernetes client has no timeout for it: a FIFO,
+        # a slow network file system, an exec plugin (a credential helper) that hangs. The one
+        # wait of a probe in a thread of its own (call_with_deadline).
         configuration = call_with_deadline(
-            functools.partial(_configuration_from_kubeconfig, kubeconfig), deadline, f"loading {source}"
+            functools.partial(_configuration_from_kubeconfig, kubeconfig),
+            deadline,
+            f"loading {_credentials_source(cluster, kubeconfig)}",
         )
     else:
-        source = f"GKE API ({cluster.path}) and Application Default Credentials"
         finding = Deadline(deadline, f"finding {cluster.path}")
         configuration = _configuration_from_gke(
             cluster, container_client, credentials, cleanup, timeout, finding
         )
+    # No automatic retries: a preview must not hang; the next `up` asks again.
     configuration.retries = False
     api_client = cleanup.enter_context(client.ApiClient(configuration))
     _refuse_redirects(api_client)
-    return source, api_client
+    return api_client
 
 
 def list_pool_nodes(
@@ -665,7 +660,7 @@ def list_pool_nodes(
     kubeconfig = kubeconfig if kubeconfig is not None else os.environ.get(KUBECONFIG_VARIABLE) or None
     with ExitStack() as cleanup:
         try:
-            _, api_client = _cluster_api(
+            api_client = _cluster_api(
                 cluster, kubeconfig, container_client, credentials, cleanup, timeout, deadline
             )
             result.calls += 1
