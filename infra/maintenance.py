@@ -175,8 +175,8 @@ def read_notices(
             warnings.append(
                 f"GKE nodes not read, so their maintenance notices are unknown: {pool_nodes.failure}"
             )
-        for node in sorted(pool_nodes.nodes, key=lambda n: n.name):
-            read = gke_notice(node, now)
+        for pool_node in sorted(pool_nodes.nodes, key=lambda n: n.name):
+            read = gke_notice(pool_node, now)
             notices += read.notices
             warnings += read.warnings
     return notices, warnings
