@@ -1,13 +1,15 @@
 """Show what `pulumi up` would create for a stack, without a cloud account or the Pulumi CLI.
 
-    python -m infra.plan [--stack NAME] [--json PATH|-] [--manifests DIR] [--live]
+    python -m infra.plan [--stack NAME] [--json PATH|-] [--manifests DIR] [--live [--notices]]
                          [--previous-outputs FILE] [--compare-to BASE_JSON]
 
 Runs the real stack program under the Pulumi SDK's mocks with the stack's config files and prints
 every resource it registers. Touches no network, unless --live: then the program reads the live
 TPU nodes through the Cloud TPU API (or the endpoint in TPU_API_ENDPOINT) and the live training
 Jobs through the Kubernetes API (KUBECONFIG, or the GKE API and Application Default
-Credentials) exactly as `pulumi up` does, and shows the recovery decisions. --manifests writes
+Credentials) exactly as `pulumi up` does, and shows the recovery decisions; with --notices, also
+the maintenance notices of the stack's VMs and pools (one more TPU API call per zone, one more
+Kubernetes call; no save is asked: `python -m infra.recover` does that). --manifests writes
 every Kubernetes object as a YAML file, for reading or `kubectl apply --dry-run=server -f DIR`.
 --previous-outputs takes what `pulumi stack output --json` printed as the stack's last deployed
 state, so the plan shows the recovery generations `pulumi up` would declare. --compare-to takes
@@ -140,6 +142,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="read live TPU nodes (Cloud TPU API, or TPU_API_ENDPOINT) and training Jobs (KUBECONFIG, "
         "or the GKE API) to show recovery decisions",
+    )
+    parser.add_argument(
+        "--notices",
+        action="store_true",
+        help="with --live: also name the maintenance notices of the stack's TPU VMs and GKE node pools "
+        "(one more TPU API call per zone and one Kubernetes call); asks for no save",
     )
     parser.add_argument(
         "--previous-outputs",
@@ -526,6 +534,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             # Python sets sys.stdout to None when it starts with file descriptor 1 closed (`>&-`).
             raise UsageError("--json -: standard output is closed; give a file name")
         stack, stack_project = stack_name(args.stack)
+        if args.notices and not args.live:
+            raise UsageError("--notices reads live state: give --live too")
         if args.json is not None:
             check_json_target(args.json)
         if args.manifests is not None:
@@ -561,9 +571,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_CONFIG_ERROR
 
     document = plan_document(result)
-    notices = live_notices(project, stack) if args.live else None
+    notices = live_notices(project, stack) if args.notices else None
     if notices is not None:
-        # Only with --live: the offline plan JSON keeps its shape (and its golden file).
+        # Only with --notices: the plan JSON keeps its shape (and its golden file), and a --live
+        # plan its one call per zone and namespace (benchmarks/plan_speed.py).
         document = dict(document, notices=notices.to_json())
     changes = plan_diff.compare(base, document) if base is not None else None
     if changes is not None:

@@ -556,7 +556,7 @@ def test_status_names_the_notices_and_writes_nothing(gcs, tmp_path, monkeypatch,
     assert _writes(server) == []
 
 
-def test_the_live_plan_names_the_notices_and_asks_for_no_save(tmp_path):
+def test_the_live_plan_names_the_notices_when_asked_and_asks_for_no_save(tmp_path):
     from support.program import run_plan
 
     window = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=1)
@@ -573,7 +573,7 @@ def test_the_live_plan_names_the_notices_and_asks_for_no_save(tmp_path):
             gke_node("n-1", "v6e-4x4", labels={mn.SCHEDULED_MAINTENANCE_LABEL: str(int(window.timestamp()))})
         )
         env = {"TPU_API_ENDPOINT": tpu.endpoint, "KUBECONFIG": str(kube.kubeconfig(tmp_path))}
-        text = run_plan("--live", "--json", str(tmp_path / "plan.json"), env=env)
+        text = run_plan("--live", "--notices", "--json", str(tmp_path / "plan.json"), env=env)
     assert text.returncode == 0, text.stderr
     assert "recovery (from live state): TPU VM demo-tpu kept, Job train-v6e kept" in text.stdout
     assert (
@@ -587,3 +587,10 @@ def test_the_live_plan_names_the_notices_and_asks_for_no_save(tmp_path):
         ("demo-tpu", [{"kind": "tpuVm", "name": "demo-tpu"}], False),
         ("n-1", [{"kind": "job", "name": "train-v6e"}], False),
     ]
+
+
+def test_notices_in_the_plan_need_live(capsys):
+    from infra import plan
+
+    assert plan.main(["--notices"]) == plan.EXIT_USAGE
+    assert "--notices reads live state: give --live too" in capsys.readouterr().err
