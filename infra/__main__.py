@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Optional, TypeVar, Union
 
 import pulumi
 import pulumi_gcp as gcp
@@ -24,6 +24,8 @@ from tpu_training_components import (
     PreemptibleTpuVm,
     ProjectApis,
     QueuedProvisioning,
+    RecoveredJob,
+    RecoveredTpuVm,
     TpuTrainingJob,
     TpuTrainingJobArgs,
     TpuTrainingJobSet,
@@ -223,23 +225,39 @@ def declare_buckets(settings: StackConfig, foundation: Foundation) -> dict[str, 
 # --- Recovery ---------------------------------------------------------------------------------
 
 
+Recovered = TypeVar("Recovered", RecoveredTpuVm, RecoveredJob)
+
+
 def declare_recovery(settings: StackConfig, offline: bool) -> TrainingRecovery:
     """Recovery is a reconcile: read the live nodes (one call per zone) and Jobs (one per
     namespace and kind, Kueue's Workloads too for queued ones), decide, say why; each VM and Job
     is declared at the generation decided here. ``offline``: read no live state."""
+    checks = derived.hang_checks(settings)
+
+    def judged(entry: Recovered) -> Recovered:
+        # Where its trainer's progress records are, and how long it may stall (domain/progress.py).
+        check = checks.get(entry["name"])
+        if check is not None and check.checkpoint_dir.startswith("gs://"):
+            entry["checkpoint_dir"] = check.checkpoint_dir
+            if check.hang_minutes is not None:
+                entry["hang_minutes"] = check.hang_minutes
+        return entry
+
     return TrainingRecovery(
         "recovery",
         {
             "project": settings.gcp_project,
-            "tpu_vms": [{"name": vm.name, "zone": vm.zone} for vm in settings.tpu_vms],
+            "tpu_vms": [judged(RecoveredTpuVm(name=vm.name, zone=vm.zone)) for vm in settings.tpu_vms],
             "jobs": [
-                {
-                    "name": job.name,
-                    "namespace": job.namespace,
-                    "kind": job.kind,
-                    # Kueue's Workload tells a queued job that waits from one Kueue gave up on.
-                    "queued": derived.job_pool(settings, job).queued,
-                }
+                judged(
+                    RecoveredJob(
+                        name=job.name,
+                        namespace=job.namespace,
+                        kind=job.kind,
+                        # Kueue's Workload tells a queued job that waits from one Kueue gave up on.
+                        queued=derived.job_pool(settings, job).queued,
+                    )
+                )
                 for job in settings.jobs
             ],
             "cluster": (
@@ -309,6 +327,7 @@ def declare_tpu_vms(
                 "environment": environments[vm.name],
                 "service_account_email": identity.email,
                 "recovery_generation": recovery.vm_generation(vm.name),
+                "recovery_cause": recovery.vm_cause(vm.name),
                 "restart_generation": vm.restart_generation,
                 "external_ip": vm.external_ip,
                 "network": vm_network,
@@ -505,6 +524,7 @@ def declare_jobs(
             "workload_pool": gke.cluster.workload_pool,
             "namespace": job.namespace,
             "recovery_generation": recovery.job_generation(job.name),
+            "recovery_cause": recovery.job_cause(job.name),
             "privileged": job.privileged,
         }
         grace = derived.job_termination_grace_seconds(settings)

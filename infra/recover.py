@@ -55,6 +55,7 @@ from typing import Any, Callable, Optional, Sequence, TextIO
 
 import pulumi
 from tpu_training_components.domain.recovery import Decision, failure_summary, utc_now
+from tpu_training_components.domain.recovery_records import RoundTimes, recovery_record
 from tpu_training_components.domain.recovery_rounds import (
     ENDED_EARLY,
     Backoff,
@@ -165,6 +166,12 @@ def _parser() -> argparse.ArgumentParser:
         "`pulumi up --refresh` instead of one targeted at the recovered VMs and Jobs",
     )
     parser.add_argument(
+        "--records",
+        metavar="FILE",
+        help="append one JSON line per recovered VM or Job to FILE: its cause and how long the "
+        "recovery took, for goodput accounting (docs/recovery-records.md)",
+    )
+    parser.add_argument(
         "--json",
         action="store_true",
         help="print one JSON object per round on standard output (the readable lines go to standard error)",
@@ -242,11 +249,17 @@ class Probe:
 
     tpu_client: Any = None
     read_jobs: Callable[[ClusterRef, set[str]], LiveJobs] = list_live_jobs
+    read_progress: Optional[reconcile.ReadProgress] = None
+    """Reads a run's progress records (None: a Cloud Storage client of the stack's project)."""
+    clock: Callable[[], datetime] = utc_now
+    """Now, for the maintenance grace and hang limits."""
     tpu_nodes: Optional[LiveNodes] = field(default=None, init=False)
     """The TPU nodes the last call listed: their maintenance notices are read from them
     (``infra.maintenance``), with no call of their own."""
 
     def __call__(self, settings: stack_config.StackConfig) -> list[tuple[str, Decision]]:
+        checks = stack_config.derived.hang_checks(settings)
+        now = self.clock()
         self.tpu_nodes = list_live_nodes(
             settings.gcp_project, {vm.zone for vm in settings.tpu_vms}, client=self.tpu_client
         )
@@ -255,6 +268,9 @@ class Probe:
             [(vm.name, vm.zone) for vm in settings.tpu_vms],
             grace=timedelta(minutes=settings.recovery.maintenance_grace_minutes),
             live=self.tpu_nodes,
+            hang_checks=checks,
+            read_progress=self.read_progress,
+            now=now,
         )
         jobs = (
             reconcile.reconcile_jobs(
@@ -264,6 +280,10 @@ class Probe:
                 queued={
                     job.name for job in settings.jobs if stack_config.derived.job_pool(settings, job).queued
                 },
+                hang_checks=checks,
+                read_progress=self.read_progress,
+                project=settings.gcp_project,
+                now=now,
             )
             if settings.cluster
             else []
@@ -290,6 +310,23 @@ class RoundReport:
     duration_seconds: float = 0.0
     notices: Optional[NoticeRound] = None
     """The maintenance notices the round read, and the save requests they became."""
+    detected_at: Optional[datetime] = None
+    """When the round had decided (its live state read)."""
+    up_started_at: Optional[datetime] = None
+    up_ended_at: Optional[datetime] = None
+
+    def recovery_records(self) -> list[dict[str, Any]]:
+        """One record per VM or Job the round's `pulumi up` recovered (or tried to): its cause and
+        how long the recovery took (``domain.recovery_records``); none when no up ran."""
+        if self.plan is None or self.up is None or self.detected_at is None:
+            return []
+        times = RoundTimes(self.detected_at, self.up_started_at, self.up_ended_at, self.up.status.value)
+        recovering = set(self.plan.recovering)
+        return [
+            recovery_record(self.stack, kind, decision, times)
+            for kind, decision in self.decisions
+            if decision in recovering
+        ]
 
     @property
     def outcome(self) -> RoundOutcome:
@@ -321,6 +358,8 @@ class RoundReport:
                     "generation": d.generation if d.action == "keep" else None,
                     "afterLastDeployed": d.after_last_deployed,
                     "reason": d.reason,
+                    # One word (domain.recovery.Cause) for a create or replace; null for a keep.
+                    "cause": d.cause.value if d.cause is not None else None,
                     "warn": d.warn,
                     "unavailable": d.unavailable,
                     "restarts": d.restarts,
@@ -357,8 +396,11 @@ class Recoverer:
         stopping: Callable[[], bool] = lambda: False,
         apply_pending: bool = False,
         notices: Optional[Callable[[stack_config.StackConfig, datetime], NoticeRound]] = None,
+        clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.target = target
+        self.clock = clock
+        """Now: when a round decided, and when its `pulumi up` started and ended."""
         self.probe = probe
         self.up = up
         """None for a dry run: decide and say, never run `pulumi up`."""
@@ -416,7 +458,7 @@ class Recoverer:
             # only by a round that would recover something.
             outputs = self.up.stack_outputs(self.target.qualified)
         history = self._history(outputs)
-        now = utc_now()
+        now = self.clock()
         budget = settings.recovery.restart_budget.budget
         report.decisions = [
             (kind, with_budget(d, history.get(d.name, ()) if outputs is not None else None, budget, now))
@@ -429,10 +471,13 @@ class Recoverer:
             self.say(f"{level}: {'TPU VM' if kind == 'tpuVm' else 'Job'} {decision.message}")
         self._notices(report, settings, now)
         report.plan = plan_round([d for _, d in report.decisions])
+        report.detected_at = now
         self.say(f"{self.target.qualified}: {report.plan.summary}")
         if not report.plan.run_up:
             return
         report.up = self._recover(report, loaded, outputs or {}, history, now)
+        if report.up_started_at is not None:
+            report.up_ended_at = self.clock()
         self.say(f"{self.target.qualified}: pulumi up {report.up.status}: {report.up.message}")
 
     def _notices(self, report: RoundReport, settings: stack_config.StackConfig, now: datetime) -> None:
@@ -500,6 +545,7 @@ class Recoverer:
             for change in chosen.beside:
                 self.say(f"warning: --apply-pending: applied too: {change.shown}")
             told = _recovery_round(recovering, None, history, budget, now)
+            report.up_started_at = self.clock()
             return self.up(self.target.qualified, recovery_round=told)
         for line in recovery_targets.describe(chosen):
             self.say(f"warning: {line}")
@@ -514,6 +560,7 @@ class Recoverer:
         report.targets = chosen.targets
         recovered = [(kind, d) for kind, d in recovering if targets.urns[d.name] in chosen.targets]
         told = _recovery_round(recovered, chosen.targets, history, budget, now)
+        report.up_started_at = self.clock()
         return self.up(
             self.target.qualified, list(chosen.targets), refresh=chosen.refresh, recovery_round=told
         )
@@ -637,6 +684,19 @@ def watch(
             return EXIT_OK
 
 
+def append_records(path: str, records: Sequence[dict[str, Any]], say: Callable[[str], None]) -> None:
+    """Append the records as JSON lines, one write each; a file that cannot be written is a
+    warning, never the end of the watch (recovery matters more than its accounting)."""
+    if not records:
+        return
+    try:
+        with open(path, "a", encoding="utf-8") as out:
+            for record in records:
+                out.write(json.dumps(record, sort_keys=True) + "\n")
+    except OSError as exc:
+        say(f"warning: --records {path}: not written ({exc.strerror or exc}); the recovery itself went on")
+
+
 def _printer(stream: TextIO) -> Callable[[str], None]:
     def say(line: str) -> None:
         _write(stream, line)
@@ -699,6 +759,8 @@ def main(argv: Optional[Sequence[str]] = None, *, probe: Optional[Probe] = None)
     def emit(report: RoundReport) -> None:
         if args.json:
             _write(sys.stdout, json.dumps(report.to_json(), sort_keys=True))
+        if args.records:
+            append_records(args.records, report.recovery_records(), say)
 
     probe = probe or Probe()
     recoverer = Recoverer(

@@ -306,9 +306,11 @@ def render(
             lines.append(f"  training:      {_training(run.progress, now)}")
         if run.last_recovery is not None:
             last = run.last_recovery
+            # Since causes were words, "reason" says why in full; before, "cause" did.
+            why = f"{last['cause']}: {last['reason']}" if "reason" in last else last.get("cause")
             lines.append(
                 f"  last recovery: {last.get('action')} decided {last.get('decidedAt')} "
-                f"(generation {last.get('generation')}): {last.get('cause')}"
+                f"(generation {last.get('generation')}): {why}"
             )
         elif not any(u.startswith("last recovery") for u in run.unread):
             lines.append("  last recovery: none recorded")
@@ -364,7 +366,9 @@ def main(
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     settings = loaded.settings
-    probe = probe or Probe()
+    now = now or datetime.now(timezone.utc)
+    # Hangs judged at the time the status is of.
+    probe = probe or Probe(clock=lambda: now)
     runs = gather(
         settings,
         outputs,
@@ -372,7 +376,6 @@ def main(
         probe=probe,
         storage=lambda: endpoints.storage_client(settings.gcp_project),
     )
-    now = now or datetime.now(timezone.utc)
     notices = notice_step(probe, write=False)(settings, now)
     if args.json:
         document = {

@@ -222,7 +222,9 @@ def test_failed_job_is_replaced_alone(gke_only, live_cluster, decided_at):
     previous = {"jobRecoveryGenerations": {"train-v6e": 3, "other-run": 3}}
 
     failed = run_stack(copy.deepcopy(gke_only), previous_outputs=previous)
-    assert len(live_cluster.calls) == 1  # one namespace, one call
+    # One namespace: its Jobs, then its Pods (other-run trains, so when its Pods started is read
+    # to judge its progress).
+    assert live_cluster.calls == ["/apis/batch/v1/namespaces/default/jobs", "/api/v1/namespaces/default/pods"]
     replaced = _job(failed)
     assert replaced.options["replacementTrigger"] == decided_at
     assert replaced.options["deleteBeforeReplace"] is True
@@ -231,6 +233,11 @@ def test_failed_job_is_replaced_alone(gke_only, live_cluster, decided_at):
         "train-v6e: Job has Failed (BackoffLimitExceeded" in m and "will be replaced" in m
         for m in failed.infos
     )
+
+    # The new Job says why it was made, in its own metadata (not its Pod template).
+    assert replaced.inputs["metadata"]["annotations"]["tpu-training/recovery-cause"] == "failed"
+    assert "tpu-training/recovery-cause" not in str(replaced.inputs["spec"])
+    assert "tpu-training/recovery-cause" not in _job(failed, "other-run").inputs["metadata"]["annotations"]
 
     # Against the same stack with the Job running again, only the failed Job's registration differs.
     live_cluster.jobs.clear()

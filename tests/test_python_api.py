@@ -558,3 +558,16 @@ def test_a_refused_domain_value_is_still_the_domains_own_error():
         api.plan_training(per_core_batch_size=1, cores=8)
     with pytest.raises(InvalidArgument, match="give exactly one of total_examples and epochs"):
         api.plan_training(per_core_batch_size=1, cores=8)
+
+
+def test_a_recovery_cause_is_a_cause_word_and_labels_the_vm():
+    with pytest.raises(
+        InvalidArgument, match=r"recovery_cause: 'oops' is no recovery cause; allowed: preempted, "
+    ):
+        run_components(lambda: api.PreemptibleTpuVm("it", {**_vm(), "recovery_cause": "oops"}))
+    run = run_components(
+        lambda: api.PreemptibleTpuVm("it", {**_vm(), "recovery_cause": pulumi.Output.from_input("hung")})
+    )
+    assert run.one("gcp:tpu/v2Vm:V2Vm", "it-vm").inputs["labels"]["recovery-cause"] == "hung"
+    unlabelled = run_components(lambda: api.PreemptibleTpuVm("it", {**_vm(), "recovery_cause": ""}))
+    assert "recovery-cause" not in unlabelled.one("gcp:tpu/v2Vm:V2Vm", "it-vm").inputs["labels"]

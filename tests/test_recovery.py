@@ -297,7 +297,8 @@ def test_the_last_recovery_and_its_cause_are_exported_and_kept_until_the_next(co
     assert last["tpuVms"] == {
         "demo-tpu": {
             "action": "replace",
-            "cause": "node is PREEMPTED",
+            "cause": "preempted",
+            "reason": "node is PREEMPTED",
             "generation": decided_at,
             "decidedAt": DECIDED_AT.strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
@@ -308,6 +309,20 @@ def test_the_last_recovery_and_its_cause_are_exported_and_kept_until_the_next(co
     previous = {"recoveryGenerations": {"demo-tpu": decided_at}, "lastRecoveries": last}
     steady = run_stack(copy.deepcopy(config), previous_outputs=previous)
     assert steady.outputs["lastRecoveries"]["tpuVms"] == last["tpuVms"]
+    # The re-created node carries its cause as a label, and keeps it while it is kept (no change).
+    assert _vm(recovered, "demo-tpu").inputs["labels"]["recovery-cause"] == "preempted"
+    assert _vm(steady, "demo-tpu").inputs["labels"] == _vm(recovered, "demo-tpu").inputs["labels"]
+    # A record from before causes were words names no cause: no label, nothing to change.
+    older = {
+        **previous,
+        "lastRecoveries": {
+            "tpuVms": {"demo-tpu": {**last["tpuVms"]["demo-tpu"], "cause": "node is PREEMPTED"}}
+        },
+    }
+    assert (
+        "recovery-cause"
+        not in _vm(run_stack(copy.deepcopy(config), previous_outputs=older), "demo-tpu").inputs["labels"]
+    )
     # A VM the stack no longer declares drops out of it.
     config["tpu-training:tpuVms"][0]["name"] = "other-tpu"
     renamed = run_stack(copy.deepcopy(config), previous_outputs=previous)

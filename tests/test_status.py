@@ -42,7 +42,14 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Fak
     """A working dev stack: its node READY, its Job running, demo-tpu's bucket holding step 40
     (complete) and step 50 (a save cut short), and the stack's outputs in a file."""
     with FakeTpuApi() as tpu, FakeKubernetesApi() as kube, LoopbackGcs(VM_BUCKET, JOB_BUCKET) as gcs:
-        tpu.add(ZONE, "demo-tpu", "READY", labels={"recovery-generation": "20261126061500"}, health="HEALTHY")
+        tpu.add(
+            ZONE,
+            "demo-tpu",
+            "READY",
+            labels={"recovery-generation": "20261126061500"},
+            health="HEALTHY",
+            createTime="2026-11-26T06:16:00Z",
+        )
         kube.add("default", job("train-v6e", generation=1, active=4, ready=4))
         monkeypatch.setenv("TPU_API_ENDPOINT", tpu.endpoint)
         monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig(tmp_path)))
@@ -86,7 +93,11 @@ def test_everything_read_shows_each_run_and_exits_0(world, capsys):
     lines = text.splitlines()
     assert lines[0] == "Status of stack dev (project tpu-training-dev), 2026-11-26T09:00:00Z:"
     vm = lines[lines.index("TPU VM demo-tpu (europe-west4-a)") + 1 : lines.index("Job train-v6e (default)")]
-    assert vm[0] == "  live:          node is READY -> is kept (recovery generation 20261126061500)"
+    # The probe judges the trainer's progress at the time the status is of (recovery's hang check).
+    assert vm[0] == (
+        "  live:          node is READY; progress: process 0 of 1 (training, step 47) advanced 1.5 min ago "
+        "-> is kept (recovery generation 20261126061500)"
+    )
     assert vm[1].startswith("  checkpoint:    step 40, saved 2026-")
     assert vm[1].endswith(f"in gs://{VM_BUCKET}/checkpoints/demo-tpu")
     assert vm[2] == "                 (newer, incomplete: step 50)"
@@ -114,7 +125,7 @@ def test_json_says_the_same(world, capsys):
     assert vm["newestCheckpoint"]["step"] == 40 and vm["incompleteSteps"] == [50]
     assert vm["trainSteps"] == 98 and vm["trainingComplete"] is False
     assert vm["lastRecovery"] == LAST_RECOVERIES["tpuVms"]["demo-tpu"]
-    assert vm["live"] == "node is READY" and vm["unread"] == []
+    assert vm["live"].startswith("node is READY; progress: process 0 of 1") and vm["unread"] == []
     assert job_run["newestCheckpoint"] is None and job_run["trainSteps"] == 49
     assert vm["processes"] == [
         {

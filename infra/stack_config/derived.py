@@ -15,6 +15,7 @@ from tpu_training_components.domain.goodput import (
     plan_checkpoints,
 )
 from tpu_training_components.domain.node_pool_plan import TpuNodePoolPlan
+from tpu_training_components.domain.progress import HangCheck
 from tpu_training_components.domain.termination_grace import pod_grace_seconds
 
 from .fields import PROJECT
@@ -220,3 +221,21 @@ def job_termination_grace_seconds(config: StackKeys) -> Optional[int]:
     (``termination_grace.pod_grace_seconds``), or None (Kubernetes' 30 s) without
     ``checkpointing``."""
     return pod_grace_seconds(config.checkpointing.cost_seconds) if config.checkpointing else None
+
+
+def hang_checks(config: StackKeys) -> dict[str, HangCheck]:
+    """How recovery judges each VM's and Job's training by its progress records: every one, from
+    its checkpoint folder, unless ``recovery.hangDetection`` is false (domain/progress.py)."""
+    recovery = config.recovery
+    if not recovery.hang_detection:
+        return {}
+    return {
+        **{
+            vm.name: HangCheck(vm_checkpoint_dir(config, vm), vm.hang_minutes or recovery.hang_minutes)
+            for vm in config.tpu_vms
+        },
+        **{
+            job.name: HangCheck(job_checkpoint_dir(config, job), job.hang_minutes or recovery.hang_minutes)
+            for job in config.jobs
+        },
+    }

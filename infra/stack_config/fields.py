@@ -9,7 +9,10 @@ from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping, Optiona
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
+    Field,
+    StrictFloat,
     StrictStr,
 )
 from pydantic.alias_generators import to_camel
@@ -77,6 +80,12 @@ def int_is_a_float(value: Any) -> Any:
     except OverflowError:  # an integer of hundreds of digits
         raise ValueError("is too large a number (above 1.8e308)") from None
 
+
+HangMinutes = Annotated[
+    StrictFloat, BeforeValidator(int_is_a_float), Field(ge=1, le=7 * 24 * 60, allow_inf_nan=False)
+]
+"""``hangMinutes``: how long training may go without a step before recovery replaces it (a week
+at most, as the maintenance grace)."""
 
 # Types whose errors name the one label or variable at fault (`labels.Team`, `env.PATH`).
 LabelKey = Annotated[

@@ -37,6 +37,7 @@ from tpu_training_components.domain.tpu_availability import FLEX_START_GENERATIO
 
 from .fields import (
     EnvName,
+    HangMinutes,
     Model,
     dns_label,
     no_problem,
@@ -272,6 +273,8 @@ class JobConfig(Model):
     workload: Optional[Literal["job", "jobset"]] = None
     """None: a plain Job for one slice, a JobSet for several."""
     max_restarts: Optional[StrictInt] = Field(default=None, ge=0, le=MAX_RESTARTS_LIMIT)
+    # Overrides recovery.hangMinutes for this Job or JobSet.
+    hang_minutes: Optional[HangMinutes] = None
 
     @property
     def kind(self) -> Literal["Job", "JobSet"]:

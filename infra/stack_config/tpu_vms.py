@@ -20,6 +20,7 @@ from tpu_training_components.domain.tpu_software import runtime_version_problem
 
 from .fields import (
     EnvName,
+    HangMinutes,
     Model,
     Provisioning,
     dns_label,
@@ -46,6 +47,8 @@ class TpuVmConfig(Model):
     # Bumped by the user to re-create this VM now (a fresh boot running the current startup
     # script); edits of the command, environment or scale otherwise wait for the next boot.
     restart_generation: StrictInt = Field(default=0, ge=0)
+    # Overrides recovery.hangMinutes for this VM.
+    hang_minutes: Optional[HangMinutes] = None
 
     @field_validator("runtime_version")
     @classmethod

@@ -26,6 +26,7 @@ from tpu_training_components.domain.restart_budget import (
 from tpu_training_components.domain.scaling import LearningRateScaling, TrainingPlan, plan_training
 
 from .fields import (
+    HangMinutes,
     Model,
     int_is_a_float,
 )
@@ -108,3 +109,7 @@ class RecoveryConfig(Model):
     maintenance_grace_minutes: StrictInt = Field(default=30, ge=0, le=7 * 24 * 60)
     read_live_state: StrictBool = True
     restart_budget: RestartBudgetConfig = RestartBudgetConfig()
+    # Hang detection (domain/progress.py): on by default, as it replaces nothing that has not
+    # published progress; hangMinutes None: 20 measured steps, at least 10 minutes.
+    hang_detection: StrictBool = True
+    hang_minutes: Optional[HangMinutes] = None

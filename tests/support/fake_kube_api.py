@@ -32,6 +32,27 @@ from support.loopback import LoopbackJsonServer, not_found
 _JOBS = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs$")
 _WORKLOADS = re.compile(rf"^/apis/{KUEUE_WORKLOAD_API_VERSION}/namespaces/([^/]+)/workloads$")
 _CLUSTER = re.compile(r"^/v1/(projects/[^/]+/locations/[^/]+/clusters/[^/]+)$")
+_PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")
+
+
+def pod(owner: str, started: str, *, index: int = 0) -> dict[str, Any]:
+    """A running Pod of the Job or JobSet ``owner`` (its template's labels), started at
+    ``started`` (RFC 3339)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{owner}-{index}-x7k2p",
+            "labels": {PART_OF_LABEL: PART_OF, "app.kubernetes.io/name": owner},
+        },
+        "status": {
+            "phase": "Running",
+            "startTime": started,
+            "containerStatuses": [
+                {"name": "trainer", "ready": True, "state": {"running": {"startedAt": started}}}
+            ],
+        },
+    }
 
 
 def job(
@@ -126,6 +147,11 @@ class FakeKubernetesApi(LoopbackJsonServer):
         """False: the Workload CRD is not installed, and its path answers 404."""
         self.selectors: list[str] = []
         """The label selector of every list call."""
+        self.pods: dict[str, list[dict[str, Any]]] = {}
+
+    def add_pod(self, namespace: str, item: dict[str, Any]) -> None:
+        item["metadata"]["namespace"] = namespace
+        self.pods.setdefault(namespace, []).append(item)
 
     def add(self, namespace: str, item: dict[str, Any]) -> None:
         item["metadata"]["namespace"] = namespace
@@ -147,6 +173,16 @@ class FakeKubernetesApi(LoopbackJsonServer):
                 "kind": "WorkloadList",
                 "metadata": {"continue": "", "resourceVersion": "9"},
                 "items": [i for i in self.workloads.get(workloads.group(1), []) if _selected(i, selector)],
+            }
+        pods = _PODS.match(path)
+        if pods is not None:
+            self.selectors.append(selector)
+            items = [i for i in self.pods.get(pods.group(1), []) if _selected(i, selector)]
+            return 200, {
+                "apiVersion": "v1",
+                "kind": "PodList",
+                "metadata": {"resourceVersion": "9"},
+                "items": items,
             }
         match = _JOBS.match(path)
         if match is None:

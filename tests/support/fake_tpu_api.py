@@ -27,7 +27,10 @@ class FakeTpuApi(LoopbackJsonServer):
         """Answer every page with this same nextPageToken."""
 
     def add(self, zone: str, name: str, state: str, **fields: Any) -> None:
-        self.nodes.setdefault(zone, []).append({"name": name, "state": state, **fields})
+        # The API stamps every node with its creation time.
+        self.nodes.setdefault(zone, []).append(
+            {"name": name, "state": state, "createTime": "2026-11-20T08:00:00Z", **fields}
+        )
 
     def route(self, method: str, path: str, query: str, headers: dict[str, str]) -> tuple[int, Any]:
         match = _LIST.match(path)

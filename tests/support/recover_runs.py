@@ -15,11 +15,12 @@ from typing import Any, Iterator, Optional, Sequence
 
 import pytest
 from tpu_training_components.domain.recovery_rounds import RecoveryRound, RoundOutcome
+from tpu_training_components.live.progress_records import ProgressReading
 from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
 
 from infra import offline, recover, recovery_targets
 from infra.automation import PendingChange, UpResult
-from support.fake_kube_api import FakeKubernetesApi
+from support.fake_kube_api import FakeKubernetesApi, pod
 from support.fake_tpu_api import FakeTpuApi
 from support.program import REPO
 
@@ -37,6 +38,8 @@ def live_dev_stack(
     with FakeTpuApi() as tpu, FakeKubernetesApi() as kube:
         tpu.add(DEV_ZONE, "demo-tpu", node_state, **{"labels": {"recovery-generation": "3"}, **node})
         kube.add("default", job)
+        if job.get("status", {}).get("active"):
+            kube.add_pod("default", pod(job["metadata"]["name"], "2026-11-20T09:00:00Z"))
         monkeypatch.setenv("TPU_API_ENDPOINT", tpu.endpoint)
         monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig(tmp_path)))
         yield tpu, kube
@@ -93,10 +96,11 @@ def recoverer(
     runner: Optional[RecordingRunner] = None, stack: str = "dev", root: Path = REPO
 ) -> tuple[recover.Recoverer, list[str]]:
     """A Recoverer of ``stack`` whose `pulumi up` is ``runner`` (None: a dry run), and the lines
-    it says."""
+    it says. Its trainers publish no progress (``progress`` reads none)."""
     said: list[str] = []
     target = recover.Target(offline.load_project(root), stack, stack)
-    return recover.Recoverer(target, probe=recover.Probe(), up=runner, say=said.append), said
+    probe = recover.Probe(read_progress=lambda folder: ProgressReading())
+    return recover.Recoverer(target, probe=probe, up=runner, say=said.append), said
 
 
 def dev_targets(*recovering: tuple[str, str]) -> recovery_targets.RecoveryTargets:

@@ -17,7 +17,17 @@ from typing import Mapping, Optional
 
 from .job_manifests import KUEUE_QUEUE_LABEL
 from .kueue_recovery import NOT_READ, KueueState, queued_verdict
-from .recovery import Condition, Decision, gone, keep, parse_generation, replace, true_condition, unreachable
+from .recovery import (
+    Cause,
+    Condition,
+    Decision,
+    gone,
+    keep,
+    parse_generation,
+    replace,
+    true_condition,
+    unreachable,
+)
 
 JobCondition = Condition
 """One entry of a Job's or JobSet's ``status.conditions``."""
@@ -30,6 +40,12 @@ class _Conditioned:
     labels: Mapping[str, str]
     conditions: tuple[JobCondition, ...]
     uid: str
+    created: Optional[datetime]
+
+    @property
+    def training(self) -> bool:
+        """Every Pod ready, and nothing says it ended or waits (each kind says how)."""
+        raise NotImplementedError
 
     @property
     def waits_on_kueue(self) -> bool:
@@ -62,6 +78,30 @@ class LiveJob(_Conditioned):
     failed: int = 0
     uid: str = ""
     """``metadata.uid``: what its Kueue Workload names as its controller."""
+    created: Optional[datetime] = None
+    """``metadata.creationTimestamp``: when this generation was created."""
+
+    @property
+    def training(self) -> bool:
+        """Every Pod is running and ready, and nothing says the Job ended or waits: only then can
+        its training be judged by its progress."""
+        return (
+            self.condition("Complete", "SuccessCriteriaMet", "Failed", "FailureTarget", "Suspended") is None
+            and self.active > 0
+            and self.ready >= self.active
+        )
+
+
+_DISRUPTED = ("DisruptionTarget", "Evict", "Preempt", "DeletionByTaintManager", "TerminationByKubelet")
+"""Words Kubernetes' own reasons and messages use for a Pod disrupted by something other than
+its workload (the DisruptionTarget condition's reasons: EvictionByEvictionAPI,
+PreemptionByScheduler, DeletionByTaintManager, TerminationByKubelet)."""
+
+
+def failure_cause(failed: JobCondition) -> Cause:
+    """A Job or JobSet that failed because its Pods were disrupted, or on its own."""
+    said = f"{failed.reason} {failed.message}"
+    return Cause.EVICTED if any(word in said for word in _DISRUPTED) else Cause.FAILED
 
 
 def _explain(condition: JobCondition) -> str:
@@ -72,7 +112,7 @@ def _explain(condition: JobCondition) -> str:
 def _decide_queued(name: str, kind: str, generation: Optional[int], kueue: KueueState) -> Decision:
     verdict = queued_verdict(kind, kueue)
     if verdict.replace:
-        return replace(name, generation, verdict.reason)
+        return replace(name, generation, verdict.reason, verdict.cause or Cause.FAILED)
     kept = keep(name, generation, verdict.reason, warn=verdict.warn)
     return dataclasses.replace(kept, unavailable=verdict.unknown)
 
@@ -91,7 +131,7 @@ def decide_job(name: str, live: LiveJob | None, kueue: KueueState = NOT_READ) ->
     failed = live.condition("Failed", "FailureTarget")
     if failed is not None:
         why = f"Job has {failed.type}{_explain(failed)}; the new Job resumes from its checkpoint"
-        return replace(name, generation, why)
+        return replace(name, generation, why, failure_cause(failed))
     suspended = live.condition("Suspended")
     if suspended is not None:
         # Kueue's webhook creates a queued Job suspended; Kueue lifts that when it admits it.
@@ -149,6 +189,15 @@ class LiveJobSet(_Conditioned):
     created: Optional[datetime] = None
     """``metadata.creationTimestamp``: when this generation was created."""
 
+    @property
+    def training(self) -> bool:
+        """Every slice is ready, and nothing says the JobSet ended or waits."""
+        return (
+            self.condition("Completed", "Failed", "Suspended") is None
+            and self.slices > 0
+            and self.ready >= self.slices
+        )
+
 
 def decide_jobset(name: str, live: LiveJobSet | None, kueue: KueueState = NOT_READ) -> Decision:
     """The decision table for one JobSet whose namespace the API answered for (docs/multislice.md);
@@ -176,7 +225,7 @@ def _decide_jobset(name: str, live: LiveJobSet, kueue: KueueState) -> Decision:
             f"JobSet has Failed{_explain(failed)}{restarted}; its own restarts are spent, so the new "
             f"JobSet resumes from its checkpoint"
         )
-        return replace(name, generation, why)
+        return replace(name, generation, why, failure_cause(failed))
     suspended = live.condition("Suspended")
     if suspended is not None:
         # Kueue creates a JobSet suspended and lifts that when it admits it.

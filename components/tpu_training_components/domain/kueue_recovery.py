@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from .recovery import UNKNOWN_KEPT, Condition, true_condition
+from .recovery import UNKNOWN_KEPT, Cause, Condition, true_condition
 
 KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 """The label Kueue puts on a Workload: the uid of the Job or JobSet it stands for."""
@@ -117,6 +117,8 @@ class Verdict:
     warn: bool = False
     unknown: bool = False
     """Kept because the Workload could not be read: a watcher tries again later."""
+    cause: Optional[Cause] = None
+    """Why it is replaced (``replace``)."""
 
 
 def _explain(condition: WorkloadCondition) -> str:
@@ -131,6 +133,17 @@ def _requeue_command(workload: LiveWorkload) -> str:
         f"`kubectl patch workloads.kueue.x-k8s.io {workload.name} -n {workload.namespace} "
         f'--type=merge -p \'{{"spec":{{"active":true}}}}\'`'
     )
+
+
+def _capacity_cause(workload: LiveWorkload) -> Cause:
+    """A flex-start booking that expired (the ProvisioningRequest's ``BookingExpired``, which
+    Kueue's provisioning check copies into its message), or capacity taken back or never given."""
+    said = " ".join(
+        f"{condition.reason} {condition.message}"
+        for condition in workload.conditions
+        if condition.type in ("Evicted", "DeactivationTarget")
+    )
+    return Cause.FLEX_START_EXPIRED if "BookingExpired" in said else Cause.QUEUED_CAPACITY_REVOKED
 
 
 def queued_verdict(kind: str, state: KueueState) -> Verdict:
@@ -162,14 +175,20 @@ def queued_verdict(kind: str, state: KueueState) -> Verdict:
     finished = workload.condition("Finished")
     if finished is not None:
         return Verdict(
-            True, f"Kueue finished its Workload {workload.name} ({_explain(finished)}) before it ran; {again}"
+            True,
+            f"Kueue finished its Workload {workload.name} ({_explain(finished)}) before it ran; {again}",
+            cause=Cause.FAILED,
         )
     cause = workload.deactivation_cause()
     if cause is not None:
         evicted = workload.condition("Evicted") or workload.condition("DeactivationTarget")
         how = f"{_explain(evicted)}" if evicted is not None else "spec.active false"
         if cause in _CAPACITY_LOST:
-            return Verdict(True, f"Kueue deactivated its Workload {workload.name} ({how}); {again}")
+            return Verdict(
+                True,
+                f"Kueue deactivated its Workload {workload.name} ({how}); {again}",
+                cause=_capacity_cause(workload),
+            )
         who = f"Kueue deactivated it ({cause})" if cause else "someone deactivated it on purpose"
         return Verdict(
             False,

@@ -13,12 +13,15 @@ record is of an unknown format or dated in the future, is *unknown*, which recov
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Optional, Sequence, TypeGuard
+
+from .recovery import Cause, Decision, replace
 
 PROGRESS_PREFIX = "progress.process-"
 PROGRESS_FORMAT = "tpu-training-progress/1"
@@ -69,6 +72,11 @@ class Stall:
     reason: str
     """One line for the round's log: which process, how long, against what limit."""
     stalled_for: Optional[timedelta] = None
+    since: Optional[datetime] = None
+    """Hung: when the stalled process last advanced."""
+    doubtful: bool = False
+    """Unknown because something could not be read or believed (not merely nothing published
+    yet): the round warns."""
 
 
 def read_record(text: str) -> tuple[Optional[ProcessProgress], Optional[str]]:
@@ -118,6 +126,18 @@ def read_record(text: str) -> tuple[Optional[ProcessProgress], Optional[str]]:
     )
 
 
+@dataclass(frozen=True)
+class HangCheck:
+    """How one VM's or Job's training is judged by the progress records its trainer writes into
+    its checkpoint folder (docs/trainer.md, "Progress and save requests")."""
+
+    checkpoint_dir: str
+    """Its ``CHECKPOINT_DIR``; only a ``gs://`` one can be read by recovery."""
+    hang_minutes: Optional[float] = None
+    """How long it may go without a step; None: 20 of its measured steps, at least 10 minutes
+    (``domain.progress.hang_limit``)."""
+
+
 def hang_limit(hang_minutes: Optional[float], step_seconds: Optional[float]) -> timedelta:
     """How long a training workload may go without a step: ``hangMinutes`` when set, otherwise
     ``STEPS_BEFORE_HANG`` of its measured steps, at least ``HANG_FLOOR``."""
@@ -148,6 +168,7 @@ def judge(
             Verdict.UNKNOWN,
             f"process {first.process} reports progress at {first.written_at.isoformat()}, in the "
             f"future (now {now.isoformat()})",
+            doubtful=True,
         )
     if all(record.phase in TERMINAL_PHASES for record in current):
         phases = sorted({record.phase for record in current})
@@ -169,6 +190,7 @@ def judge(
             Verdict.HUNG,
             f"{where} has not advanced for {_minutes(stalled)} (limit {_minutes(allowed)})",
             stalled,
+            since=record.advanced_at,
         )
     return Stall(Verdict.ADVANCING, f"{where} advanced {_minutes(stalled)} ago", stalled)
 
@@ -199,3 +221,31 @@ def request_done_everywhere(records: Sequence[ProcessProgress], request_id: str)
     processes = records[0].processes
     done = {record.process for record in records if record.request_done == request_id}
     return done == set(range(processes))
+
+
+def with_progress(decision: Decision, stall: Stall) -> Decision:
+    """A running VM's or Job's decision once its progress is judged: replaced at a new
+    generation when hung (cause ``hung``), otherwise kept as decided, with what its progress
+    says (an unknown one with a warning when something could not be read or believed)."""
+    if decision.action != "keep":
+        return decision
+    if stall.verdict is Verdict.HUNG:
+        hung = replace(
+            decision.name,
+            decision.generation,
+            f"{_first_clause(decision.reason)}, but its training is hung: {stall.reason}; the new one "
+            f"resumes from its checkpoint",
+            Cause.HUNG,
+        )
+        return dataclasses.replace(hung, stalled_since=stall.since)
+    if stall.verdict is Verdict.UNKNOWN:
+        return dataclasses.replace(
+            decision,
+            reason=f"{decision.reason}; progress unknown ({stall.reason}), so no hang is judged",
+            warn=decision.warn or stall.doubtful,
+        )
+    return dataclasses.replace(decision, reason=f"{decision.reason}; progress: {stall.reason}")
+
+
+def _first_clause(reason: str) -> str:
+    return reason.split("; ", 1)[0]

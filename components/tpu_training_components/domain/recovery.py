@@ -9,11 +9,16 @@ label, so the decision is visible on the node and in every preview.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Literal, Mapping, Optional
 
 GENERATION_LABEL = "recovery-generation"
+CAUSE_LABEL = "recovery-cause"
+"""On a TPU VM (a label) and a Job or JobSet (an annotation, ``CAUSE_ANNOTATION``): why recovery
+last re-created it, one word of ``Cause``; absent on one never recovered."""
+CAUSE_ANNOTATION = f"tpu-training/{CAUSE_LABEL}"
 
 # Cloud TPU v2 API Node.State values in which a node is working or getting there by itself.
 _WORKING = frozenset({"READY", "CREATING", "STARTING", "RESTARTING", "REPAIRING", "REIMAGING"})
@@ -33,6 +38,13 @@ _EVENT_TIME = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt](\d{2}:\d{2}:\d{2})(\.\d+)?([Z
 # At most 15 digits: a generation also crosses gRPC as a double, exact to 2**53 (16 digits), and
 # "one more" than a longer one could round back to itself (naming.MAX_RECOVERY_GENERATION).
 _PLAIN_DECIMAL = re.compile(r"^[0-9]{1,15}$")
+
+
+def cause_problem(value: object) -> str:
+    """What is wrong with a ``recovery_cause`` argument ("" when nothing: "" or a cause word)."""
+    if value == "" or value in {cause.value for cause in Cause}:
+        return ""
+    return f'{value!r} is no recovery cause; allowed: {", ".join(c.value for c in Cause)}, or ""'
 
 
 def parse_generation(labels: Mapping[str, str]) -> Optional[int]:
@@ -83,8 +95,50 @@ class LiveNode:
         """The node's ``recovery-generation`` label; None when absent or not a plain number."""
         return parse_generation(self.labels)
 
+    @property
+    def training(self) -> bool:
+        """READY and healthy: only then can its training be judged by its progress."""
+        return self.state == "READY" and self.health in _HEALTHY
+
 
 Action = Literal["create", "keep", "replace"]
+
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:  # Python 3.10, which the package supports: the same, by hand
+    from enum import Enum
+
+    class StrEnum(str, Enum):
+        __str__ = str.__str__
+        __format__ = str.__format__
+
+
+class Cause(StrEnum):
+    """Why a VM or Job is created or replaced: one word per cause, the same in `recover`'s JSON
+    (``cause``), on what is re-created (the ``recovery-cause`` label), in ``lastRecoveries`` and in
+    the goodput records (``domain.recovery_records``). docs/recovery-causes.md maps each to
+    ml-goodput-measurement's badput categories."""
+
+    PREEMPTED = "preempted"
+    """The TPU API says PREEMPTED (Spot or preemptible capacity taken back)."""
+    TERMINATED = "terminated"
+    """The TPU API says TERMINATED (the node ended for good, not by the stack's own hand)."""
+    MAINTENANCE = "maintenance"
+    """Unhealthy past the grace period after a maintenance event that did not heal."""
+    UNHEALTHY = "unhealthy"
+    """Unhealthy past the grace period for another reason."""
+    FAILED = "failed"
+    """A Job or JobSet Failed (its own restarts spent), or Kueue finished it before it ran."""
+    EVICTED = "evicted"
+    """A Job that Failed because its Pods were disrupted (evicted, preempted, node gone)."""
+    HUNG = "hung"
+    """Running, but its training has not advanced for its hang limit (``domain.progress``)."""
+    FLEX_START_EXPIRED = "flex-start-expired"
+    """Kueue gave up on a queued workload whose flex-start booking expired."""
+    QUEUED_CAPACITY_REVOKED = "queued-capacity-revoked"
+    """Kueue gave up on a queued workload after GKE took its capacity back (or never gave it)."""
+    MISSING = "missing"
+    """No such VM or Job live: deleted, or never created yet."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +165,10 @@ class Decision:
     """When its current generation was created, when known."""
     over_budget: bool = False
     """Its restart budget is spent: recovery does not re-create it, and the round fails."""
+    cause: Optional[Cause] = None
+    """Why it is created or replaced (or, over its restart budget, would be); None for one kept."""
+    stalled_since: Optional[datetime] = None
+    """For a hung one: when its stalled process last advanced (the hang's cost starts there)."""
 
     @property
     def message(self) -> str:
@@ -132,12 +190,14 @@ def keep(name: str, generation: Optional[int], reason: str, *, warn: bool = Fals
     return Decision(name, "keep", generation, reason, warn=warn)
 
 
-def replace(name: str, generation: Optional[int], reason: str) -> Decision:
+def replace(name: str, generation: Optional[int], reason: str, cause: Cause) -> Decision:
     """Replace a lost resource: its generation + 1, or the last deployed + 1 when its label is
     unreadable."""
     if generation is None:
-        return Decision(name, "replace", None, f"{reason}; {_NO_LABEL}", warn=True, after_last_deployed=True)
-    return Decision(name, "replace", generation + 1, reason)
+        return Decision(
+            name, "replace", None, f"{reason}; {_NO_LABEL}", warn=True, after_last_deployed=True, cause=cause
+        )
+    return Decision(name, "replace", generation + 1, reason, cause=cause)
 
 
 _NO_LABEL = (
@@ -148,7 +208,7 @@ _NO_LABEL = (
 def gone(name: str, reason: str) -> Decision:
     """A VM or Job that the API says does not exist: create it, with a new generation when the
     stack deployed it before (see ``Decision.after_last_deployed``)."""
-    return Decision(name, "create", None, reason, after_last_deployed=True)
+    return Decision(name, "create", None, reason, after_last_deployed=True, cause=Cause.MISSING)
 
 
 def maintenance_event_time(health_description: str) -> Optional[datetime]:
@@ -196,7 +256,8 @@ def decide(
     if state in ("", "STATE_UNSPECIFIED"):
         return keep(name, None, "the API gave the node no state", warn=True)
     if state in _LOST:
-        return replace(name, generation, f"node is {state}")
+        lost = Cause.PREEMPTED if state == "PREEMPTED" else Cause.TERMINATED
+        return replace(name, generation, f"node is {state}", lost)
     if state in _STOPPED:
         return keep(
             name,
@@ -232,6 +293,7 @@ def decide(
                 generation,
                 f"health has been {health} since {since.isoformat()} ({_minutes(lasted)}, "
                 f"longer than the {_minutes(grace)} grace period)",
+                Cause.MAINTENANCE if "maintenance" in live.health_description.lower() else Cause.UNHEALTHY,
             )
         return keep(
             name,

@@ -10,24 +10,14 @@ never replace on unknown.
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any, Collection, Mapping, Optional, Sequence
 
-from .recovery import Decision
+from .recovery import Decision, StrEnum
 from .restart_budget import Recovery, read_history
 
 RECOVERING_ACTIONS = frozenset({"create", "replace"})
 """The actions that only `pulumi up` carries out."""
-
-if sys.version_info >= (3, 11):
-    from enum import StrEnum
-else:  # Python 3.10, which the package supports: the same, by hand
-
-    class StrEnum(str, Enum):
-        __str__ = str.__str__
-        __format__ = str.__format__
 
 
 class RoundOutcome(StrEnum):

@@ -81,6 +81,20 @@ class LiveJobs:
     about in a namespace that answered (none yet: an empty tuple)."""
     workload_failures: dict[str, str] = field(default_factory=dict)
     """namespace -> why its Kueue Workloads could not be read."""
+    pods_started: dict[tuple[str, str], datetime] = field(default_factory=dict)
+    """(namespace, Job or JobSet name) -> when the newest of its Pods started, for the namespaces
+    whose Pods were listed (a workload's training is judged only against what its current Pods
+    wrote)."""
+    pod_failures: dict[str, str] = field(default_factory=dict)
+    """namespace -> why its Pods could not be read."""
+
+    def training_since(self, namespace: str, name: str, created: Optional[datetime]) -> Optional[datetime]:
+        """When the workload's current training began: the newest of its creation and its Pods'
+        starts; None when its Pods were not read (or it has none that started)."""
+        started = self.pods_started.get((namespace, name))
+        if started is None or namespace in self.pod_failures:
+            return None
+        return max(started, created) if created is not None else started
 
     def kueue_state(self, namespace: str, uid: str) -> KueueState:
         """What was read of the Kueue Workload of the Job or JobSet ``uid``."""
@@ -271,6 +285,7 @@ def _live_job(item: Any, namespace: str, index: int) -> LiveJob:
         succeeded=_count(status, "succeeded", where),
         failed=_count(status, "failed", where),
         uid=_text(metadata.get("uid")),
+        created=_time(metadata.get("creationTimestamp")),
     )
 
 
@@ -455,6 +470,51 @@ def _list_workloads(custom: Any, namespace: str, uids: Sequence[str], limits: _L
     return [_live_workload(item, namespace, index) for index, item in enumerate(items)]
 
 
+# Which workload a Pod belongs to: the name label every Pod template of this project carries
+# (job_manifests), then those the Job and JobSet controllers add.
+_WORKLOAD_LABELS = (
+    "app.kubernetes.io/name",
+    "jobset.sigs.k8s.io/jobset-name",
+    "batch.kubernetes.io/job-name",
+)
+
+
+def _pod_started(item: Any, where: str) -> tuple[str, Optional[datetime]]:
+    """The workload a Pod belongs to, and when it (or the newest of its running containers)
+    started."""
+    if not isinstance(item, dict) or not isinstance(item.get("metadata"), dict):
+        raise MalformedAnswer(f"{where}: a Pod of the answer is not an object with metadata")
+    metadata, status = item["metadata"], item.get("status") or {}
+    labels = metadata.get("labels") or {}
+    if not isinstance(labels, dict) or not isinstance(status, dict):
+        raise MalformedAnswer(f"{where}: a Pod's labels or status is not an object")
+    owner = next((labels[key] for key in _WORKLOAD_LABELS if isinstance(labels.get(key), str)), "")
+    times = [_time(status.get("startTime"))]
+    for container in status.get("containerStatuses") or []:
+        running = (container.get("state") or {}).get("running") if isinstance(container, dict) else None
+        if isinstance(running, dict):
+            times.append(_time(running.get("startedAt")))
+    known = [t for t in times if t is not None]
+    return owner, max(known) if known else None
+
+
+def _list_pod_starts(core: Any, namespace: str, limits: _Limits) -> dict[str, datetime]:
+    """One namespace's Pods of this project: workload name -> when its newest Pod started."""
+    items = limits.items(
+        f"listing Pods in {namespace}",
+        "PodList",
+        core.list_namespaced_pod,
+        namespace,
+        selector=f"{PART_OF_LABEL}={PART_OF}",
+    )
+    newest: dict[str, datetime] = {}
+    for item in items:
+        owner, started = _pod_started(item, f"Pods in {namespace}")
+        if owner and started is not None:
+            newest[owner] = max(started, newest.get(owner, started))
+    return newest
+
+
 def _is_404(exc: Exception) -> bool:
     # The client's ApiException (NotFoundException) carries the HTTP status.
     return getattr(exc, "status", None) == 404
@@ -483,6 +543,7 @@ def list_live_jobs(
     *,
     jobset_namespaces: Iterable[str] = (),
     workload_namespaces: Iterable[str] = (),
+    pod_namespaces: Iterable[str] = (),
     kubeconfig: Optional[str] = None,
     container_client: Any = None,
     credentials: Any = None,
@@ -493,7 +554,9 @@ def list_live_jobs(
     """List this project's Jobs in every namespace, one call per namespace, and its JobSets in
     every one of ``jobset_namespaces``, one more call each. In each of ``workload_namespaces``
     where a Job or JobSet listed is suspended on a Kueue queue, one more call lists the Kueue
-    Workloads of those (the stack's queued workloads), after the Jobs and JobSets.
+    Workloads of those (the stack's queued workloads), after the Jobs and JobSets. In each of
+    ``pod_namespaces`` where a Job or JobSet listed is training (every Pod ready), one more call
+    lists this project's Pods, for when each workload's newest Pod started.
 
     ``kubeconfig`` defaults to ``$KUBECONFIG``; without one (or with ``""``), the cluster is
     found through the GKE API. ``container_client`` and ``credentials`` are seams for tests.
@@ -506,6 +569,7 @@ def list_live_jobs(
     namespaces = sorted(set(namespaces))
     jobset_namespaces = sorted(set(jobset_namespaces))
     workload_namespaces = sorted(set(workload_namespaces))
+    pod_namespaces = sorted(set(pod_namespaces))
     result = LiveJobs()
     if not namespaces and not jobset_namespaces:
         return result
@@ -526,6 +590,8 @@ def list_live_jobs(
                 result.jobset_failures[namespace] = failure_summary(exc)
             for namespace in workload_namespaces:
                 result.workload_failures[namespace] = failure_summary(exc)
+            for namespace in pod_namespaces:
+                result.pod_failures[namespace] = failure_summary(exc)
             return result
         limits = _Limits(timeout, deadline, max_bytes)
         batch = client.BatchV1Api(api_client)
@@ -561,6 +627,20 @@ def list_live_jobs(
                 # Also when the Workload CRD is not installed (404): unknown, never "gone".
                 hint = "; the cluster serves no Kueue Workloads: is Kueue installed?" if _is_404(exc) else ""
                 result.workload_failures[namespace] = failure_summary(exc) + hint
+        core = client.CoreV1Api(api_client)
+        for namespace in pod_namespaces:
+            listed = [
+                *(job for (ns, _), job in result.jobs.items() if ns == namespace),
+                *(jobset for (ns, _), jobset in result.jobsets.items() if ns == namespace),
+            ]
+            if not any(live.training for live in listed):
+                continue  # nothing there trains: no call
+            result.calls += 1
+            try:
+                started = _list_pod_starts(core, namespace, limits)
+                result.pods_started.update(((namespace, name), at) for name, at in started.items())
+            except Exception as exc:  # noqa: BLE001 - any failure means "unknown", per namespace
+                result.pod_failures[namespace] = failure_summary(exc)
     return result
 
 

@@ -5,16 +5,28 @@ resources."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, Callable, Collection, Optional, Sequence
+from typing import Any, Callable, Collection, Mapping, Optional, Sequence
 
 import pulumi
 
-from ..domain.job_recovery import decide_job, decide_jobset, unreachable_cluster
+from ..domain.job_recovery import LiveJob, LiveJobSet, decide_job, decide_jobset, unreachable_cluster
 from ..domain.kueue_recovery import NOT_READ
 from ..domain.naming import generation_problem
-from ..domain.recovery import Decision, decide, fresh_generation, unreachable, utc_now
+from ..domain.progress import HangCheck, Stall, Verdict, judge, with_progress
+from ..domain.recovery import (
+    Cause,
+    Decision,
+    LiveNode,
+    decide,
+    failure_summary,
+    fresh_generation,
+    unreachable,
+    utc_now,
+)
 from ..errors import InvalidArgument
+from ..live.endpoints import storage_client
 from ..live.kube_api import ClusterRef, LiveJobs, list_live_jobs
+from ..live.progress_records import ProgressReading, read_progress
 from ..live.tpu_api import LiveNodes, list_live_nodes
 
 GENERATIONS_OUTPUT = "recoveryGenerations"
@@ -34,6 +46,65 @@ def _not_read(names: Sequence[str]) -> list[Decision]:
     ]
 
 
+ReadProgress = Callable[[str], ProgressReading]
+"""The progress records in one checkpoint folder (raises when they cannot be listed)."""
+PROGRESS_READ_SECONDS = 10.0
+
+
+def progress_reader(project: str) -> ReadProgress:
+    """Reads progress records with a Cloud Storage client made on first use (its endpoint and
+    credentials as ``endpoints.storage_client`` decides)."""
+    client: list[Any] = []
+
+    def read(checkpoint_dir: str) -> ProgressReading:
+        if not client:
+            client.append(storage_client(project))
+        return read_progress(client[0], checkpoint_dir, timeout=PROGRESS_READ_SECONDS)
+
+    return read
+
+
+def judge_training(
+    decision: Decision,
+    since: Optional[datetime],
+    check: HangCheck,
+    read: ReadProgress,
+    now: datetime,
+    *,
+    no_start: str = "when its current training started is not known",
+) -> Decision:
+    """A running VM's or Job's decision once its progress is judged (``progress.with_progress``):
+    hung -> replaced, cause ``hung``; anything that cannot be read or believed -> kept, saying so
+    (``no_start``: why ``since`` is None)."""
+    if since is None:
+        stall = Stall(Verdict.UNKNOWN, no_start, doubtful=True)
+    elif not check.checkpoint_dir.startswith("gs://"):
+        stall = Stall(Verdict.UNKNOWN, f"its CHECKPOINT_DIR {check.checkpoint_dir} is not in Cloud Storage")
+    else:
+        try:
+            reading = read(check.checkpoint_dir)
+        except Exception as exc:  # noqa: BLE001 - unread progress is unknown, never hung
+            stall = Stall(Verdict.UNKNOWN, f"not read: {failure_summary(exc)}", doubtful=True)
+        else:
+            stall = judge(reading.records, created_at=since, now=now, hang_minutes=check.hang_minutes)
+            if stall.verdict is not Verdict.HUNG and reading.problems:
+                # An unreadable record may be the one host that is stalled.
+                stall = Stall(Verdict.UNKNOWN, reading.problems[0], doubtful=True)
+    return with_progress(decision, stall)
+
+
+def _node_since(node: Optional[LiveNode]) -> Optional[datetime]:
+    """When a READY, healthy node's training began: its creation (the trainer restarts inside
+    it, and its records say when each process started)."""
+    if node is None or not node.create_time:
+        return None
+    try:
+        created = datetime.fromisoformat(node.create_time.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return created if created.tzinfo is not None else None
+
+
 def reconcile_tpu_vms(
     project: str,
     vms: Sequence[tuple[str, str]],
@@ -42,22 +113,31 @@ def reconcile_tpu_vms(
     grace: timedelta = timedelta(minutes=30),
     now: Optional[datetime] = None,
     client: Any = None,
+    hang_checks: Mapping[str, HangCheck] = {},
+    read_progress: Optional[ReadProgress] = None,
     live: Optional[LiveNodes] = None,
 ) -> list[Decision]:
     """Decide for every ``(name, zone)``: one API list call per zone (none when ``live`` holds
-    what the caller listed already), then the decision table. With ``read_live_state=False``
-    (an offline plan) every VM keeps its last generation."""
+    what the caller listed already), then the decision table; then, for each READY and healthy
+    VM with a ``hang_checks`` entry, its progress records (N + 1 Cloud Storage calls for N
+    hosts). With ``read_live_state=False`` (an offline plan) every VM keeps its last
+    generation."""
     if not read_live_state:
         return _not_read([name for name, _ in vms])
     if live is None:
         live = list_live_nodes(project, {zone for _, zone in vms}, client=client)
     now = now or utc_now()
+    read = read_progress or progress_reader(project)
     decisions = []
     for name, zone in vms:
         if zone in live.failures:
             decisions.append(unreachable(name, live.failures[zone]))
-        else:
-            decisions.append(decide(name, live.nodes.get((zone, name)), now=now, grace=grace))
+            continue
+        node = live.nodes.get((zone, name))
+        decision = decide(name, node, now=now, grace=grace)
+        if name in hang_checks and node is not None and node.training and decision.action == "keep":
+            decision = judge_training(decision, _node_since(node), hang_checks[name], read, now)
+        decisions.append(decision)
     return decisions
 
 
@@ -71,13 +151,19 @@ def reconcile_jobs(
     read_live_state: bool = True,
     read: Callable[..., LiveJobs] = list_live_jobs,
     queued: Collection[str] = (),
+    hang_checks: Mapping[str, HangCheck] = {},
+    read_progress: Optional[ReadProgress] = None,
+    now: Optional[datetime] = None,
+    project: str = "",
 ) -> list[Decision]:
     """Decide for every ``(name, namespace)`` Job, or ``(name, namespace, "JobSet")`` JobSet: one
     list call per namespace and kind, then the decision table. ``queued`` names those that run on
     a pool with queued provisioning: where one of them is suspended on its Kueue queue, its
     namespace's Kueue Workloads are listed too (one more call), which tells one waiting for
-    admission from one Kueue gave up on. With ``read_live_state=False`` (an offline plan) every
-    one keeps its last generation."""
+    admission from one Kueue gave up on. Where one with a ``hang_checks`` entry is training (every
+    Pod ready), its namespace's Pods are listed too (one more call: when its current Pods
+    started), and its progress records read and judged. With ``read_live_state=False`` (an
+    offline plan) every one keeps its last generation."""
     if not read_live_state:
         return _not_read([entry[0] for entry in jobs])
     if not jobs:
@@ -92,25 +178,41 @@ def reconcile_jobs(
         options["jobset_namespaces"] = jobset_namespaces
     if workload_namespaces:
         options["workload_namespaces"] = workload_namespaces
+    pod_namespaces = {namespace for name, namespace, _ in kinds if name in hang_checks}
+    if pod_namespaces:
+        options["pod_namespaces"] = pod_namespaces
     live = read(cluster, job_namespaces, **options)
     if live.cluster_absent:
         return [
-            Decision(name, "create", None, f"cluster {cluster.name} does not exist yet")
+            Decision(name, "create", None, f"cluster {cluster.name} does not exist yet", cause=Cause.MISSING)
             for name, _, _ in kinds
         ]
+    now = now or utc_now()
+    read_records = read_progress or progress_reader(project or cluster.project)
     decisions = []
     for name, namespace, kind in kinds:
+        workload: LiveJob | LiveJobSet | None
         if kind == JOBSET:
             failure = live.jobset_failures.get(namespace)
-            jobset = live.jobsets.get((namespace, name))
+            workload = jobset = live.jobsets.get((namespace, name))
             kueue = live.kueue_state(namespace, jobset.uid) if jobset and name in queued else NOT_READ
             decision = decide_jobset(name, jobset, kueue)
         else:
             failure = live.failures.get(namespace)
-            job = live.jobs.get((namespace, name))
+            workload = job = live.jobs.get((namespace, name))
             kueue = live.kueue_state(namespace, job.uid) if job and name in queued else NOT_READ
             decision = decide_job(name, job, kueue)
-        decisions.append(unreachable_cluster(name, failure) if failure is not None else decision)
+        if failure is not None:
+            decisions.append(unreachable_cluster(name, failure))
+            continue
+        if name in hang_checks and workload is not None and workload.training and decision.action == "keep":
+            since = live.training_since(namespace, name, workload.created)
+            unread = live.pod_failures.get(namespace)
+            no_start = f"its Pods could not be listed ({unread})" if unread else "no Pod of it has started"
+            decision = judge_training(
+                decision, since, hang_checks[name], read_records, now, no_start=no_start
+            )
+        decisions.append(decision)
     return decisions
 
 

@@ -16,7 +16,7 @@ from ..domain.naming import (
     runtime_version_problem,
     subnetwork_problem,
 )
-from ..domain.recovery import GENERATION_LABEL
+from ..domain.recovery import CAUSE_LABEL, GENERATION_LABEL, cause_problem
 from ..domain.startup_script import metadata_problem, vm_metadata
 from ..validation import ARGUMENTS, Problems, check_arguments, checkpoint_places, count_problem, gcp_labels
 
@@ -49,6 +49,9 @@ class PreemptibleTpuVmArgs(TypedDict):
     """Variables for the trainer (``GLOBAL_BATCH_SIZE``, ``TRAIN_STEPS``, ...)."""
     recovery_generation: NotRequired[pulumi.Input[int]]
     """Bumped to re-create the VM (see ``recovery``); default 0."""
+    recovery_cause: NotRequired[pulumi.Input[str]]
+    """Why recovery last re-created the node (``TrainingRecovery.vm_cause``): written into its
+    ``recovery-cause`` label; "" or omitted writes none. Labels update in place."""
     restart_generation: NotRequired[int]
     """Bump (any change) to re-create the VM on purpose, now: a fresh boot that runs the current
     startup script. A changed train or setup command, environment or scale otherwise patches the
@@ -115,6 +118,9 @@ def _check_values(problems: Problems, name: str, args: PreemptibleTpuVmArgs) -> 
     # An Output (or other awaitable) is checked by nobody: its value is not known yet.
     if isinstance(generation, int):
         problems.check("recovery_generation", count_problem(generation) or generation_problem(generation))
+    cause = args.get("recovery_cause", "")
+    if isinstance(cause, str):
+        problems.check("recovery_cause", cause_problem(cause))
     problems.check("restart_generation", count_problem(args.get("restart_generation", 0)))
     # Outputs (a TrainingNetwork's ids) are checked by nobody: their values are not known yet.
     network, subnetwork = args.get("network"), args.get("subnetwork")
@@ -123,7 +129,7 @@ def _check_values(problems: Problems, name: str, args: PreemptibleTpuVmArgs) -> 
     if isinstance(subnetwork, str) and region is not None:
         problems.check("subnetwork", subnetwork_problem(subnetwork, region))
     # The recovery generation is a label of its own.
-    gcp_labels(problems, args.get("labels", {}), added=1)
+    gcp_labels(problems, args.get("labels", {}), added=2)
 
 
 class PreemptibleTpuVm(pulumi.ComponentResource):
@@ -169,8 +175,15 @@ class PreemptibleTpuVm(pulumi.ComponentResource):
 
         generation = pulumi.Output.from_input(args.get("recovery_generation", 0))
         restart = args.get("restart_generation", 0)
-        labels: dict[str, Any] = dict(args.get("labels", {}))
-        labels[GENERATION_LABEL] = generation.apply(str)
+        given: dict[str, Any] = dict(args.get("labels", {}))
+        # The cause label only when there is one: a VM never recovered keeps the labels it had.
+        labels = pulumi.Output.all(generation, args.get("recovery_cause", "")).apply(
+            lambda values: {
+                **given,
+                GENERATION_LABEL: str(values[0]),
+                **({CAUSE_LABEL: values[1]} if values[1] else {}),
+            }
+        )
 
         self.vm = gcp.tpu.V2Vm(
             f"{name}-vm",

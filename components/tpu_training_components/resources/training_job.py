@@ -13,6 +13,7 @@ from .training_workload import (
     TpuTrainingJobArgs,
     TrainingWorkload,
     declare,
+    with_cause,
 )
 
 __all__ = ["TpuTrainingJob", "TpuTrainingJobArgs"]
@@ -45,10 +46,11 @@ class TpuTrainingJob(TrainingWorkload):
     def _declare_workload(
         self, name: str, args: Any, spec: TrainingJobSpec, opts: pulumi.ResourceOptions
     ) -> None:
+        manifest = job_manifest(spec)
         self.job = declare(
             k8s.batch.v1.Job,
             f"{name}-job",
-            job_manifest(spec),
+            {**manifest, "metadata": with_cause(manifest["metadata"], args.get("recovery_cause"))},
             # The run's JobSet, when it had one: replaced by this Job, the JobSet deleted first.
             pulumi.ResourceOptions.merge(
                 opts,

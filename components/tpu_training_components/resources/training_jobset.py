@@ -28,6 +28,7 @@ from .training_workload import (
     JOBSET_COMPONENT,
     TpuTrainingJobArgs,
     TrainingWorkload,
+    with_cause,
 )
 
 
@@ -138,7 +139,7 @@ class TpuTrainingJobSet(TrainingWorkload):
             f"{name}-jobset",
             api_version=JOBSET_API_VERSION,
             kind=JOBSET_KIND,
-            metadata=manifest["metadata"],
+            metadata=with_cause(manifest["metadata"], args.get("recovery_cause")),
             spec=manifest["spec"],
             opts=pulumi.ResourceOptions.merge(
                 opts,

@@ -3,6 +3,7 @@ and training Jobs, and hand each its generation. It reads the live nodes and Job
 zone, one per namespace and kind), decides with the decision tables, says why, and remembers what this
 stack last deployed, so that a later `pulumi up` re-creates exactly what was lost."""
 
+import math
 from datetime import datetime, timedelta
 from typing import Any, Optional, Sequence
 
@@ -11,7 +12,8 @@ from pydantic import with_config
 from typing_extensions import NotRequired, TypedDict
 
 from ..domain import recovery as _recovery
-from ..domain.recovery import Decision
+from ..domain.progress import HangCheck
+from ..domain.recovery import Cause, Decision
 from ..errors import InvalidArgument
 from ..live.kube_api import ClusterRef
 from ..validation import ARGUMENTS, Problems, check_arguments, count_problem
@@ -27,6 +29,13 @@ class RecoveredTpuVm(TypedDict):
     """Its TPU node name (``PreemptibleTpuVm``'s ``node_name``, by default the component's name)."""
     zone: str
     """Its zone, e.g. ``europe-west4-a``."""
+    checkpoint_dir: NotRequired[str]
+    """Its ``CHECKPOINT_DIR`` (``gs://...``): when given, a READY VM whose trainer's progress
+    records there have not advanced for ``hang_minutes`` is hung and replaced (docs/trainer.md,
+    "Progress and save requests"); one that never published progress is kept."""
+    hang_minutes: NotRequired[float]
+    """How long its training may go without a step (1 to 10080; default: 20 of its measured
+    steps, at least 10 minutes)."""
 
 
 class RecoveredJob(TypedDict):
@@ -36,6 +45,13 @@ class RecoveredJob(TypedDict):
     """The Job's name (``TpuTrainingJob``'s ``job_name``, by default the component's name)."""
     namespace: NotRequired[str]
     """Its Kubernetes namespace (default ``default``)."""
+    checkpoint_dir: NotRequired[str]
+    """Its ``CHECKPOINT_DIR`` (``gs://...``): when given, a Job or JobSet whose Pods are all ready
+    but whose trainer's progress records there have not advanced for ``hang_minutes`` is hung and
+    replaced at a new generation; one that never published progress is kept."""
+    hang_minutes: NotRequired[float]
+    """How long its training may go without a step (1 to 10080; default: 20 of its measured
+    steps, at least 10 minutes)."""
     kind: NotRequired[str]
     """``Job`` (default: ``TpuTrainingJob``) or ``JobSet`` (``TpuTrainingJobSet``): which kind of
     object the name is, and so which decision table decides."""
@@ -98,6 +114,30 @@ def _check_values(problems: Problems, args: TrainingRecoveryArgs) -> None:
     # 10**12 minutes no date can hold it).
     grace = args.get("maintenance_grace_minutes", 30)
     problems.check("maintenance_grace_minutes", count_problem(grace, most=MAX_GRACE_MINUTES))
+    judged: tuple[tuple[str, Sequence[Any]], ...] = (
+        ("tpu_vms", args.get("tpu_vms", ())),
+        ("jobs", args.get("jobs", ())),
+    )
+    for key, listed in judged:
+        for index, item in enumerate(listed):
+            minutes = item.get("hang_minutes")
+            if minutes is not None and not (math.isfinite(minutes) and 1 <= minutes <= MAX_GRACE_MINUTES):
+                allowed = f"allowed: 1-{MAX_GRACE_MINUTES}"
+                problems.add((key, index, "hang_minutes"), f"{minutes!r} is out of range; {allowed}")
+            folder = item.get("checkpoint_dir")
+            if folder is not None and not folder.startswith("gs://"):
+                problems.add(
+                    (key, index, "checkpoint_dir"),
+                    f"{folder!r} is not a gs:// location; recovery reads progress from Cloud Storage only",
+                )
+
+
+def _hang_checks(entries: Sequence[Any]) -> dict[str, HangCheck]:
+    return {
+        entry["name"]: HangCheck(entry["checkpoint_dir"], entry.get("hang_minutes"))
+        for entry in entries
+        if entry.get("checkpoint_dir")
+    }
 
 
 class TrainingRecovery(pulumi.ComponentResource):
@@ -123,7 +163,8 @@ class TrainingRecovery(pulumi.ComponentResource):
     """Job name -> what `pulumi up` does with it, and why."""
     last_recoveries: pulumi.Output[dict[str, Any]]
     """``{"tpuVms": {name: recovery}, "jobs": {name: recovery}}``: for each VM and Job the last
-    time it was created or replaced, as ``{action, cause, generation, decidedAt}``; a kept one
+    time it was created or replaced, as ``{action, cause, reason, generation, decidedAt}`` (``cause``
+    one word of ``domain.recovery.Cause``, ``reason`` the whole sentence); a kept one
     keeps what the stack last exported. Export it as ``lastRecoveries`` (``python -m
     infra.status`` reads it)."""
 
@@ -144,6 +185,7 @@ class TrainingRecovery(pulumi.ComponentResource):
             [(vm["name"], vm["zone"]) for vm in vms],
             read_live_state=read_live_state,
             grace=timedelta(minutes=args.get("maintenance_grace_minutes", 30)),
+            hang_checks=_hang_checks(vms),
         )
         job_decisions = (
             reconcile.reconcile_jobs(
@@ -151,6 +193,7 @@ class TrainingRecovery(pulumi.ComponentResource):
                 [(job["name"], job.get("namespace", "default"), job.get("kind", "Job")) for job in jobs],
                 read_live_state=read_live_state,
                 queued={job["name"] for job in jobs if job.get("queued", False)},
+                hang_checks=_hang_checks(jobs),
             )
             if cluster and jobs
             else []
@@ -222,12 +265,30 @@ class TrainingRecovery(pulumi.ComponentResource):
         """The generation to declare for Job ``name`` (one of ``jobs``)."""
         return self._one(self.job_generations, name, "jobs")
 
+    def vm_cause(self, name: str) -> pulumi.Output[str]:
+        """Why TPU VM ``name`` was last re-created ("" when never, as far as the stack recorded):
+        ``PreemptibleTpuVm``'s ``recovery_cause``."""
+        self._one(self.vm_generations, name, "tpu_vms")
+        return self.last_recoveries.apply(lambda last: _cause_of(last, "tpuVms", name))
+
+    def job_cause(self, name: str) -> pulumi.Output[str]:
+        """Why Job ``name`` was last re-created ("" when never): the workload's ``recovery_cause``."""
+        self._one(self.job_generations, name, "jobs")
+        return self.last_recoveries.apply(lambda last: _cause_of(last, "jobs", name))
+
     def _one(self, generations: pulumi.Output[dict[str, int]], name: str, key: str) -> pulumi.Output[int]:
         if name not in {decision.name for decision in self._decided[key]}:
             raise InvalidArgument(
                 f"TrainingRecovery: {name!r} is not in its {key}; add it there to recover it"
             )
         return generations.apply(lambda by_name: by_name[name])
+
+
+def _cause_of(last: Any, kind: str, name: str) -> str:
+    # A record written before causes were words holds a sentence there: no cause to label with.
+    entry = (last.get(kind) or {}).get(name) if isinstance(last, dict) else None
+    cause = entry.get("cause") if isinstance(entry, dict) else None
+    return cause if isinstance(cause, str) and cause in {c.value for c in Cause} else ""
 
 
 def last_recoveries(
@@ -248,7 +309,8 @@ def last_recoveries(
             if decision.action != "keep":
                 found[kind][decision.name] = {
                     "action": decision.action,
-                    "cause": decision.reason,
+                    "cause": str(decision.cause or ""),
+                    "reason": decision.reason,
                     "generation": generations.get(decision.name),
                     "decidedAt": decided_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
                 }

@@ -33,6 +33,7 @@ from ..domain.job_manifests import (
 from ..domain.jobset_manifests import JOBSET_API_VERSION, JOBSET_KIND
 from ..domain.naming import generation_problem
 from ..domain.node_pool_plan import TpuNodePoolPlan
+from ..domain.recovery import CAUSE_ANNOTATION, cause_problem
 from ..domain.startup_script import CHECKPOINT_VARIABLE
 from ..domain.termination_grace import GKE_MAX_HONOURED_GRACE_SECONDS
 from ..validation import (
@@ -84,6 +85,10 @@ class TpuTrainingJobArgs(TypedDict):
     running workload."""
     recovery_generation: NotRequired[pulumi.Input[int]]
     """Bumped to re-create the workload (see ``job_recovery``); default 0."""
+    recovery_cause: NotRequired[pulumi.Input[str]]
+    """Why recovery last re-created it (``TrainingRecovery.job_cause``): written into the
+    ``tpu-training/recovery-cause`` annotation of the Job or JobSet itself (not its Pod template,
+    so it never restarts a running workload); "" or omitted writes none."""
     privileged: NotRequired[bool]
     """Run the trainer privileged, as GKE's flex-start training page's multi-host example does
     (default False: the TPU device plugin exposes the chips without it on current GKE)."""
@@ -94,6 +99,20 @@ class TpuTrainingJobArgs(TypedDict):
     (``terminationGracePeriodSeconds``, 0-3600): the checkpoint's time with a margin
     (``domain.termination_grace.pod_grace_seconds(cost_seconds)``). Kubernetes' 30 s when omitted.
     Part of the Pod template: a change replaces a running workload."""
+
+
+def with_cause(metadata: dict[str, Any], cause: Optional[pulumi.Input[str]]) -> dict[str, Any]:
+    """The workload's own metadata with the recovery cause annotation, only when there is a cause
+    (a workload never recovered keeps the metadata it had)."""
+    if cause is None:
+        return metadata
+    annotations = dict(metadata.get("annotations") or {})
+    return {
+        **metadata,
+        "annotations": pulumi.Output.from_input(cause).apply(
+            lambda word: {**annotations, **({CAUSE_ANNOTATION: word} if word else {})}
+        ),
+    }
 
 
 class TrainingWorkload(pulumi.ComponentResource):
@@ -253,6 +272,9 @@ class TrainingWorkload(pulumi.ComponentResource):
         # Output, or other awaitable, is checked by nobody: its value is not known yet).
         if isinstance(generation, int):
             problems.check("recovery_generation", count_problem(generation) or generation_problem(generation))
+        cause = args.get("recovery_cause", "")
+        if isinstance(cause, str):
+            problems.check("recovery_cause", cause_problem(cause))
         kubernetes_labels(problems, args.get("labels", {}))
         if "termination_grace_seconds" in args:
             problems.check(
