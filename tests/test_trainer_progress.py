@@ -36,6 +36,10 @@ FUTURE = "2100-01-01T00:00:00Z"
 NOW = datetime(2026, 11, 26, tzinfo=timezone.utc).timestamp()
 
 
+def in_two_minutes() -> str:
+    return datetime.fromtimestamp(time.time() + 120, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def request(**fields: Any) -> str:
     return json.dumps({"format": "tpu-training-save-request/1", "id": "maintenance-1", **fields})
 
@@ -123,10 +127,15 @@ def test_the_beacon_publishes_progress_and_reads_requests_once(
     said = capsys.readouterr().out
     assert said.count("save-request-ignored") == 1 and '"not JSON"' in said
 
+    # A request for a time further away than the lead (600 s by default) waits for it.
     (tmp_path / "save-request.json").write_text(request(reason="maintenance", before=FUTURE))
+    wait_until("the far request read", lambda: beacon.pending is not None)
+    assert beacon.requested() == 0
+    soon = train.utc_text(time.time() + 120)
+    (tmp_path / "save-request.json").write_text(request(reason="maintenance", before=soon))
     token = wait_until("the request", beacon.requested)
     assert token == train.request_token("maintenance-1")
-    assert capsys.readouterr().out.count("save-requested") == 1
+    assert capsys.readouterr().out.count("save-requested") == 2  # the far one, then the near one
     beacon.saving_for(token)
     assert beacon.requested() == 0  # one save per request, though the commit takes a while
     beacon.committed(7)
@@ -143,6 +152,132 @@ def test_the_beacon_publishes_progress_and_reads_requests_once(
     assert again.requested() == 0
     again.stop("complete")
     assert "save-requested" not in capsys.readouterr().out
+
+
+NOTICE = {
+    "type": "SCHEDULED",
+    "windowStartTime": "2026-11-26T04:00:00Z",
+    "windowEndTime": "2026-11-26T08:00:00Z",
+    "latestWindowStartTime": "2026-11-26T04:00:01Z",
+    "canReschedule": True,
+    "maintenanceStatus": "PENDING",
+}
+"""The metadata server's upcoming-maintenance answer, in the shape of Google's "View maintenance
+notifications" page for Cloud TPU (its Cloud Logging example's metadata)."""
+BEFORE_NOTICE = datetime(2026, 11, 26, 3, 0, tzinfo=timezone.utc).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("answer", "problem"),
+    [
+        ("<html>", "not JSON"),
+        ("[]", "not a JSON object"),
+        (json.dumps({**NOTICE, "windowStartTime": "soon"}), "windowStartTime='soon' is not an RFC 3339 time"),
+        (
+            json.dumps({**NOTICE, "windowStartTime": "2026-11-26T04:00:00"}),
+            "windowStartTime='2026-11-26T04:00:00'",
+        ),
+        (json.dumps({**NOTICE, "windowEndTime": 5}), "windowEndTime=5 is not an RFC 3339 time"),
+        (
+            json.dumps({**NOTICE, "windowEndTime": "2026-11-26T03:00:00Z"}),
+            "the window 2026-11-26T04:00:00Z to 2026-11-26T03:00:00Z ends before it starts",
+        ),
+        (json.dumps({**NOTICE, "maintenanceStatus": "DONE"}), "maintenanceStatus='DONE' is neither PENDING"),
+    ],
+)
+def test_a_bad_maintenance_notice_is_ignored_with_the_reason(
+    train: ModuleType, answer: str, problem: str
+) -> None:
+    found, why = train.read_maintenance_notice(answer, BEFORE_NOTICE)
+    assert found is None and why is not None and why.startswith(problem), why
+
+
+def test_a_maintenance_notice_is_a_request_to_save_before_its_window(train: ModuleType) -> None:
+    found, why = train.read_maintenance_notice(json.dumps(NOTICE), BEFORE_NOTICE)
+    start = datetime(2026, 11, 26, 4, tzinfo=timezone.utc).timestamp()
+    assert why is None
+    assert found == train.SaveRequest("maintenance SCHEDULED 2026-11-26T04:00:00Z", "maintenance", start)
+    # Under way: save at once. Over: nothing to do, said why. None coming: nothing, nothing said.
+    ongoing, _ = train.read_maintenance_notice(
+        json.dumps({**NOTICE, "maintenanceStatus": "ONGOING"}), start + 60
+    )
+    assert ongoing is not None and ongoing.before is None
+    assert train.read_maintenance_notice(json.dumps(NOTICE), start + 5 * 3600) == (
+        None,
+        "its window ended at 2026-11-26T08:00:00Z",
+    )
+    none = json.dumps({"error": "no notifications have been received yet, try again later"})
+    assert train.read_maintenance_notice(none, BEFORE_NOTICE) == (None, None)
+
+
+def test_the_beacon_turns_the_metadata_servers_notice_into_one_save(
+    train: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from support.loopback import LoopbackJsonServer
+
+    class MetadataServer(LoopbackJsonServer):
+        answer: Any = {"error": "no notifications have been received yet, try again later"}
+        flavors: list[str] = []
+
+        def route(self, method: str, path: str, query: str, headers: dict[str, str]) -> tuple[int, Any]:
+            self.flavors.append(headers.get("Metadata-Flavor", ""))
+            return (
+                (200, self.answer)
+                if path == "/computeMetadata/v1/instance/upcoming-maintenance"
+                else (404, {})
+            )
+
+    from etils import epath
+
+    with MetadataServer() as server:
+        settings = train.read_settings(
+            {
+                "CHECKPOINT_DIR": str(tmp_path),
+                "TRAIN_STEPS": "10",
+                "TRAINER_PROGRESS_SECONDS": "0.02",
+                "TRAINER_MAINTENANCE_URL": server.endpoint
+                + train.MAINTENANCE_METADATA_URL.split(".internal")[1],
+            }
+        )
+        beacon = train.Beacon(epath.Path(tmp_path), settings, 0, 1)
+        beacon.start()
+        wait_until("two reads", lambda: len(server.flavors) >= 2)
+        assert beacon.requested() == 0 and set(server.flavors) == {"Google"}
+        # A window days ahead waits; one within the lead is saved for once.
+        far = train.utc_text(time.time() + 3 * 86400)
+        server.answer = {
+            **NOTICE,
+            "windowStartTime": far,
+            "windowEndTime": train.utc_text(time.time() + 4 * 86400),
+        }
+        wait_until("the far notice read", lambda: beacon.notice is not None)
+        assert beacon.requested() == 0
+        near = train.utc_text(time.time() + 300)
+        server.answer = {
+            **NOTICE,
+            "windowStartTime": near,
+            "windowEndTime": train.utc_text(time.time() + 3600),
+        }
+        token = wait_until("the near notice", beacon.requested)
+        assert token == train.request_token(f"maintenance SCHEDULED {near}")
+        beacon.saving_for(token)
+        beacon.saved_for(token)
+        assert beacon.requested() == 0
+        # Not what the key answers (a JSON string): said once, nothing breaks.
+        server.answer = "garbage"
+        reads = len(server.flavors)
+        wait_until("garbage read twice", lambda: len(server.flavors) >= reads + 2)
+        beacon.stop("complete")
+    said = capsys.readouterr().out
+    assert said.count("maintenance-notice ") == 2 and said.count("maintenance-saved") == 1
+    assert said.count("maintenance-notice-ignored") == 1 and '"not a JSON object"' in said
+
+
+def test_a_maintenance_url_that_is_no_url_is_refused(train: ModuleType, tmp_path: Path) -> None:
+    with pytest.raises(train.ConfigError, match="TRAINER_MAINTENANCE_URL='metadata': give an http"):
+        train.read_settings(
+            {"CHECKPOINT_DIR": str(tmp_path), "TRAIN_STEPS": "10", "TRAINER_MAINTENANCE_URL": "metadata"}
+        )
 
 
 def test_progress_off_writes_nothing(train: ModuleType, tmp_path: Path) -> None:
@@ -182,7 +317,8 @@ def test_two_hosts_save_once_for_a_request_and_a_stopped_host_shows_as_stalled(t
         until = time.monotonic() + DEADLINE
         wait_for(outputs[0], "step", until, step="20")
         store.path.joinpath("save-request.json").write_text(
-            request(id="maintenance-node-a", reason="maintenance", before=FUTURE)
+            # Wanted within the trainer's lead (600 s): saved for now, not held back.
+            request(id="maintenance-node-a", reason="maintenance", before=in_two_minutes())
         )
         saves = [wait_for(output, "saving", until, reason="requested") for output in outputs]
         [step] = {event.int("step") for event in saves}

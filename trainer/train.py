@@ -59,6 +59,8 @@ import math  # noqa: E402
 import os  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
+import urllib.error  # noqa: E402
+import urllib.request  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from enum import IntEnum  # noqa: E402
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence  # noqa: E402
@@ -154,6 +156,12 @@ class Settings:
     progress_seconds: float
     """``TRAINER_PROGRESS_SECONDS``: how often the progress record is written and the save request
     read; 0 turns both off."""
+    save_lead_seconds: float
+    """``TRAINER_SAVE_LEAD_SECONDS``: a request whose ``before`` is further away than this waits
+    (a notice days ahead is saved for shortly before its window, not at once)."""
+    maintenance_url: str
+    """``TRAINER_MAINTENANCE_URL``: the metadata server's ``upcoming-maintenance`` key, read every
+    progress period on a TPU VM (its startup script sets it); "" (the default) reads none."""
 
     @property
     def fingerprint(self) -> dict[str, Any]:
@@ -285,7 +293,16 @@ def read_settings(env: Mapping[str, str]) -> Settings:
         storage_timeout_seconds=_number(env, "TRAINER_STORAGE_TIMEOUT_SECONDS", "60", positive=True),
         accept_changed_run=_flag(env, "TRAINER_ACCEPT_CHANGED_RUN"),
         progress_seconds=_number(env, "TRAINER_PROGRESS_SECONDS", "30", positive=False),
+        save_lead_seconds=_number(env, "TRAINER_SAVE_LEAD_SECONDS", "600", positive=False),
+        maintenance_url=_maintenance_url(env),
     )
+
+
+def _maintenance_url(env: Mapping[str, str]) -> str:
+    url = env.get(MAINTENANCE_URL_VARIABLE, "").strip()
+    if url and not url.startswith(("http://", "https://")):
+        raise ConfigError(f"{MAINTENANCE_URL_VARIABLE}={url!r}: give an http:// or https:// URL, or nothing")
+    return url
 
 
 def log(event: str, **fields: Any) -> None:
@@ -736,6 +753,45 @@ def read_save_request(text: str, now: float) -> tuple[Optional[SaveRequest], Opt
     return SaveRequest(identity, reason, before), None
 
 
+MAINTENANCE_URL_VARIABLE = "TRAINER_MAINTENANCE_URL"
+MAINTENANCE_METADATA_URL = "http://metadata.google.internal/computeMetadata/v1/instance/upcoming-maintenance"
+"""Where a TPU VM's metadata server says what maintenance is coming (Google's "View maintenance
+notifications" for Cloud TPU): windowStartTime, windowEndTime, latestWindowStartTime, the type
+(SCHEDULED, UNSCHEDULED), maintenanceStatus (PENDING, ONGOING), canReschedule; {"error": ...}
+when there is none."""
+
+
+def read_maintenance_notice(text: str, now: float) -> tuple[Optional[SaveRequest], Optional[str]]:
+    """The metadata server's upcoming-maintenance answer as a save request before the window
+    starts (at once when it has started), None and None when no maintenance is coming, or None
+    and why the answer is ignored."""
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return None, "not JSON"
+    if not isinstance(found, dict):
+        return None, "not a JSON object"
+    if "windowStartTime" not in found:
+        return None, None  # {"error": "no notifications have been received yet..."}: none coming
+    start = parse_utc(found["windowStartTime"])
+    if start is None:
+        return None, f"windowStartTime={found['windowStartTime']!r} is not an RFC 3339 time with a zone"
+    end = parse_utc(found.get("windowEndTime"))
+    if found.get("windowEndTime") is not None and end is None:
+        return None, f"windowEndTime={found['windowEndTime']!r} is not an RFC 3339 time with a zone"
+    if end is not None and end < start:
+        window = f"{found['windowStartTime']} to {found['windowEndTime']}"
+        return None, f"the window {window} ends before it starts"
+    status = found.get("maintenanceStatus")
+    if status not in ("PENDING", "ONGOING"):
+        return None, f"maintenanceStatus={status!r} is neither PENDING nor ONGOING"
+    if end is not None and end < now:
+        return None, f"its window ended at {found['windowEndTime']}"
+    kind = found.get("type") or found.get("maintenanceType") or "maintenance"
+    identity = f"maintenance {kind} {found['windowStartTime']}"[:_REQUEST_ID_LIMIT]
+    return SaveRequest(identity, "maintenance", start if start > now else None), None
+
+
 def request_token(identity: str) -> int:
     """A request's id as a positive 31-bit number: what the processes exchange to agree on it."""
     return int(hashlib.sha256(identity.encode()).hexdigest()[:7], 16) + 1
@@ -783,6 +839,11 @@ class Beacon:
         self.started_tokens: set[int] = set()
         """Requests a save under way is for."""
         self.ignored: Optional[str] = None
+        self.lead = settings.save_lead_seconds
+        self.maintenance_url = settings.maintenance_url
+        self.notice: Optional[SaveRequest] = None
+        """The maintenance the metadata server announced, as a request."""
+        self.notice_problem: Optional[str] = None
         self.stopping = threading.Event()
         self.thread: Optional[threading.Thread] = None
         if self.period > 0:
@@ -817,13 +878,17 @@ class Beacon:
             self.record.update(saved_step=step, saved_at=utc_text(time.time()))
 
     def requested(self) -> int:
-        """The token of the request this process read and has not saved for, or 0."""
+        """The token of a request this process read (the file's, then the maintenance notice's),
+        has not saved for, and whose ``before`` is within the lead; or 0."""
+        now = time.time()
         with self.lock:
-            pending = self.pending
-            if pending is None:
-                return 0
-            token = request_token(pending.id)
-            return 0 if token in self.done_tokens or token in self.started_tokens else token
+            for request in (self.pending, self.notice):
+                if request is None or (request.before is not None and request.before - now > self.lead):
+                    continue
+                token = request_token(request.id)
+                if token not in self.done_tokens and token not in self.started_tokens:
+                    return token
+            return 0
 
     def saving_for(self, token: int) -> None:
         """A save for the request agreed as ``token`` has started (0: none)."""
@@ -837,6 +902,8 @@ class Beacon:
             self.done_tokens.add(token)
             if self.pending is not None and request_token(self.pending.id) == token:
                 self.record["request_done"] = self.pending.id
+            if self.notice is not None and request_token(self.notice.id) == token:
+                log("maintenance-saved", id=quoted(self.notice.id))
 
     def stop(self, phase: str) -> None:
         """The last record (``complete``, ``stopped``, ``exited``), written now, within the period."""
@@ -849,6 +916,7 @@ class Beacon:
     def _run(self) -> None:
         while True:
             self._read_request()
+            self._read_maintenance()
             self._write()
             if self.stopping.wait(self.period):
                 self._write()
@@ -874,12 +942,46 @@ class Beacon:
             self._ignore(problem)
             return
         with self.lock:
-            if request is not None and (self.pending is None or self.pending.id != request.id):
+            # A request rewritten with another time is the same request (its id), wanted later or
+            # sooner: it replaces the one read.
+            if request is not None and self.pending != request:
                 self.pending = request
                 if request_token(request.id) in self.done_tokens:
                     self.record["request_done"] = request.id
                 else:
                     log("save-requested", id=quoted(request.id), reason=quoted(request.reason))
+
+    def _read_maintenance(self) -> None:
+        if not self.maintenance_url:
+            return
+        request = urllib.request.Request(self.maintenance_url, headers={"Metadata-Flavor": "Google"})
+        try:
+            # Bounded well inside the period: the beacon must keep writing records.
+            with urllib.request.urlopen(request, timeout=min(5.0, max(self.period / 2, 0.5))) as answer:
+                text = answer.read(64 * 1024).decode("utf-8", errors="replace")
+        except urllib.error.HTTPError as error:
+            # The key answers 404 with a body where no notice was ever received on some images.
+            text = error.read(64 * 1024).decode("utf-8", errors="replace") if error.code == 404 else ""
+            if error.code != 404:
+                self._notice_problem(f"HTTP {error.code}")
+                return
+        except Exception as error:  # noqa: BLE001 - unread now, read again next period
+            self._notice_problem(f"could not be read: {describe(error)}")
+            return
+        notice, problem = read_maintenance_notice(text, time.time())
+        if problem is not None:
+            self._notice_problem(problem)
+            return
+        with self.lock:
+            if notice is not None and (self.notice is None or self.notice.id != notice.id):
+                before = utc_text(notice.before) if notice.before is not None else "now"
+                log("maintenance-notice", id=quoted(notice.id), save_before=before)
+            self.notice = notice
+
+    def _notice_problem(self, problem: str) -> None:
+        if problem != self.notice_problem:
+            self.notice_problem = problem
+            log("maintenance-notice-ignored", url=self.maintenance_url, reason=quoted(problem))
 
     def _ignore(self, problem: str) -> None:
         if problem != self.ignored:

@@ -15,6 +15,11 @@ from .termination_grace import TPU_VM_SHUTDOWN_SECONDS
 
 COMPLETION_MARKER = "TRAINING_COMPLETE"
 CHECKPOINT_VARIABLE = "CHECKPOINT_DIR"
+MAINTENANCE_URL_VARIABLE = "TRAINER_MAINTENANCE_URL"
+MAINTENANCE_METADATA_URL = "http://metadata.google.internal/computeMetadata/v1/instance/upcoming-maintenance"
+"""A TPU VM's own notice of upcoming maintenance, on its metadata server (Google's "View
+maintenance notifications" for Cloud TPU): the same key the reference trainer's
+``TRAINER_MAINTENANCE_URL`` names."""
 """The variable that tells the trainer where its run's checkpoints are (``gs://``)."""
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -166,7 +171,13 @@ def render_startup_script(
         if "\x00" in text:
             # Bash drops a NUL byte, and no environment can hold one.
             raise ValueError(f"{what} {text!r} contains a NUL byte (\\x00)")
-    run_environment = {"CHECKPOINT_DIR": checkpoint_dir, **environment}
+    # The trainer reads the VM's upcoming maintenance from its metadata server and saves before
+    # the window (docs/trainer.md); a user's env may point it elsewhere, or turn it off with "".
+    run_environment = {
+        "CHECKPOINT_DIR": checkpoint_dir,
+        MAINTENANCE_URL_VARIABLE: MAINTENANCE_METADATA_URL,
+        **environment,
+    }
     assignments = "\n".join(
         f"  {shlex.quote(f'{name}={value}')}" for name, value in sorted(run_environment.items())
     )
