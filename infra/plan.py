@@ -1,13 +1,15 @@
 """Show what `pulumi up` would create for a stack, without a cloud account or the Pulumi CLI.
 
-    python -m infra.plan [--stack NAME] [--json PATH|-] [--manifests DIR] [--live]
+    python -m infra.plan [--stack NAME] [--json PATH|-] [--manifests DIR] [--live [--notices]]
                          [--previous-outputs FILE] [--compare-to BASE_JSON]
 
 Runs the real stack program under the Pulumi SDK's mocks with the stack's config files and prints
 every resource it registers. Touches no network, unless --live: then the program reads the live
 TPU nodes through the Cloud TPU API (or the endpoint in TPU_API_ENDPOINT) and the live training
 Jobs through the Kubernetes API (KUBECONFIG, or the GKE API and Application Default
-Credentials) exactly as `pulumi up` does, and shows the recovery decisions. --manifests writes
+Credentials) exactly as `pulumi up` does, and shows the recovery decisions; with --notices, also
+the maintenance notices of the stack's VMs and pools (one more TPU API call per zone, one more
+Kubernetes call; no save is asked: `python -m infra.recover` does that). --manifests writes
 every Kubernetes object as a YAML file, for reading or `kubectl apply --dry-run=server -f DIR`.
 --previous-outputs takes what `pulumi stack output --json` printed as the stack's last deployed
 state, so the plan shows the recovery generations `pulumi up` would declare. --compare-to takes
@@ -73,8 +75,9 @@ if __name__ == "__main__":
 import argparse  # noqa: E402 - after the collector is off, on purpose
 import json  # noqa: E402
 import re  # noqa: E402
+from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any, Callable, Sequence  # noqa: E402
+from typing import TYPE_CHECKING, Any, Callable, Sequence  # noqa: E402
 
 import pulumi  # noqa: E402
 import yaml  # noqa: E402
@@ -83,6 +86,9 @@ from tpu_training_components.domain.recovery import UNKNOWN_KEPT  # noqa: E402
 from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT  # noqa: E402
 
 from infra import cost, json_file, offline, plan_diff  # noqa: E402
+
+if TYPE_CHECKING:
+    from infra.maintenance import NoticeRound
 
 EXIT_OK = 0
 EXIT_CONFIG_ERROR = 2
@@ -136,6 +142,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="read live TPU nodes (Cloud TPU API, or TPU_API_ENDPOINT) and training Jobs (KUBECONFIG, "
         "or the GKE API) to show recovery decisions",
+    )
+    parser.add_argument(
+        "--notices",
+        action="store_true",
+        help="with --live: also name the maintenance notices of the stack's TPU VMs and GKE node pools "
+        "(one more TPU API call per zone and one Kubernetes call); asks for no save",
     )
     parser.add_argument(
         "--previous-outputs",
@@ -522,6 +534,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             # Python sets sys.stdout to None when it starts with file descriptor 1 closed (`>&-`).
             raise UsageError("--json -: standard output is closed; give a file name")
         stack, stack_project = stack_name(args.stack)
+        if args.notices and not args.live:
+            raise UsageError("--notices reads live state: give --live too")
         if args.json is not None:
             check_json_target(args.json)
         if args.manifests is not None:
@@ -557,6 +571,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_CONFIG_ERROR
 
     document = plan_document(result)
+    notices = live_notices(project, stack) if args.notices else None
+    if notices is not None:
+        # Only with --notices: the plan JSON keeps its shape (and its golden file), and a --live
+        # plan its one call per zone and namespace (benchmarks/plan_speed.py).
+        document = dict(document, notices=notices.to_json())
     changes = plan_diff.compare(base, document) if base is not None else None
     if changes is not None:
         # Only with --compare-to: the plan JSON keeps its shape otherwise.
@@ -575,7 +594,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(plan_diff.render(args.compare_to, changes, document))
         print(cost.render(cost.estimate(result)))
         print(render_summary(result, live=args.live, compared=changes is not None))
-        for message in result.warnings:
+        if notices is not None:
+            print("maintenance notices:" if notices.notices else "maintenance notices: none")
+            for report in notices.notices:
+                print(f"  {report.line()}")
+        for message in [*result.warnings, *(notices.warnings if notices else [])]:
             print(f"warning: {message}", file=sys.stderr)
         if args.json:
             writing = args.json
@@ -602,6 +625,35 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         )
         return EXIT_LIVE_UNAVAILABLE
     return EXIT_OK
+
+
+def live_notices(project: offline.Project, stack: str) -> NoticeRound:
+    """--live: the maintenance notices of the stack's VMs and pools (``infra.maintenance``),
+    named with the training each affects. One more Cloud TPU API call per zone and one
+    Kubernetes call (the program's own listing stays inside it); no bucket is read and no save
+    request written: `python -m infra.recover` asks for the saves."""
+    from tpu_training_components.domain.recovery import failure_summary
+    from tpu_training_components.live.tpu_api import list_live_nodes
+
+    from infra import stack_config
+    from infra.maintenance import NoticeRound, name_notices
+
+    try:
+        config, secret_keys, _ = offline.stack_config(project, stack)
+        if secret_keys:
+            # The plan reads them as stand-ins, which would name VMs and pools that do not exist.
+            raise ValueError(
+                f"Pulumi.{stack}.yaml holds secrets; `python -m infra.status` reads them decrypted"
+            )
+        loaded: list[stack_config.StackConfig] = []
+        offline.run(
+            lambda: loaded.append(stack_config.load(stack)), project=project.name, stack=stack, config=config
+        )
+        settings = loaded[0]
+        nodes = list_live_nodes(settings.gcp_project, {vm.zone for vm in settings.tpu_vms})
+        return name_notices(settings, nodes, datetime.now(timezone.utc))
+    except Exception as exc:  # noqa: BLE001 - notices never stop a plan
+        return NoticeRound(warnings=[f"maintenance notices not read: {failure_summary(exc)}"])
 
 
 def _run() -> int:

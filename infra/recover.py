@@ -54,7 +54,7 @@ from types import FrameType
 from typing import Any, Callable, Optional, Sequence, TextIO
 
 import pulumi
-from tpu_training_components.domain.recovery import Decision, utc_now
+from tpu_training_components.domain.recovery import Decision, failure_summary, utc_now
 from tpu_training_components.domain.recovery_records import RoundTimes, recovery_record
 from tpu_training_components.domain.recovery_rounds import (
     ENDED_EARLY,
@@ -74,7 +74,9 @@ from tpu_training_components.domain.restart_budget import (
     read_history,
     with_budget,
 )
+from tpu_training_components.live import endpoints
 from tpu_training_components.live.kube_api import ClusterRef, LiveJobs, list_live_jobs
+from tpu_training_components.live.tpu_api import LiveNodes, list_live_nodes
 from tpu_training_components.resources import reconcile
 
 from infra import offline, recovery_targets, stack_config
@@ -88,6 +90,7 @@ from infra.automation import (
     UpRunner,
     deployed_names,
 )
+from infra.maintenance import NoticeRound, NoticeStep
 from infra.plan import CommandLineParser, UsageError, exit_quickly, load_project_for, stack_name
 
 EXIT_OK = 0
@@ -250,15 +253,21 @@ class Probe:
     """Reads a run's progress records (None: a Cloud Storage client of the stack's project)."""
     clock: Callable[[], datetime] = utc_now
     """Now, for the maintenance grace and hang limits."""
+    tpu_nodes: Optional[LiveNodes] = field(default=None, init=False)
+    """The TPU nodes the last call listed: their maintenance notices are read from them
+    (``infra.maintenance``), with no call of their own."""
 
     def __call__(self, settings: stack_config.StackConfig) -> list[tuple[str, Decision]]:
         checks = stack_config.derived.hang_checks(settings)
         now = self.clock()
+        self.tpu_nodes = list_live_nodes(
+            settings.gcp_project, {vm.zone for vm in settings.tpu_vms}, client=self.tpu_client
+        )
         vms = reconcile.reconcile_tpu_vms(
             settings.gcp_project,
             [(vm.name, vm.zone) for vm in settings.tpu_vms],
             grace=timedelta(minutes=settings.recovery.maintenance_grace_minutes),
-            client=self.tpu_client,
+            live=self.tpu_nodes,
             hang_checks=checks,
             read_progress=self.read_progress,
             now=now,
@@ -299,6 +308,8 @@ class RoundReport:
     pending: tuple[PendingChange, ...] = ()
     """Changes a full update would make that recovery did not decide."""
     duration_seconds: float = 0.0
+    notices: Optional[NoticeRound] = None
+    """The maintenance notices the round read, and the save requests they became."""
     detected_at: Optional[datetime] = None
     """When the round had decided (its live state read)."""
     up_started_at: Optional[datetime] = None
@@ -356,6 +367,7 @@ class RoundReport:
                 }
                 for kind, d in self.decisions
             ],
+            "notices": self.notices.to_json() if self.notices else [],
             "upNeeded": bool(self.plan and self.plan.run_up),
             "up": {
                 "status": (self.up.status if self.up else RoundOutcome.NOT_RUN).value,
@@ -383,6 +395,7 @@ class Recoverer:
         decrypt: Optional[Decrypt] = None,
         stopping: Callable[[], bool] = lambda: False,
         apply_pending: bool = False,
+        notices: Optional[Callable[[stack_config.StackConfig, datetime], NoticeRound]] = None,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.target = target
@@ -398,6 +411,8 @@ class Recoverer:
         """True once a stop was asked: a round then decides, but starts no `pulumi up`."""
         self.apply_pending = apply_pending
         """Run a full `pulumi up`, edits not yet deployed included, instead of a targeted one."""
+        self.notices = notices
+        """Reads the maintenance notices and asks for saves (``infra.maintenance``); None: not read."""
         self.rounds = 0
 
     def run_round(self) -> RoundReport:
@@ -454,6 +469,7 @@ class Recoverer:
         for kind, decision in report.decisions:
             level = "warning" if decision.warn else "info"
             self.say(f"{level}: {'TPU VM' if kind == 'tpuVm' else 'Job'} {decision.message}")
+        self._notices(report, settings, now)
         report.plan = plan_round([d for _, d in report.decisions])
         report.detected_at = now
         self.say(f"{self.target.qualified}: {report.plan.summary}")
@@ -463,6 +479,21 @@ class Recoverer:
         if report.up_started_at is not None:
             report.up_ended_at = self.clock()
         self.say(f"{self.target.qualified}: pulumi up {report.up.status}: {report.up.message}")
+
+    def _notices(self, report: RoundReport, settings: stack_config.StackConfig, now: datetime) -> None:
+        """Maintenance notices, after the decisions and apart from them: a notice never changes
+        one. What they ask (a save before the window) is written whatever the round does next."""
+        if self.notices is None:
+            return
+        try:
+            report.notices = self.notices(settings, now)
+        except Exception as exc:  # noqa: BLE001 - notices never stop a round
+            self.say(f"warning: maintenance notices not read: {failure_summary(exc)}")
+            return
+        for warning in report.notices.warnings:
+            self.say(f"warning: {warning}")
+        for notice in report.notices.notices:
+            self.say(f"info: maintenance notice: {notice.line()}")
 
     def _history(self, outputs: Optional[dict[str, Any]]) -> dict[str, tuple[Recovery, ...]]:
         if outputs is None:
@@ -685,6 +716,16 @@ def _write(stream: TextIO, line: str) -> None:
             pass
 
 
+def notice_step(probe: Callable[..., Any], *, write: bool) -> NoticeStep:
+    """The notices of the nodes ``probe`` lists (a ``Probe``; another lists none of its own),
+    with save requests written when ``write`` (not in a dry run)."""
+    return NoticeStep(
+        tpu_nodes=lambda: probe.tpu_nodes if isinstance(probe, Probe) else None,
+        storage=lambda settings: endpoints.storage_client(settings.gcp_project),
+        write=write,
+    )
+
+
 def main(argv: Optional[Sequence[str]] = None, *, probe: Optional[Probe] = None) -> int:
     args = _parser().parse_args(argv)
     say = _printer(sys.stderr if args.json else sys.stdout)
@@ -721,14 +762,16 @@ def main(argv: Optional[Sequence[str]] = None, *, probe: Optional[Probe] = None)
         if args.records:
             append_records(args.records, report.recovery_records(), say)
 
+    probe = probe or Probe()
     recoverer = Recoverer(
         Target(project, stack, args.stack),
-        probe=probe or Probe(),
+        probe=probe,
         up=cli,
         say=say,
         decrypt=decrypt,
         stopping=lambda: stop.stopped,
         apply_pending=args.apply_pending,
+        notices=notice_step(probe, write=not args.dry_run),
     )
     return watch(recoverer, interval_seconds=args.watch, stop=stop, emit=emit)
 

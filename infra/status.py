@@ -12,6 +12,11 @@ For each TPU VM and Job of the stack:
 - the last recovery (create or replace) and its cause: the stack output ``lastRecoveries``, read
   with ``pulumi stack output --json``, or from ``--outputs FILE`` (what that command printed).
 
+Then the maintenance notices of the stack's TPU VMs and GKE node pools (``infra.maintenance``:
+from the probe's own TPU listing, and one Kubernetes call for the pools' nodes), each with the
+training it affects and whether its save request stands; status reads, it writes none (a
+recover round does). A notice that cannot be read is a warning, not an unread item.
+
 Whatever cannot be read (offline, no credentials, no Pulumi CLI, an API down) is said, per item,
 and the rest is still shown. Endpoints: TPU_API_ENDPOINT, GKE_API_ENDPOINT, KUBECONFIG and
 STORAGE_API_ENDPOINT replace Google's (``live/endpoints.py``).
@@ -44,6 +49,7 @@ from tpu_training_components.live.progress_records import ProgressReading, read_
 from tpu_training_components.resources.reconcile import RECOVERIES_OUTPUT
 
 from infra import offline, stack_config
+from infra.maintenance import NoticeRound
 from infra.plan import (
     CommandLineParser,
     UsageError,
@@ -52,7 +58,7 @@ from infra.plan import (
     read_previous_outputs,
     stack_name,
 )
-from infra.recover import Probe, SecretsNeedTheCli, Target, load_settings
+from infra.recover import Probe, SecretsNeedTheCli, Target, load_settings, notice_step
 
 EXIT_OK = 0
 EXIT_CONFIG_ERROR = 2
@@ -263,7 +269,9 @@ def _training(progress: ProgressReading, now: datetime) -> str:
     )
 
 
-def render(stack: str, project: str, runs: Sequence[RunStatus], now: datetime) -> str:
+def render(
+    stack: str, project: str, runs: Sequence[RunStatus], now: datetime, notices: Optional[NoticeRound] = None
+) -> str:
     lines = [f"Status of stack {stack} (project {project}), {_time(now)}:"]
     for run in runs:
         lines.append(f"{'TPU VM' if run.kind == 'tpuVm' else 'Job'} {run.name} ({run.where})")
@@ -309,6 +317,10 @@ def render(stack: str, project: str, runs: Sequence[RunStatus], now: datetime) -
         lines.extend(f"  not read:      {unread}" for unread in run.unread)
     if not runs:
         lines.append("  the stack declares no TPU VM and no Job")
+    if notices is not None:
+        lines.append("Maintenance notices:" if notices.notices else "Maintenance notices: none")
+        lines.extend(f"  {report.line()}" for report in notices.notices)
+        lines.extend(f"  warning: {warning}" for warning in notices.warnings)
     return "\n".join(lines)
 
 
@@ -355,24 +367,28 @@ def main(
         return EXIT_CONFIG_ERROR
     settings = loaded.settings
     now = now or datetime.now(timezone.utc)
+    # Hangs judged at the time the status is of.
+    probe = probe or Probe(clock=lambda: now)
     runs = gather(
         settings,
         outputs,
         outputs_unread,
-        # Hangs judged at the time the status is of.
-        probe=probe or Probe(clock=lambda: now),
+        probe=probe,
         storage=lambda: endpoints.storage_client(settings.gcp_project),
     )
+    notices = notice_step(probe, write=False)(settings, now)
     if args.json:
         document = {
             "stack": stack,
             "project": settings.gcp_project,
             "at": _time(now),
             "runs": [run.to_json() for run in runs],
+            "notices": notices.to_json(),
+            "noticeWarnings": notices.warnings,
         }
         print(json.dumps(document, indent=2))
     else:
-        print(render(stack, settings.gcp_project, runs, now))
+        print(render(stack, settings.gcp_project, runs, now, notices))
     return EXIT_UNREAD if any(run.unread for run in runs) else EXIT_OK
 
 

@@ -204,7 +204,7 @@ def decide_vm(tpu: FakeTpuApi, found: ProgressReading | Exception, **node: Any):
         hang_checks={"demo-tpu": HangCheck(f"gs://{VM_BUCKET}/checkpoints/demo-tpu", 20)},
         read_progress=read,
         now=NOW,
-        client=endpoints.tpu_client(tpu.endpoint),
+        client=endpoints.tpu_nodes_client(tpu.endpoint),
     )
     return decision
 
@@ -248,7 +248,7 @@ def test_an_unhealthy_or_preempted_vm_is_decided_by_its_state_not_its_progress()
             hang_checks={"demo-tpu": HangCheck(f"gs://{VM_BUCKET}/checkpoints/demo-tpu")},
             read_progress=lambda folder: pytest.fail("a preempted node's progress is not read"),
             now=NOW,
-            client=endpoints.tpu_client(tpu.endpoint),
+            client=endpoints.tpu_nodes_client(tpu.endpoint),
         )
     assert (decision.action, decision.cause) == ("replace", Cause.PREEMPTED)
 

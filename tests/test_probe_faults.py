@@ -215,9 +215,8 @@ def test_a_redirect_to_a_server_with_an_empty_zone_is_unavailable(status):
         (decision,) = reconcile.reconcile_tpu_vms("p", [("demo-tpu", ZONE)], client=client, now=now)
     assert api.calls and not elsewhere.calls
     assert (decision.action, decision.generation, decision.unavailable) == ("keep", None, True)
-    assert (
-        f"answered with HTTP {status}, a redirect to '{elsewhere.endpoint}/v2/projects/p" in decision.message
-    )
+    redirect = f"answered with HTTP {status}, a redirect to '{elsewhere.endpoint}/v2alpha1/projects/p"
+    assert redirect in decision.message
 
 
 @pytest.mark.parametrize(
@@ -269,16 +268,11 @@ def test_a_huge_answer_is_refused_before_it_is_read_whole():
 
 def test_a_tls_error_is_unavailable(tmp_path):
     from google.auth.credentials import AnonymousCredentials
-    from google.cloud import tpu_v2
 
     with FakeTpuApi(tls=self_signed_certificate(tmp_path)) as api:
         api.add(ZONE, "demo-tpu", "READY")
         # The certificate is one no trust store holds.
-        client = tpu_v2.TpuClient(
-            transport="rest",
-            client_options={"api_endpoint": api.endpoint},
-            credentials=AnonymousCredentials(),
-        )
+        client = endpoints.tpu_nodes_client(api.endpoint, credentials=AnonymousCredentials())
         live = list_live_nodes("p", [ZONE], client=client, deadline=DEADLINE)
     assert "SSLError" in live.failures[ZONE] or "CERTIFICATE_VERIFY_FAILED" in live.failures[ZONE]
     assert not live.nodes

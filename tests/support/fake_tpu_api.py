@@ -1,6 +1,9 @@
-"""A local stand-in for the Cloud TPU v2 REST API, on loopback, for the real client to talk to.
+"""A local stand-in for the Cloud TPU REST API's node list, on loopback, for the real client to
+talk to.
 
-Serves ``GET /v2/projects/P/locations/ZONE/nodes`` in the API's JSON shape and counts calls.
+Serves ``GET /v2alpha1/projects/P/locations/ZONE/nodes`` (the surface ``live/tpu_api`` lists
+nodes with, for their ``upcomingMaintenance``) in the API's JSON shape and counts calls. Nothing
+answers at /v2/: a client that lists nodes through v2 would find no nodes there, and fail.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from typing import Any, Optional
 
 from support.loopback import LoopbackJsonServer, not_found
 
-_LIST = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/nodes$")
+_LIST = re.compile(r"^/v2alpha1/projects/([^/]+)/locations/([^/]+)/nodes$")
 
 
 class FakeTpuApi(LoopbackJsonServer):

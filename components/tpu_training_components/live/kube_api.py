@@ -35,6 +35,7 @@ from ..domain.kueue_recovery import (
     kueue_found,
     kueue_unreadable,
 )
+from ..domain.maintenance_notices import NODE_POOL_LABEL, PoolNode
 from ..domain.recovery import Condition, failure_summary
 from ..library_internals import rest_session
 from .deadline import MAX_ANSWER_BYTES, PROBE_DEADLINE_SECONDS, Deadline, call_with_deadline
@@ -575,22 +576,10 @@ def list_live_jobs(
     kubeconfig = kubeconfig if kubeconfig is not None else os.environ.get(KUBECONFIG_VARIABLE) or None
     with ExitStack() as cleanup:
         try:
-            if kubeconfig:
-                result.source = f"{KUBECONFIG_VARIABLE}={kubeconfig}"
-                # Reading it may wait for ever, and the Kubernetes client has no timeout for it:
-                # a FIFO, a slow network file system, an exec plugin (a credential helper) that
-                # hangs. The one wait of a probe in a thread of its own (call_with_deadline).
-                configuration = call_with_deadline(
-                    functools.partial(_configuration_from_kubeconfig, kubeconfig),
-                    deadline,
-                    f"loading {result.source}",
-                )
-            else:
-                result.source = f"GKE API ({cluster.path}) and Application Default Credentials"
-                finding = Deadline(deadline, f"finding {cluster.path}")
-                configuration = _configuration_from_gke(
-                    cluster, container_client, credentials, cleanup, timeout, finding
-                )
+            result.source = _credentials_source(cluster, kubeconfig)
+            api_client = _cluster_api(
+                cluster, kubeconfig, container_client, credentials, cleanup, timeout, deadline
+            )
         except ClusterAbsent:
             result.cluster_absent = True
             return result
@@ -604,11 +593,7 @@ def list_live_jobs(
             for namespace in pod_namespaces:
                 result.pod_failures[namespace] = failure_summary(exc)
             return result
-        # No automatic retries: a preview must not hang; the next `up` asks again.
-        configuration.retries = False
-        api_client = cleanup.enter_context(client.ApiClient(configuration))
         limits = _Limits(timeout, deadline, max_bytes)
-        _refuse_redirects(api_client)
         batch = client.BatchV1Api(api_client)
         for namespace in namespaces:
             result.calls += 1
@@ -656,4 +641,118 @@ def list_live_jobs(
                 result.pods_started.update(((namespace, name), at) for name, at in started.items())
             except Exception as exc:  # noqa: BLE001 - any failure means "unknown", per namespace
                 result.pod_failures[namespace] = failure_summary(exc)
+    return result
+
+
+# --- The nodes of the stack's node pools, for their maintenance notices --------------------------
+
+
+@dataclass
+class PoolNodes:
+    """What the cluster said of the nodes of some node pools (one list call)."""
+
+    nodes: list[PoolNode] = field(default_factory=list)
+    failure: Optional[str] = None
+    """Why they could not be read; None when they were."""
+    cluster_absent: bool = False
+    calls: int = 0
+
+
+def _pool_node(item: Any, index: int) -> PoolNode:
+    where = f"node {index} of the answer"
+    metadata = item.get("metadata") if isinstance(item, dict) else None
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str) or not metadata["name"]:
+        raise MalformedAnswer(f"{where} has no name")
+    labels = metadata.get("labels") or {}
+    spec = item.get("spec") or {}
+    taints = (spec.get("taints") or []) if isinstance(spec, dict) else None
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        raise MalformedAnswer(f"node {metadata['name']!r}: its labels are not a map of strings")
+    if not isinstance(taints, list) or not all(isinstance(t, dict) for t in taints):
+        raise MalformedAnswer(f"node {metadata['name']!r}: its taints are not a list of objects")
+    return PoolNode(
+        metadata["name"], dict(labels), tuple(t["key"] for t in taints if isinstance(t.get("key"), str))
+    )
+
+
+def _credentials_source(cluster: ClusterRef, kubeconfig: Optional[str]) -> str:
+    """Where the credentials come from, for the log."""
+    if kubeconfig:
+        return f"{KUBECONFIG_VARIABLE}={kubeconfig}"
+    return f"GKE API ({cluster.path}) and Application Default Credentials"
+
+
+def _cluster_api(
+    cluster: ClusterRef,
+    kubeconfig: Optional[str],
+    container_client: Any,
+    credentials: Any,
+    cleanup: ExitStack,
+    timeout: float,
+    deadline: float,
+) -> Any:
+    """An API client for the cluster, with the credentials of ``kubeconfig``, or found through
+    the GKE API; no retries, no redirects followed. Raises ``ClusterAbsent``, or whatever stops
+    the credentials from loading."""
+    from kubernetes import client
+
+    if kubeconfig:
+        # Reading it may wait for ever, and the Kubernetes client has no timeout for it: a FIFO,
+        # a slow network file system, an exec plugin (a credential helper) that hangs. The one
+        # wait of a probe in a thread of its own (call_with_deadline).
+        configuration = call_with_deadline(
+            functools.partial(_configuration_from_kubeconfig, kubeconfig),
+            deadline,
+            f"loading {_credentials_source(cluster, kubeconfig)}",
+        )
+    else:
+        finding = Deadline(deadline, f"finding {cluster.path}")
+        configuration = _configuration_from_gke(
+            cluster, container_client, credentials, cleanup, timeout, finding
+        )
+    # No automatic retries: a preview must not hang; the next `up` asks again.
+    configuration.retries = False
+    api_client = cleanup.enter_context(client.ApiClient(configuration))
+    _refuse_redirects(api_client)
+    return api_client
+
+
+def list_pool_nodes(
+    cluster: ClusterRef,
+    pools: Iterable[str],
+    *,
+    kubeconfig: Optional[str] = None,
+    container_client: Any = None,
+    credentials: Any = None,
+    timeout: float = 15.0,
+    deadline: float = PROBE_DEADLINE_SECONDS,
+    max_bytes: int = MAX_ANSWER_BYTES,
+) -> PoolNodes:
+    """The nodes of the GKE node pools ``pools``, with their labels and taint keys: one list
+    call, selected on ``cloud.google.com/gke-nodepool``, made and read within the limits of
+    ``list_live_jobs`` (its credentials too). Any failure is reported, never raised."""
+    from kubernetes import client
+
+    pools = sorted(set(pools))
+    result = PoolNodes()
+    if not pools:
+        return result
+    kubeconfig = kubeconfig if kubeconfig is not None else os.environ.get(KUBECONFIG_VARIABLE) or None
+    with ExitStack() as cleanup:
+        try:
+            api_client = _cluster_api(
+                cluster, kubeconfig, container_client, credentials, cleanup, timeout, deadline
+            )
+            result.calls += 1
+            items = _Limits(timeout, deadline, max_bytes).items(
+                f"listing the nodes of node pools {', '.join(pools)}",
+                "NodeList",
+                client.CoreV1Api(api_client).list_node,
+                selector=f"{NODE_POOL_LABEL} in ({','.join(pools)})",
+            )
+            result.nodes = [_pool_node(item, index) for index, item in enumerate(items)]
+        except ClusterAbsent:
+            result.cluster_absent = True
+        except Exception as exc:  # noqa: BLE001 - unread notices are said, never fatal
+            result.failure = failure_summary(exc)
     return result

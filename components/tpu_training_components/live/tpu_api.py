@@ -1,4 +1,6 @@
-"""Read live TPU nodes through the Cloud TPU v2 API (``google-cloud-tpu``, REST transport).
+"""Read live TPU nodes through the Cloud TPU API (``google-cloud-tpu``, REST transport), in its
+v2alpha1 surface: the same node list as v2 (name, state, health, labels) and each node's
+``upcomingMaintenance``, which v2 does not carry (``domain.maintenance_notices``).
 
 One ``list`` call per zone in use, never one call per VM: a 64-VM stack in one zone costs one
 request. Any failure (no credentials, HTTP error, time-out, refused connection) is reported per
@@ -12,9 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from ..domain.recovery import LiveNode, failure_summary
-from ..library_internals import rest_session
 from .deadline import MAX_ANSWER_BYTES, MAX_PAGES, PROBE_DEADLINE_SECONDS, Deadline
-from .endpoints import TPU_ENDPOINT_VARIABLE, tpu_client
+from .endpoints import TPU_ENDPOINT_VARIABLE, tpu_nodes_client
 from .http_answers import checking_answers
 
 ENDPOINT_VARIABLE = TPU_ENDPOINT_VARIABLE
@@ -31,8 +32,8 @@ class LiveNodes:
     calls: int = 0
 
 
-make_client = tpu_client
-"""A ``tpu_v2.TpuClient`` (``endpoints.tpu_client``)."""
+make_client = tpu_nodes_client
+"""A ``tpu_v2alpha1.TpuClient`` (``endpoints.tpu_nodes_client``)."""
 
 
 def list_live_nodes(
@@ -83,8 +84,8 @@ class MalformedAnswer(Exception):
     it parses, it would make the zone's nodes look deleted."""
 
 
-def node_states_in_answer(body: bytes, parent: str) -> dict[str, str]:
-    """The state string the API sent for each node of one answer, by node name; raises
+def nodes_in_answer(body: bytes, parent: str) -> dict[str, dict[str, Any]]:
+    """Each node of one answer as the API sent it (its JSON object), by node name; raises
     ``MalformedAnswer`` when the answer is not an object of named nodes."""
     try:
         answer = json.loads(body)
@@ -98,8 +99,7 @@ def node_states_in_answer(body: bytes, parent: str) -> dict[str, str]:
     nodes = answer.get("nodes", [])
     if not isinstance(nodes, list):
         raise MalformedAnswer(f"{parent}: 'nodes' is a JSON {type(nodes).__name__}, not a list")
-    states: dict[str, str] = {}
-    seen: set[str] = set()
+    sent: dict[str, dict[str, Any]] = {}
     for index, node in enumerate(nodes):
         name = node.get("name") if isinstance(node, dict) else None
         if not isinstance(name, str) or not name.rsplit("/", 1)[-1]:
@@ -108,14 +108,18 @@ def node_states_in_answer(body: bytes, parent: str) -> dict[str, str]:
         short = name.rsplit("/", 1)[-1]
         if "/" in name and name.rsplit("/nodes/", 1)[0] != parent:
             raise MalformedAnswer(f"{parent}: node {index} of the answer is {name!r}, of another location")
-        if short in seen:
+        if short in sent:
             # Two answers for one node: which one holds is anybody's guess.
             raise MalformedAnswer(f"{parent}: the answer names node {short!r} twice")
-        seen.add(short)
-        state = node.get("state")
-        if isinstance(state, str):
-            states[short] = state
-    return states
+        sent[short] = node
+    return sent
+
+
+def _maintenance(sent: dict[str, Any]) -> dict[str, Any]:
+    """The node's ``upcomingMaintenance`` as the API sent it: its times as text, so that one
+    that does not parse is a warning for that notice (``maintenance_notices``)."""
+    found = sent.get("upcomingMaintenance")
+    return dict(found) if isinstance(found, dict) else {}
 
 
 def _list_zone(
@@ -123,7 +127,7 @@ def _list_zone(
 ) -> list[LiveNode]:
     # The client parses leniently: a body of ``[]`` or ``"x"`` reads as a zone without nodes, and
     # a state it does not know as STATE_UNSPECIFIED; the raw bodies tell those apart.
-    with checking_answers(rest_session(client), deadline, max_bytes=max_bytes) as bodies:
+    with checking_answers(client.session, deadline, max_bytes=max_bytes) as bodies:
         return _read_pages(client, parent, zone, timeout, deadline, max_pages, bodies)
 
 
@@ -141,28 +145,25 @@ def _read_pages(
     tokens: set[str] = set()
     token = ""
     for number in range(1, max_pages + 2):
-        # One request per page, each with the time left: the client's pager would give every
-        # page the first one's timeout. No automatic retries: a preview must not hang; the next
-        # `up` asks again.
-        pager = client.list_nodes(
-            request={"parent": parent, "page_token": token}, retry=None, timeout=deadline.timeout(timeout)
-        )
-        page = next(iter(pager.pages))  # the page this call read; iterating on would read the next
+        # One request per page, each with the time left. No automatic retries: a preview must
+        # not hang; the next `up` asks again.
+        page = client.list_nodes_page(parent, token, deadline.timeout(timeout))
         if number > max_pages:
             raise TooManyPages(f"{parent} has more than {max_pages} pages of nodes")
         if page.next_page_token in tokens:
             # A token handed out twice leads back to a page already read: the list never ends.
             raise MalformedAnswer(f"{parent}: the API hands out page token {page.next_page_token!r} twice")
         tokens.add(page.next_page_token)
-        sent_states = node_states_in_answer(bodies[-1], parent) if bodies else {}
+        sent_nodes = nodes_in_answer(bodies[-1], parent) if bodies else {}
         for node in page.nodes:
             name = node.name.rsplit("/", 1)[-1]
             if name in names:
                 raise MalformedAnswer(f"{parent}: node {name!r} is on two pages")
             names.add(name)
+            sent = sent_nodes.get(name, {})
             state = node.state.name
-            if state == "STATE_UNSPECIFIED" and sent_states.get(name):
-                state = sent_states[name]  # a state this client does not know: say what was sent
+            if state == "STATE_UNSPECIFIED" and isinstance(sent.get("state"), str) and sent["state"]:
+                state = sent["state"]  # a state this client does not know: say what was sent
             nodes.append(
                 LiveNode(
                     name=name,
@@ -172,6 +173,7 @@ def _read_pages(
                     health_description=node.health_description,
                     labels=dict(node.labels),
                     create_time=node.create_time.isoformat() if node.create_time else "",
+                    maintenance=_maintenance(sent),
                 )
             )
         token = page.next_page_token

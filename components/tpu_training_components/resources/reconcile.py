@@ -27,7 +27,7 @@ from ..errors import InvalidArgument
 from ..live.endpoints import storage_client
 from ..live.kube_api import ClusterRef, LiveJobs, list_live_jobs
 from ..live.progress_records import ProgressReading, read_progress
-from ..live.tpu_api import list_live_nodes
+from ..live.tpu_api import LiveNodes, list_live_nodes
 
 GENERATIONS_OUTPUT = "recoveryGenerations"
 """Stack output holding ``{vm name: generation}``; read back on the next run."""
@@ -115,14 +115,17 @@ def reconcile_tpu_vms(
     client: Any = None,
     hang_checks: Mapping[str, HangCheck] = {},
     read_progress: Optional[ReadProgress] = None,
+    live: Optional[LiveNodes] = None,
 ) -> list[Decision]:
-    """Decide for every ``(name, zone)``: one API list call per zone, then the decision table;
-    then, for each READY and healthy VM with a ``hang_checks`` entry, its progress records (N + 1
-    Cloud Storage calls for N hosts). With ``read_live_state=False`` (an offline plan) every VM
-    keeps its last generation."""
+    """Decide for every ``(name, zone)``: one API list call per zone (none when ``live`` holds
+    what the caller listed already), then the decision table; then, for each READY and healthy
+    VM with a ``hang_checks`` entry, its progress records (N + 1 Cloud Storage calls for N
+    hosts). With ``read_live_state=False`` (an offline plan) every VM keeps its last
+    generation."""
     if not read_live_state:
         return _not_read([name for name, _ in vms])
-    live = list_live_nodes(project, {zone for _, zone in vms}, client=client)
+    if live is None:
+        live = list_live_nodes(project, {zone for _, zone in vms}, client=client)
     now = now or utc_now()
     read = read_progress or progress_reader(project)
     decisions = []
