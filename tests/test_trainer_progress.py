@@ -365,3 +365,20 @@ def test_two_hosts_save_once_for_a_request_and_a_stopped_host_shows_as_stalled(t
 
 def seconds(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def test_on_a_tpu_vm_the_notice_and_recoverys_request_for_one_window_are_one_request(
+    train: ModuleType,
+) -> None:
+    from tpu_training_components.domain.maintenance_notices import MaintenanceNotice
+
+    found, why = train.read_maintenance_notice(json.dumps(NOTICE), BEFORE_NOTICE, "demo-tpu")
+    recovery = MaintenanceNotice(
+        node="demo-tpu",
+        source="tpu",
+        zone="europe-west4-a",
+        window_start=datetime(2026, 11, 26, 4, tzinfo=timezone.utc),
+    )
+    assert why is None and found is not None and found.id == recovery.request_id
+    # So a request recovery writes for it after the trainer saved for the notice is done already.
+    assert train.request_token(found.id) == train.request_token(recovery.request_id)

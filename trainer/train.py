@@ -162,6 +162,9 @@ class Settings:
     maintenance_url: str
     """``TRAINER_MAINTENANCE_URL``: the metadata server's ``upcoming-maintenance`` key, read every
     progress period on a TPU VM (its startup script sets it); "" (the default) reads none."""
+    node_name: str
+    """``TRAINER_NODE_NAME``: the TPU VM's node name (its startup script sets it), which names a
+    maintenance notice as recovery's save request for the same window does; "" off a TPU VM."""
 
     @property
     def fingerprint(self) -> dict[str, Any]:
@@ -295,6 +298,7 @@ def read_settings(env: Mapping[str, str]) -> Settings:
         progress_seconds=_number(env, "TRAINER_PROGRESS_SECONDS", "30", positive=False),
         save_lead_seconds=_number(env, "TRAINER_SAVE_LEAD_SECONDS", "600", positive=False),
         maintenance_url=_maintenance_url(env),
+        node_name=env.get("TRAINER_NODE_NAME", "").strip(),
     )
 
 
@@ -761,10 +765,14 @@ notifications" for Cloud TPU): windowStartTime, windowEndTime, latestWindowStart
 when there is none."""
 
 
-def read_maintenance_notice(text: str, now: float) -> tuple[Optional[SaveRequest], Optional[str]]:
+def read_maintenance_notice(
+    text: str, now: float, node: str = ""
+) -> tuple[Optional[SaveRequest], Optional[str]]:
     """The metadata server's upcoming-maintenance answer as a save request before the window
     starts (at once when it has started), None and None when no maintenance is coming, or None
-    and why the answer is ignored."""
+    and why the answer is ignored. With the VM's ``node`` name, the request's id is the one
+    recovery gives its request for the same window (``maintenance-tpu-NODE-START``, START in
+    epoch seconds): the run saves once for both."""
     try:
         found = json.loads(text)
     except ValueError:
@@ -788,7 +796,9 @@ def read_maintenance_notice(text: str, now: float) -> tuple[Optional[SaveRequest
     if end is not None and end < now:
         return None, f"its window ended at {found['windowEndTime']}"
     kind = found.get("type") or found.get("maintenanceType") or "maintenance"
-    identity = f"maintenance {kind} {found['windowStartTime']}"[:_REQUEST_ID_LIMIT]
+    identity = (
+        f"maintenance-tpu-{node}-{int(start)}" if node else f"maintenance {kind} {found['windowStartTime']}"
+    )[:_REQUEST_ID_LIMIT]
     return SaveRequest(identity, "maintenance", start if start > now else None), None
 
 
@@ -841,6 +851,7 @@ class Beacon:
         self.ignored: Optional[str] = None
         self.lead = settings.save_lead_seconds
         self.maintenance_url = settings.maintenance_url
+        self.node_name = settings.node_name
         self.notice: Optional[SaveRequest] = None
         """The maintenance the metadata server announced, as a request."""
         self.notice_problem: Optional[str] = None
@@ -968,7 +979,7 @@ class Beacon:
         except Exception as error:  # noqa: BLE001 - unread now, read again next period
             self._notice_problem(f"could not be read: {describe(error)}")
             return
-        notice, problem = read_maintenance_notice(text, time.time())
+        notice, problem = read_maintenance_notice(text, time.time(), self.node_name)
         if problem is not None:
             self._notice_problem(problem)
             return

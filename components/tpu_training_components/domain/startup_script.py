@@ -16,6 +16,7 @@ from .termination_grace import TPU_VM_SHUTDOWN_SECONDS
 COMPLETION_MARKER = "TRAINING_COMPLETE"
 CHECKPOINT_VARIABLE = "CHECKPOINT_DIR"
 MAINTENANCE_URL_VARIABLE = "TRAINER_MAINTENANCE_URL"
+NODE_NAME_VARIABLE = "TRAINER_NODE_NAME"
 MAINTENANCE_METADATA_URL = "http://metadata.google.internal/computeMetadata/v1/instance/upcoming-maintenance"
 """A TPU VM's own notice of upcoming maintenance, on its metadata server (Google's "View
 maintenance notifications" for Cloud TPU): the same key the reference trainer's
@@ -173,9 +174,12 @@ def render_startup_script(
             raise ValueError(f"{what} {text!r} contains a NUL byte (\\x00)")
     # The trainer reads the VM's upcoming maintenance from its metadata server and saves before
     # the window (docs/trainer.md); a user's env may point it elsewhere, or turn it off with "".
+    # Its node name, so a notice the trainer reads and recovery's request for the same window
+    # carry one id, and the run saves once for both (domain.maintenance_notices.request_id).
     run_environment = {
         "CHECKPOINT_DIR": checkpoint_dir,
         MAINTENANCE_URL_VARIABLE: MAINTENANCE_METADATA_URL,
+        NODE_NAME_VARIABLE: vm_name,
         **environment,
     }
     assignments = "\n".join(
