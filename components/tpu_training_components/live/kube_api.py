@@ -292,6 +292,12 @@ def _list_items(raw: Any, list_kind: str, max_bytes: int, deadline: Deadline) ->
     """The items of a list answer, from the raw urllib3 response (``_preload_content=False``):
     the client's own reading takes any JSON (``{"items": []}`` from anything at all) as an
     empty list, so the answer must be the API server's own and of ``list_kind``."""
+    return read_list(raw, list_kind, max_bytes, deadline)[0]
+
+
+def read_list(raw: Any, list_kind: str, max_bytes: int, deadline: Deadline) -> tuple[list[Any], str]:
+    """The items of a list answer read as ``_list_items`` does, and the list's
+    ``metadata.resourceVersion`` ("" when it has none): where a watch of it starts."""
     what = deadline.what
     problem = answer_problem(raw.status, raw.headers, what)
     if problem is not None:
@@ -309,7 +315,9 @@ def _list_items(raw: Any, list_kind: str, max_bytes: int, deadline: Deadline) ->
     items = [] if items is None else items  # an empty list may be sent as null
     if not isinstance(items, list):
         raise MalformedAnswer(f"{what}: the {list_kind}'s items are not a list")
-    return items
+    metadata = document.get("metadata")
+    version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+    return items, version if isinstance(version, str) else ""
 
 
 @dataclass(frozen=True)
@@ -536,6 +544,46 @@ def _refuse_redirects(api_client: Any) -> None:
     pool.request = functools.partial(pool.request, redirect=False)
 
 
+def api_client_for(
+    cluster: ClusterRef,
+    cleanup: ExitStack,
+    *,
+    kubeconfig: Optional[str] = None,
+    container_client: Any = None,
+    credentials: Any = None,
+    timeout: float = 15.0,
+    deadline: float = PROBE_DEADLINE_SECONDS,
+) -> tuple[Any, str]:
+    """An authenticated ``kubernetes.client.ApiClient`` for ``cluster``, and where its
+    credentials came from (for the log); it lives, with the CA file it may need, until
+    ``cleanup`` closes. ``kubeconfig`` defaults to ``$KUBECONFIG``; without one (or with ``""``)
+    the cluster is found through the GKE API within ``deadline``. The client makes no automatic
+    retries and follows no redirect. Raises ``ClusterAbsent`` when the GKE API says the cluster
+    does not exist, and whatever the credentials' loading raised otherwise."""
+    from kubernetes import client
+
+    kubeconfig = kubeconfig if kubeconfig is not None else os.environ.get(KUBECONFIG_VARIABLE) or None
+    if kubeconfig:
+        source = f"{KUBECONFIG_VARIABLE}={kubeconfig}"
+        # Reading it may wait for ever, and the Kubernetes client has no timeout for it:
+        # a FIFO, a slow network file system, an exec plugin (a credential helper) that
+        # hangs. The one wait of a probe in a thread of its own (call_with_deadline).
+        configuration = call_with_deadline(
+            functools.partial(_configuration_from_kubeconfig, kubeconfig), deadline, f"loading {source}"
+        )
+    else:
+        source = f"GKE API ({cluster.path}) and Application Default Credentials"
+        finding = Deadline(deadline, f"finding {cluster.path}")
+        configuration = _configuration_from_gke(
+            cluster, container_client, credentials, cleanup, timeout, finding
+        )
+    # No automatic retries: a preview must not hang; the next `up` asks again.
+    configuration.retries = False
+    api_client = cleanup.enter_context(client.ApiClient(configuration))
+    _refuse_redirects(api_client)
+    return api_client, source
+
+
 def list_live_jobs(
     cluster: ClusterRef,
     namespaces: Iterable[str],
@@ -572,25 +620,17 @@ def list_live_jobs(
     result = LiveJobs()
     if not namespaces and not jobset_namespaces:
         return result
-    kubeconfig = kubeconfig if kubeconfig is not None else os.environ.get(KUBECONFIG_VARIABLE) or None
     with ExitStack() as cleanup:
         try:
-            if kubeconfig:
-                result.source = f"{KUBECONFIG_VARIABLE}={kubeconfig}"
-                # Reading it may wait for ever, and the Kubernetes client has no timeout for it:
-                # a FIFO, a slow network file system, an exec plugin (a credential helper) that
-                # hangs. The one wait of a probe in a thread of its own (call_with_deadline).
-                configuration = call_with_deadline(
-                    functools.partial(_configuration_from_kubeconfig, kubeconfig),
-                    deadline,
-                    f"loading {result.source}",
-                )
-            else:
-                result.source = f"GKE API ({cluster.path}) and Application Default Credentials"
-                finding = Deadline(deadline, f"finding {cluster.path}")
-                configuration = _configuration_from_gke(
-                    cluster, container_client, credentials, cleanup, timeout, finding
-                )
+            api_client, result.source = api_client_for(
+                cluster,
+                cleanup,
+                kubeconfig=kubeconfig,
+                container_client=container_client,
+                credentials=credentials,
+                timeout=timeout,
+                deadline=deadline,
+            )
         except ClusterAbsent:
             result.cluster_absent = True
             return result
@@ -604,11 +644,7 @@ def list_live_jobs(
             for namespace in pod_namespaces:
                 result.pod_failures[namespace] = failure_summary(exc)
             return result
-        # No automatic retries: a preview must not hang; the next `up` asks again.
-        configuration.retries = False
-        api_client = cleanup.enter_context(client.ApiClient(configuration))
         limits = _Limits(timeout, deadline, max_bytes)
-        _refuse_redirects(api_client)
         batch = client.BatchV1Api(api_client)
         for namespace in namespaces:
             result.calls += 1
