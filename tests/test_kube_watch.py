@@ -1,0 +1,284 @@
+"""live/kube_watch.py: the cluster watcher against the loopback Kubernetes fake, through the real
+`kubernetes` client.
+
+The Kubernetes API semantics relied on, from the Kubernetes documentation, "API Concepts"
+(https://kubernetes.io/docs/reference/using-api/api-concepts/), "Efficient detection of changes":
+- a list answers a collection resourceVersion; a watch started with that resourceVersion
+  "will not miss any changes": it sends every change after it, one event per line, and a client
+  whose watch ended resumes "from the last resourceVersion that was returned";
+- "If the requested version is not available ... the API server will respond with 410 Gone",
+  "410 Gone responses ... the client must ... perform a list then start the watch from the
+  resourceVersion that was returned by that new list" ("Resource versions" / "Watch bookmarks");
+- bookmarks ("allowWatchBookmarks=true") are events of type BOOKMARK whose object carries only
+  metadata.resourceVersion: a place to resume from, not a change; "Clients should not assume
+  bookmarks are returned at any specific interval";
+- timeoutSeconds limits the duration of the call "regardless of any activity or inactivity".
+The client side: kubernetes-client/python 37.0.2, kubernetes/watch/watch.py (``Watch.stream``
+retries a 410 once from the same version, ``unmarshal_event`` returns None for a line that is not
+JSON): why live/kube_watch.py reads the raw stream instead.
+
+Every wait here is bounded; the streams use server time-outs of a second or two.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Callable
+
+import pytest
+from support.fake_kube_api import FakeJobSetApi, job, jobset, node, pod
+from tpu_training_components.live.kube_api import ClusterRef
+from tpu_training_components.live.kube_watch import (
+    MAINTENANCE_LABEL,
+    ClusterWatcher,
+    WatchLimits,
+    WatchScope,
+    facts,
+    relevant,
+)
+
+CLUSTER = ClusterRef("p", "us-east5", "tpu-dev")
+QUICK = WatchLimits(
+    server_timeout_seconds=1, read_margin_seconds=0.4, first_backoff_seconds=0.05, backoff_cap_seconds=0.2
+)
+FAILED = (("Failed", "True", "BackoffLimitExceeded"),)
+
+
+def eventually(check: Callable[[], bool], seconds: float = 5.0) -> bool:
+    """Whether ``check()`` came true within ``seconds`` (looked at every 20 ms)."""
+    ends = time.monotonic() + seconds
+    pause = threading.Event()
+    while not check():
+        if time.monotonic() >= ends:
+            return False
+        pause.wait(0.02)
+    return True
+
+
+class Watching:
+    """A started watcher and what it said."""
+
+    def __init__(self, api: FakeJobSetApi, kubeconfig: str, scope: WatchScope, limits: WatchLimits = QUICK):
+        self.changes: queue.Queue[str] = queue.Queue()
+        self.warnings: list[str] = []
+        self.watcher = ClusterWatcher(
+            CLUSTER, scope, self.changes.put, warn=self.warnings.append, limits=limits, kubeconfig=kubeconfig
+        )
+        self.watcher.start()
+
+    def next_change(self, seconds: float = 2.0) -> str:
+        return self.changes.get(timeout=seconds)
+
+    def quiet_for(self, seconds: float) -> bool:
+        try:
+            change = self.changes.get(timeout=seconds)
+        except queue.Empty:
+            return True
+        raise AssertionError(f"an unexpected change: {change}")
+
+
+@pytest.fixture
+def api(tmp_path):
+    with FakeJobSetApi() as fake:
+        fake.put("jobs", "default", job("train-v6e", generation=1, active=4, ready=4))
+        fake.put("jobsets", "default", jobset("train-js", ready=2))
+        fake.put("pods", "default", pod("train-v6e-0"))
+        fake.put("nodes", "", node("gke-node-1"))
+        fake.kubeconfig_path = str(fake.kubeconfig(tmp_path))
+        yield fake
+
+
+@pytest.fixture
+def thread_errors(monkeypatch):
+    """Exceptions that escaped any thread (there must be none: never a traceback)."""
+    errors: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
+    return errors
+
+
+ALL = WatchScope(
+    job_namespaces=("default",),
+    jobset_namespaces=("default",),
+    pod_namespaces=("default",),
+    node_selector="tpu-training/node-pool in (v6e-4x4)",
+)
+JOBS = WatchScope(job_namespaces=("default",))
+
+
+@pytest.fixture
+def watching(api):
+    started: list[Watching] = []
+
+    def start(scope: WatchScope = ALL, limits: WatchLimits = QUICK) -> Watching:
+        started.append(Watching(api, api.kubeconfig_path, scope, limits))
+        return started[-1]
+
+    yield start
+    for each in started:
+        assert each.watcher.stop(2.0), "a stream did not end within 2 s of stop()"
+
+
+# ---------------------------------------------------------------------------------------------
+# What is relevant (pure)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_new_job_condition_is_relevant_and_a_count_change_is_not():
+    running, failed = job("j", active=4, ready=4), job("j", conditions=FAILED, failed=1)
+    assert (
+        relevant("Job", facts("Job", running), facts("Job", failed)) == "Failed=True (BackoffLimitExceeded)"
+    )
+    assert relevant("Job", facts("Job", running), facts("Job", job("j", active=3, ready=2))) is None
+    assert relevant("Job", facts("Job", running), None) == "deleted"
+
+
+def test_a_pod_ready_flip_is_not_relevant_a_failure_or_a_disruption_is():
+    healthy = facts("Pod", pod("p"))
+    assert relevant("Pod", healthy, facts("Pod", pod("p", ready=False))) is None
+    assert relevant("Pod", healthy, facts("Pod", pod("p", disruption="EvictionByEvictionAPI"))) == (
+        "DisruptionTarget (EvictionByEvictionAPI)"
+    )
+    assert relevant("Pod", healthy, facts("Pod", pod("p", phase="Failed"))) == "phase Failed"
+
+
+def test_a_node_born_tainted_and_not_ready_is_not_relevant_gaining_either_or_maintenance_is():
+    ready = facts("Node", node("n"))
+    assert relevant("Node", None, facts("Node", node("n", ready=False))) is None  # how every node starts
+    assert relevant("Node", ready, facts("Node", node("n", ready=False))) == "NotReady"
+    tainted = node("n", taints=(("google.com/tpu", "NoSchedule"), ("impending-termination", "NoExecute")))
+    assert relevant("Node", ready, facts("Node", tainted)) == "taint impending-termination:NoExecute"
+    assert (
+        relevant("Node", ready, facts("Node", node("n", maintenance="1795000000")))
+        == "maintenance at 1795000000"
+    )
+    assert (
+        relevant("Node", None, facts("Node", node("n", maintenance="1795000000")))
+        == "maintenance at 1795000000"
+    )
+    assert MAINTENANCE_LABEL in node("n", maintenance="1")["metadata"]["labels"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Against the loopback API server
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_failed_job_is_reported_within_two_seconds_and_a_ready_flip_is_not(api, watching, thread_errors):
+    w = watching()
+    assert eventually(lambda: len(api.watch_requests) >= 4)  # all four streams listed and watching
+    api.put("pods", "default", pod("train-v6e-0", ready=False))
+    api.put("jobs", "default", job("train-v6e", generation=1, active=4, ready=3))
+    assert w.quiet_for(0.5)
+    changed = time.monotonic()
+    api.put("jobs", "default", job("train-v6e", generation=1, conditions=FAILED, failed=1))
+    assert w.next_change(2.0) == "Job default/train-v6e: Failed=True (BackoffLimitExceeded)"
+    assert time.monotonic() - changed < 2.0
+    api.put("nodes", "", node("gke-node-1", maintenance="1795000000"))
+    assert w.next_change(2.0) == "Node gke-node-1: maintenance at 1795000000"
+    api.remove("jobsets", "default", "train-js")
+    assert w.next_change(2.0) == "JobSet default/train-js: deleted"
+    assert w.warnings == [] and thread_errors == []
+
+
+def test_a_stream_the_server_ended_resumes_from_its_last_resource_version_without_listing(api, watching):
+    w = watching(JOBS)
+    assert eventually(lambda: len(api.watch_requests) == 1)
+    listed_version = api.watch_requests[0][2]
+    api.put("jobs", "default", job("train-v6e", generation=1, active=4, ready=3))
+    seen = str(api.revision)
+    # The server ends each watch after timeoutSeconds (1 s): the next starts where the last left.
+    assert eventually(lambda: len(api.watch_requests) >= 2, 4.0)
+    assert api.watch_requests[:2] == [("jobs", "default", listed_version), ("jobs", "default", seen)]
+    assert w.watcher.records["Jobs in default"].lists == 1
+
+
+def test_bookmarks_move_the_resume_point_and_report_nothing(api, watching):
+    api.bookmark_seconds = 0.2
+    api.put("pods", "default", pod("unrelated", ours=False))  # a change the stream does not select
+    w = watching(JOBS)
+    assert eventually(lambda: len(api.watch_requests) >= 2, 4.0)
+    assert int(api.watch_requests[1][2]) == api.revision  # from the bookmark, past the Pod's change
+    assert w.quiet_for(0.1)
+
+
+@pytest.mark.parametrize("fault", ["gone", "http-gone"])
+def test_410_gone_lists_again_and_watches_from_the_new_list(api, watching, fault, thread_errors):
+    api.watch_faults = [fault]
+    w = watching(JOBS)
+    assert eventually(lambda: len(api.watch_requests) >= 2)
+    record = w.watcher.records["Jobs in default"]
+    assert record.lists == 2 and record.failures == 0  # one 410 relists at once, no back-off
+    api.put("jobs", "default", job("train-v6e", generation=1, conditions=FAILED, failed=1))
+    assert w.next_change().startswith("Job default/train-v6e: Failed=True")
+    assert w.warnings == [] and thread_errors == []
+
+
+def test_a_change_missed_while_the_stream_was_down_is_reported_by_the_relist(api, watching):
+    api.compact()
+    api.watch_faults = ["silent"]
+    w = watching(JOBS)
+    assert eventually(lambda: len(api.watch_requests) == 1)
+    # Changed with no event (as if the event were lost): only a list can see it.
+    api.jobs["default"][0]["status"]["conditions"] = [
+        {"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}
+    ]
+    assert w.next_change(QUICK.read_seconds + 2) == (
+        "Job default/train-v6e: Failed=True (DeadlineExceeded) (seen on a relist)"
+    )
+
+
+def test_garbage_warns_once_naming_the_stream_and_lists_again(api, watching, thread_errors):
+    api.watch_faults = ["garbage", "garbage", "garbage"]
+    w = watching(JOBS)
+    assert eventually(lambda: len(api.watch_requests) >= 4)
+    assert w.watcher.records["Jobs in default"].lists >= 4
+    assert w.warnings == [
+        "warning: watching Jobs in default: a line that is not JSON; listing again (warned once)"
+    ]
+    api.put("jobs", "default", job("train-v6e", generation=1, conditions=FAILED, failed=1))
+    assert w.next_change().startswith("Job default/train-v6e: Failed=True")
+    assert thread_errors == []
+
+
+def test_a_stream_that_never_ends_and_sends_nothing_is_cut_within_its_bound(api, watching, thread_errors):
+    api.watch_faults = ["silent"]
+    started = time.monotonic()
+    w = watching(JOBS)
+    assert eventually(lambda: len(api.watch_requests) >= 2, QUICK.read_seconds + 2)
+    assert time.monotonic() - started < QUICK.read_seconds + 1.5
+    assert len(w.warnings) == 1 and w.warnings[0].startswith("warning: watching Jobs in default failed (")
+    assert thread_errors == []
+
+
+def test_stop_is_prompt_even_with_a_silent_stream_open(api):
+    api.watch_faults = ["silent"]
+    slow = WatchLimits(server_timeout_seconds=600)
+    w = Watching(api, api.kubeconfig_path, ALL, slow)
+    assert eventually(lambda: len(api.watch_requests) >= 4)
+    asked = time.monotonic()
+    assert w.watcher.stop(2.0)
+    assert time.monotonic() - asked < 1.0
+
+
+def test_a_cluster_without_the_jobset_crd_watches_the_rest(api, watching, thread_errors):
+    api.crd_installed = False
+    w = watching()
+    assert eventually(lambda: w.watcher.records["JobSets in default"].absent)
+    assert w.warnings == [
+        "info: JobSets in default: the cluster serves none (404: is the CRD installed?); not watched, rounds "
+        "keep listing them"
+    ]
+    api.put("pods", "default", pod("train-v6e-0", disruption="PreemptionByScheduler"))
+    assert w.next_change() == "Pod default/train-v6e-0: DisruptionTarget (PreemptionByScheduler)"
+    assert thread_errors == []
+
+
+def test_a_new_node_joining_wakes_nothing(api, watching):
+    w = watching()
+    assert eventually(lambda: len(api.watch_requests) >= 4)
+    api.put("nodes", "", node("gke-node-2", ready=False))
+    api.put("nodes", "", node("gke-node-2"))
+    api.put("nodes", "", node("other-pool-node", pool="cpu"))
+    assert w.quiet_for(0.5)
