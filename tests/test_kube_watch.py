@@ -1,20 +1,25 @@
 """live/kube_watch.py: the cluster watcher against the loopback Kubernetes fake, through the real
 `kubernetes` client.
 
-The Kubernetes API semantics relied on, from the Kubernetes documentation, "API Concepts"
-(https://kubernetes.io/docs/reference/using-api/api-concepts/), "Efficient detection of changes":
-- a list answers a collection resourceVersion; a watch started with that resourceVersion
-  "will not miss any changes": it sends every change after it, one event per line, and a client
-  whose watch ended resumes "from the last resourceVersion that was returned";
-- "If the requested version is not available ... the API server will respond with 410 Gone",
-  "410 Gone responses ... the client must ... perform a list then start the watch from the
-  resourceVersion that was returned by that new list" ("Resource versions" / "Watch bookmarks");
-- bookmarks ("allowWatchBookmarks=true") are events of type BOOKMARK whose object carries only
-  metadata.resourceVersion: a place to resume from, not a change; "Clients should not assume
-  bookmarks are returned at any specific interval";
-- timeoutSeconds limits the duration of the call "regardless of any activity or inactivity".
+The Kubernetes API semantics relied on, from the Kubernetes documentation, "Kubernetes API
+Concepts" (https://kubernetes.io/docs/reference/using-api/api-concepts/, "Efficient detection of
+changes"; the bookmark text as added by kubernetes/website commit c7c55c5, "Watch bookmarks
+documentation"), and the API reference's ListOptions:
+- a watch from a resourceVersion sends the changes after it, one JSON event per line
+  (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR), chunked; "Clients may start a watch from the last
+  resourceVersion value returned by the server and not miss any modifications";
+- "When the requested watch operations fail because the historical version of that resource is
+  not available, clients must handle the case by recognizing the status code `410 Gone`,
+  clearing their local cache, performing a list operation, and starting the watch from the
+  `resourceVersion` returned by that new list operation" (an ERROR event whose Status has code
+  410, or the HTTP status of the watch request itself);
+- a BOOKMARK's object has "only `resourceVersion` field" set: all changes up to it were sent;
+  "clients shouldn't assume bookmarks are returned at any specific interval, nor may they assume
+  the server will send any `bookmark` event";
+- timeoutSeconds limits the duration of the list/watch call "regardless of any activity or
+  inactivity".
 The client side: kubernetes-client/python 37.0.2, kubernetes/watch/watch.py (``Watch.stream``
-retries a 410 once from the same version, ``unmarshal_event`` returns None for a line that is not
+retries a 410 once from the same version; ``unmarshal_event`` returns None for a line that is not
 JSON): why live/kube_watch.py reads the raw stream instead.
 
 Every wait here is bounded; the streams use server time-outs of a second or two.
