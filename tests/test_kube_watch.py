@@ -201,10 +201,14 @@ def test_a_stream_the_server_ended_resumes_from_its_last_resource_version_withou
 
 def test_bookmarks_move_the_resume_point_and_report_nothing(api, watching):
     api.bookmark_seconds = 0.2
-    api.put("pods", "default", pod("unrelated", ours=False))  # a change the stream does not select
     w = watching(JOBS)
+    assert eventually(lambda: len(api.watch_requests) == 1)
+    listed_version = int(api.watch_requests[0][2])
+    api.put("pods", "default", pod("unrelated", ours=False))  # a change the Jobs stream does not carry
     assert eventually(lambda: len(api.watch_requests) >= 2, 4.0)
-    assert int(api.watch_requests[1][2]) == api.revision  # from the bookmark, past the Pod's change
+    # Resumed from the bookmark, past the Pod's change, without listing again.
+    assert int(api.watch_requests[1][2]) == api.revision > listed_version
+    assert w.watcher.records["Jobs in default"].lists == 1
     assert w.quiet_for(0.1)
 
 

@@ -166,7 +166,8 @@ def relevant(kind: str, before: Optional[frozenset[str]], after: Optional[frozen
 class _Stream:
     kind: str
     list_kind: str
-    namespace: Optional[str]
+    namespace: str
+    """"" for Nodes (cluster-scoped)."""
     selector: str
 
     @property
@@ -195,11 +196,7 @@ def _streams(scope: WatchScope) -> list[_Stream]:
         *(_Stream("Job", "JobList", ns, scope.selector) for ns in sorted(set(scope.job_namespaces))),
         *(_Stream("JobSet", "JobSetList", ns, scope.selector) for ns in sorted(set(scope.jobset_namespaces))),
         *(_Stream("Pod", "PodList", ns, scope.selector) for ns in sorted(set(scope.pod_namespaces))),
-        *(
-            [_Stream("Node", "NodeList", None, scope.node_selector)]
-            if scope.node_selector is not None
-            else []
-        ),
+        *([_Stream("Node", "NodeList", "", scope.node_selector)] if scope.node_selector is not None else []),
     ]
 
 
