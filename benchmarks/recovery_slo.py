@@ -34,7 +34,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
@@ -42,11 +42,12 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import yaml  # noqa: E402
 from support.fake_kube_api import FakeJobSetApi, job, jobset, node, pod  # noqa: E402
 from support.fake_tpu_api import FakeTpuApi  # noqa: E402
-from tpu_training_components.domain.recovery_rounds import RecoveryRound, RoundOutcome  # noqa: E402
-from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT  # noqa: E402
+from support.recover_runs import RecordingRunner  # noqa: E402
+from support.waiting import eventually  # noqa: E402
+from tpu_training_components.domain.recovery_rounds import RoundOutcome  # noqa: E402
 
 from infra import offline, recover, recover_events  # noqa: E402
-from infra.automation import PendingChange, UpResult  # noqa: E402
+from infra.automation import UpResult  # noqa: E402
 
 ZONE = "europe-west4-a"
 NAMESPACE = "default"
@@ -168,30 +169,18 @@ CAUSES: dict[str, Cause] = {
 """Every cause measured. A new one (hung, maintenance) is one entry here."""
 
 
-class RecordingUp:
+class RecordingUp(RecordingRunner):
     """Stands in for `pulumi up`: notes when it started, then re-creates what was lost."""
 
     def __init__(self, world: World) -> None:
+        super().__init__(deployed=(VM, JOB, JOBSET))
         self.world = world
         self.started: list[float] = []
 
-    def __call__(
-        self,
-        stack: str,
-        targets: Optional[Sequence[str]] = None,
-        *,
-        refresh: bool = True,
-        recovery_round: Optional[RecoveryRound] = None,
-    ) -> UpResult:
+    def __call__(self, *args: Any, **kwargs: Any) -> UpResult:
         self.started.append(time.monotonic())
         self.world.recreate()
-        return UpResult(RoundOutcome.SUCCEEDED, "recorded", 0.0)
-
-    def pending_changes(self, stack: str) -> list[PendingChange]:
-        return []
-
-    def stack_outputs(self, stack: str) -> dict[str, Any]:
-        return {GENERATIONS_OUTPUT: {VM: 1}, JOB_GENERATIONS_OUTPUT: {JOB: 1, JOBSET: 1}}
+        return super().__call__(*args, **kwargs)
 
 
 @dataclass
@@ -235,13 +224,7 @@ class Loop:
         self.thread.start()
 
     def wait(self, check: Callable[[], bool], seconds: float) -> bool:
-        ends = time.monotonic() + seconds
-        pause = threading.Event()
-        while not check():
-            if time.monotonic() >= ends:
-                return False
-            pause.wait(0.005)
-        return True
+        return eventually(check, seconds, every=0.005)
 
     def end(self) -> None:
         self.stop.request_stop()

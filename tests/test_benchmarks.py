@@ -8,19 +8,26 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from support.program import REPO
 
 
-def test_the_plan_speed_benchmark_runs_every_section(tmp_path):
-    figures = tmp_path / "figures.json"
+def smoke(script: str, figures: Path) -> subprocess.CompletedProcess[str]:
+    """``benchmarks/SCRIPT --smoke --json FIGURES``, which must succeed."""
     done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "plan_speed.py"), "--smoke", "--json", str(figures)],
+        [sys.executable, str(REPO / "benchmarks" / script), "--smoke", "--json", str(figures)],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_the_plan_speed_benchmark_runs_every_section(tmp_path):
+    figures = tmp_path / "figures.json"
+    done = smoke("plan_speed.py", figures)
     out = done.stdout
     for section in ("P1 ", "P2 ", "P3 ", "Goals (docs/plan-speed.md)"):
         assert f"\n{section}" in out, section
@@ -48,13 +55,7 @@ def test_the_recovery_slo_benchmark_measures_every_cause_polling_and_watching(tm
     asserted; what holds at any speed is: every cause was injected in both modes and seen by a
     round, every cause that needs a `pulumi up` got one, and no `pulumi up` came uncalled for."""
     figures = tmp_path / "slo.json"
-    done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "recovery_slo.py"), "--smoke", "--json", str(figures)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    done = smoke("recovery_slo.py", figures)
     assert "\nGoals (issue 27)\n" in done.stdout
     document = json.loads(figures.read_text())
     assert set(document["causes"]) == {"job-failed", "jobset-failed", "pod-evicted", "vm-preempted"}

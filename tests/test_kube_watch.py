@@ -30,10 +30,10 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Callable
 
 import pytest
 from support.fake_kube_api import FakeJobSetApi, job, jobset, node, pod
+from support.waiting import eventually
 from tpu_training_components.live.kube_api import ClusterRef
 from tpu_training_components.live.kube_watch import (
     MAINTENANCE_LABEL,
@@ -49,17 +49,6 @@ QUICK = WatchLimits(
     server_timeout_seconds=1, read_margin_seconds=0.4, first_backoff_seconds=0.05, backoff_cap_seconds=0.2
 )
 FAILED = (("Failed", "True", "BackoffLimitExceeded"),)
-
-
-def eventually(check: Callable[[], bool], seconds: float = 5.0) -> bool:
-    """Whether ``check()`` came true within ``seconds`` (looked at every 20 ms)."""
-    ends = time.monotonic() + seconds
-    pause = threading.Event()
-    while not check():
-        if time.monotonic() >= ends:
-            return False
-        pause.wait(0.02)
-    return True
 
 
 class Watching:

@@ -14,6 +14,7 @@ import pytest
 from support.fake_kube_api import job, node, pod
 from support.program import REPO
 from support.recover_runs import RecordingRunner, live_dev_stack, recoverer
+from support.waiting import eventually
 from tpu_training_components.live.kube_watch import WatchLimits
 
 from infra import offline, recover, recover_events, stack_config
@@ -21,16 +22,6 @@ from infra import offline, recover, recover_events, stack_config
 QUICK = WatchLimits(server_timeout_seconds=5, first_backoff_seconds=0.05, backoff_cap_seconds=0.2)
 RUNNING_JOB = job("train-v6e", generation=1, active=4, ready=4)
 FAILED = (("Failed", "True", "BackoffLimitExceeded"),)
-
-
-def eventually(check, seconds: float = 5.0) -> bool:
-    ends = time.monotonic() + seconds
-    pause = threading.Event()
-    while not check():
-        if time.monotonic() >= ends:
-            return False
-        pause.wait(0.02)
-    return True
 
 
 @pytest.fixture
