@@ -231,9 +231,10 @@ def _event(line: bytes) -> tuple[str, dict[str, Any]]:
 
 
 def _lines(response: Any, max_bytes: int) -> Iterator[bytes]:
-    """The newline-delimited lines of a streamed answer, as they arrive."""
+    """The newline-delimited lines of a streamed answer, as they arrive: ``read1`` returns what
+    has come (chunked or not), where ``stream`` without chunks would wait for the end."""
     buffer = b""
-    for piece in response.stream(amt=None, decode_content=True):
+    while piece := response.read1(65536):
         buffer += piece
         *lines, buffer = buffer.split(b"\n")
         yield from (line for line in lines if line.strip())
