@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 import yaml  # noqa: E402
-from support.fake_kube_api import FakeJobSetApi, job, jobset, node, pod  # noqa: E402
+from support.fake_kube_api import FakeJobSetApi, job, jobset, node, watched_pod  # noqa: E402
 from support.fake_tpu_api import FakeTpuApi  # noqa: E402
 from support.recover_runs import RecordingRunner  # noqa: E402
 from support.waiting import eventually  # noqa: E402
@@ -100,7 +100,7 @@ class World:
         kube.put("jobs", NAMESPACE, job(JOB, generation=1, active=SLICE_PODS, ready=SLICE_PODS))
         kube.put("jobsets", NAMESPACE, jobset(JOBSET, generation=1, ready=2))
         for index in range(SLICE_PODS):
-            kube.put("pods", NAMESPACE, pod(f"{JOB}-{index}"))
+            kube.put("pods", NAMESPACE, watched_pod(f"{JOB}-{index}"))
             kube.put("nodes", "", node(f"gke-{POOL}-{index}", pool=POOL))
 
     def vm(self) -> dict[str, Any]:
@@ -148,12 +148,13 @@ def _fail_jobset(world: World) -> None:
 
 
 def _evict_pod(world: World) -> None:
-    world.kube.put("pods", NAMESPACE, pod(f"{JOB}-0", phase="Failed", disruption="EvictionByEvictionAPI"))
+    evicted = watched_pod(f"{JOB}-0", phase="Failed", disruption="EvictionByEvictionAPI")
+    world.kube.put("pods", NAMESPACE, evicted)
 
 
 def _replace_pod(world: World) -> None:
     world.kube.remove("pods", NAMESPACE, f"{JOB}-0")
-    world.kube.put("pods", NAMESPACE, pod(f"{JOB}-0"))
+    world.kube.put("pods", NAMESPACE, watched_pod(f"{JOB}-0"))
 
 
 def _preempt_vm(world: World) -> None:

@@ -32,7 +32,7 @@ import threading
 import time
 
 import pytest
-from support.fake_kube_api import FakeJobSetApi, job, jobset, node, pod
+from support.fake_kube_api import FakeJobSetApi, job, jobset, node, watched_pod
 from support.waiting import eventually
 from tpu_training_components.live.kube_api import ClusterRef
 from tpu_training_components.live.kube_watch import (
@@ -78,7 +78,7 @@ def api(tmp_path):
     with FakeJobSetApi() as fake:
         fake.put("jobs", "default", job("train-v6e", generation=1, active=4, ready=4))
         fake.put("jobsets", "default", jobset("train-js", ready=2))
-        fake.put("pods", "default", pod("train-v6e-0"))
+        fake.put("pods", "default", watched_pod("train-v6e-0"))
         fake.put("nodes", "", node("gke-node-1"))
         fake.kubeconfig_path = str(fake.kubeconfig(tmp_path))
         yield fake
@@ -129,12 +129,12 @@ def test_a_new_job_condition_is_relevant_and_a_count_change_is_not():
 
 
 def test_a_pod_ready_flip_is_not_relevant_a_failure_or_a_disruption_is():
-    healthy = facts("Pod", pod("p"))
-    assert relevant("Pod", healthy, facts("Pod", pod("p", ready=False))) is None
-    assert relevant("Pod", healthy, facts("Pod", pod("p", disruption="EvictionByEvictionAPI"))) == (
+    healthy = facts("Pod", watched_pod("p"))
+    assert relevant("Pod", healthy, facts("Pod", watched_pod("p", ready=False))) is None
+    assert relevant("Pod", healthy, facts("Pod", watched_pod("p", disruption="EvictionByEvictionAPI"))) == (
         "DisruptionTarget (EvictionByEvictionAPI)"
     )
-    assert relevant("Pod", healthy, facts("Pod", pod("p", phase="Failed"))) == "phase Failed"
+    assert relevant("Pod", healthy, facts("Pod", watched_pod("p", phase="Failed"))) == "phase Failed"
 
 
 def test_a_node_born_tainted_and_not_ready_is_not_relevant_gaining_either_or_maintenance_is():
@@ -162,7 +162,7 @@ def test_a_node_born_tainted_and_not_ready_is_not_relevant_gaining_either_or_mai
 def test_a_failed_job_is_reported_within_two_seconds_and_a_ready_flip_is_not(api, watching, thread_errors):
     w = watching()
     assert eventually(lambda: len(api.watch_requests) >= 4)  # all four streams listed and watching
-    api.put("pods", "default", pod("train-v6e-0", ready=False))
+    api.put("pods", "default", watched_pod("train-v6e-0", ready=False))
     api.put("jobs", "default", job("train-v6e", generation=1, active=4, ready=3))
     assert w.quiet_for(0.5)
     changed = time.monotonic()
@@ -193,7 +193,8 @@ def test_bookmarks_move_the_resume_point_and_report_nothing(api, watching):
     w = watching(JOBS)
     assert eventually(lambda: len(api.watch_requests) == 1)
     listed_version = int(api.watch_requests[0][2])
-    api.put("pods", "default", pod("unrelated", ours=False))  # a change the Jobs stream does not carry
+    # A change the Jobs stream does not carry:
+    api.put("pods", "default", watched_pod("unrelated", ours=False))
     assert eventually(lambda: len(api.watch_requests) >= 2, 4.0)
     # Resumed from the bookmark, past the Pod's change, without listing again.
     assert int(api.watch_requests[1][2]) == api.revision > listed_version
@@ -268,7 +269,7 @@ def test_a_cluster_without_the_jobset_crd_watches_the_rest(api, watching, thread
         "info: JobSets in default: the cluster serves none (404: is the CRD installed?); not watched, rounds "
         "keep listing them"
     ]
-    api.put("pods", "default", pod("train-v6e-0", disruption="PreemptionByScheduler"))
+    api.put("pods", "default", watched_pod("train-v6e-0", disruption="PreemptionByScheduler"))
     assert w.next_change() == "Pod default/train-v6e-0: DisruptionTarget (PreemptionByScheduler)"
     assert thread_errors == []
 

@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from support.fake_kube_api import job, node, pod
+from support.fake_kube_api import job, node, watched_pod
 from support.program import REPO
 from support.recover_runs import RecordingRunner, live_dev_stack, recoverer
 from support.waiting import eventually
@@ -29,7 +29,7 @@ def apis(tmp_path, monkeypatch):
     with live_dev_stack(
         tmp_path, monkeypatch, "READY", RUNNING_JOB, labels={"recovery-generation": "3"}
     ) as apis:
-        apis[1].put("pods", "default", pod("train-v6e-0"))
+        apis[1].put("pods", "default", watched_pod("train-v6e-0"))
         apis[1].put("nodes", "", node("gke-v6e-1"))
         yield apis
 
@@ -80,7 +80,7 @@ def test_a_failed_job_starts_a_round_within_two_seconds_and_a_ready_flip_does_no
         # The first round, then the watcher on what it read: Jobs and Pods in default, the pool's Nodes.
         assert eventually(lambda: {r[0] for r in kube.watch_requests} == {"jobs", "pods", "nodes"})
         assert [trigger for _, trigger in w.rounds] == ["first"]
-        kube.put("pods", "default", pod("train-v6e-0", ready=False))
+        kube.put("pods", "default", watched_pod("train-v6e-0", ready=False))
         kube.put("jobs", "default", job("train-v6e", generation=1, active=4, ready=3))
         assert not eventually(lambda: len(w.reads) > 1, 1.5)
 
