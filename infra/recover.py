@@ -690,42 +690,52 @@ def watch(
     """Run rounds: one (``interval_seconds`` None), or one every interval until ``stop``; with
     ``events``, a relevant change in the cluster starts the next round early (not while a failed
     `pulumi up` backs off), and the interval stays the backstop."""
-    backoff = backoff or Backoff()
-    trigger = "first"
     try:
-        while True:
-            report = recoverer.run_round()
-            report.trigger = trigger
-            emit(report)
-            outcome = report.outcome
-            if interval_seconds is None or outcome is RoundOutcome.UNAVAILABLE:
-                return exit_status(report)
-            if recoverer.rounds == 1 and outcome is RoundOutcome.CONFIG_ERROR:
-                return EXIT_CONFIG_ERROR  # a stack that never loads: say so at once, not every round
-            nothing_to_recover = (
-                outcome is RoundOutcome.NOT_RUN and report.plan is not None and not report.plan.unavailable
-            )
-            if report.up is not None or nothing_to_recover:
-                # An up's outcome counts; so does nothing to recover: the capacity problem is over. A
-                # round that could not read live state, or ended early, says nothing.
-                backoff.record(outcome)
-            delay = next_round_in(interval_seconds, backoff, outcome)
-            if outcome is RoundOutcome.FAILED:
-                recoverer.say(
-                    f"{recoverer.target.qualified}: `pulumi up` failed {backoff.failures} time(s) in a row; "
-                    f"next round in {delay:.0f} s"
-                )
-            if stop.stopped:
-                return EXIT_OK
-            if events is not None:
-                events.follow()  # the scope of the round just read: started, or moved, or stopped
-            woken = stop.sleep(delay, wakeable=events is not None and outcome is not RoundOutcome.FAILED)
-            if stop.stopped:
-                return EXIT_OK
-            trigger = f"event: {woken}" if woken else "interval"
+        return _rounds(recoverer, interval_seconds, stop, emit, backoff or Backoff(), events)
     finally:
         if events is not None:
             events.close()
+
+
+def _rounds(
+    recoverer: Recoverer,
+    interval_seconds: Optional[float],
+    stop: StopSignal,
+    emit: Callable[[RoundReport], None],
+    backoff: Backoff,
+    events: Optional[ClusterEvents],
+) -> int:
+    trigger = "first"
+    while True:
+        report = recoverer.run_round()
+        report.trigger = trigger
+        emit(report)
+        outcome = report.outcome
+        if interval_seconds is None or outcome is RoundOutcome.UNAVAILABLE:
+            return exit_status(report)
+        if recoverer.rounds == 1 and outcome is RoundOutcome.CONFIG_ERROR:
+            return EXIT_CONFIG_ERROR  # a stack that never loads: say so at once, not every round
+        nothing_to_recover = (
+            outcome is RoundOutcome.NOT_RUN and report.plan is not None and not report.plan.unavailable
+        )
+        if report.up is not None or nothing_to_recover:
+            # An up's outcome counts; so does nothing to recover: the capacity problem is over. A
+            # round that could not read live state, or ended early, says nothing.
+            backoff.record(outcome)
+        delay = next_round_in(interval_seconds, backoff, outcome)
+        if outcome is RoundOutcome.FAILED:
+            recoverer.say(
+                f"{recoverer.target.qualified}: `pulumi up` failed {backoff.failures} time(s) in a row; "
+                f"next round in {delay:.0f} s"
+            )
+        if stop.stopped:
+            return EXIT_OK
+        if events is not None:
+            events.follow()  # the scope of the round just read: started, or moved, or stopped
+        woken = stop.sleep(delay, wakeable=events is not None and outcome is not RoundOutcome.FAILED)
+        if stop.stopped:
+            return EXIT_OK
+        trigger = f"event: {woken}" if woken else "interval"
 
 
 def append_records(path: str, records: Sequence[dict[str, Any]], say: Callable[[str], None]) -> None:
