@@ -78,7 +78,7 @@ def test_a_failed_job_starts_a_round_within_two_seconds_and_a_ready_flip_does_no
     w = Watch()
     try:
         # The first round, then the watcher on what it read: Jobs and Pods in default, the pool's Nodes.
-        assert eventually(lambda: {r[0] for r in kube.watch_requests} == {"jobs", "pods", "nodes"})
+        assert eventually(lambda: {r[0] for r in kube.watch_requests} == {"jobs", "pods", "nodes"}, 20)
         assert [trigger for _, trigger in w.rounds] == ["first"]
         kube.put("pods", "default", watched_pod("train-v6e-0", ready=False))
         kube.put("jobs", "default", job("train-v6e", generation=1, active=4, ready=3))
@@ -100,7 +100,7 @@ def test_the_interval_stays_the_backstop_for_tpu_vms(apis):
     tpu, _ = apis
     w = Watch(interval=1.0)
     try:
-        assert eventually(lambda: len(w.rounds) >= 1)
+        assert eventually(lambda: len(w.rounds) >= 1, 30.0)
         tpu.nodes["europe-west4-a"][0]["state"] = "PREEMPTED"  # no watch: the next interval sees it
         assert eventually(lambda: w.runner.stacks == ["dev"], 30.0)
         assert w.rounds[1][1] == "interval"
