@@ -275,6 +275,7 @@ def test_a_cluster_without_the_jobset_crd_watches_the_rest(api, watching, thread
         "info: JobSets in default: the cluster serves none (404: is the CRD installed?); not watched, rounds "
         "keep listing them"
     ]
+    assert eventually(lambda: {r[0] for r in api.watch_requests} == {"jobs", "pods", "nodes"}, STARTUP)
     api.put("pods", "default", watched_pod("train-v6e-0", disruption="PreemptionByScheduler"))
     assert w.next_change() == "Pod default/train-v6e-0: DisruptionTarget (PreemptionByScheduler)"
     assert thread_errors == []
