@@ -87,6 +87,14 @@ def api(tmp_path):
         yield fake
 
 
+def watching_all(
+    api: FakeJobSetApi, resources: tuple[str, ...] = ("jobs", "jobsets", "pods", "nodes")
+) -> bool:
+    """Whether every one of ``resources`` has a watch asked: a change made after it is streamed
+    (one made before is in the stream's first list, which reports nothing)."""
+    return {resource for resource, _, _ in api.watch_requests} >= set(resources)
+
+
 @pytest.fixture
 def thread_errors(monkeypatch):
     """Exceptions that escaped any thread (there must be none: never a traceback)."""
@@ -168,7 +176,7 @@ def test_a_failed_job_a_maintenance_label_and_a_deletion_are_reported_a_ready_fl
     # (How soon a round follows is tests/test_recover_events.py's: within 2 s. Here, what is told;
     # the waits are bounds for a loaded machine.)
     w = watching()
-    assert eventually(lambda: len(api.watch_requests) >= 4, STARTUP)  # all four streams listed and watching
+    assert eventually(lambda: watching_all(api), STARTUP)  # all four streams listed and watching
     api.put("pods", "default", watched_pod("train-v6e-0", ready=False))
     api.put("jobs", "default", job("train-v6e", generation=1, active=4, ready=3))
     assert w.quiet_for(0.5)
@@ -236,7 +244,7 @@ def test_a_change_missed_while_the_stream_was_down_is_reported_by_the_relist(api
 def test_garbage_warns_once_naming_the_stream_and_lists_again(api, watching, thread_errors):
     api.watch_faults = ["garbage", "garbage", "garbage"]
     w = watching(JOBS)
-    assert eventually(lambda: len(api.watch_requests) >= 4, STARTUP)
+    assert eventually(lambda: len(api.watch_requests) >= 4, STARTUP)  # 3 garbage, then a good one
     assert w.watcher.records["Jobs in default"].lists >= 4
     assert w.warnings == [
         "warning: watching Jobs in default: a line that is not JSON; listing again (warned once)"
@@ -261,7 +269,7 @@ def test_stop_is_prompt_even_with_a_silent_stream_open(api):
     api.watch_faults = ["silent"]
     slow = WatchLimits(server_timeout_seconds=600)
     w = Watching(api, api.kubeconfig_path, ALL, slow)
-    assert eventually(lambda: len(api.watch_requests) >= 4, STARTUP)
+    assert eventually(lambda: watching_all(api), STARTUP)
     asked = time.monotonic()
     assert w.watcher.stop(2.0)
     assert time.monotonic() - asked < 1.0
@@ -275,7 +283,7 @@ def test_a_cluster_without_the_jobset_crd_watches_the_rest(api, watching, thread
         "info: JobSets in default: the cluster serves none (404: is the CRD installed?); not watched, rounds "
         "keep listing them"
     ]
-    assert eventually(lambda: {r[0] for r in api.watch_requests} == {"jobs", "pods", "nodes"}, STARTUP)
+    assert eventually(lambda: watching_all(api, ("jobs", "pods", "nodes")), STARTUP)
     api.put("pods", "default", watched_pod("train-v6e-0", disruption="PreemptionByScheduler"))
     assert w.next_change() == "Pod default/train-v6e-0: DisruptionTarget (PreemptionByScheduler)"
     assert thread_errors == []
@@ -283,7 +291,7 @@ def test_a_cluster_without_the_jobset_crd_watches_the_rest(api, watching, thread
 
 def test_a_new_node_joining_wakes_nothing(api, watching):
     w = watching()
-    assert eventually(lambda: len(api.watch_requests) >= 4, STARTUP)
+    assert eventually(lambda: watching_all(api), STARTUP)
     api.put("nodes", "", node("gke-node-2", ready=False))
     api.put("nodes", "", node("gke-node-2"))
     api.put("nodes", "", node("other-pool-node", pool="cpu"))
