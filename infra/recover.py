@@ -2,7 +2,7 @@
 `pulumi up --refresh --yes`, targeted at them, only when some VM or Job must be created or
 replaced.
 
-    python -m infra.recover --stack NAME [--once | --watch SECONDS] [--dry-run] [--json]
+    python -m infra.recover --stack NAME [--once | --watch SECONDS [--no-events]] [--dry-run] [--json]
                             [--up-timeout SECONDS] [--apply-pending]
 
 Each round reads the stack's config the way `pulumi up` does (Pulumi.yaml and
@@ -92,6 +92,7 @@ from infra.automation import (
 )
 from infra.maintenance import NoticeRound, NoticeStep
 from infra.plan import CommandLineParser, UsageError, exit_quickly, load_project_for, stack_name
+from infra.recover_events import ClusterEvents
 
 EXIT_OK = 0
 EXIT_UP_FAILED = 1
@@ -145,6 +146,12 @@ def _parser() -> argparse.ArgumentParser:
         type=_watch_seconds,
         help=f"run a round every SECONDS ({MIN_WATCH_SECONDS:g} to {MAX_WATCH_SECONDS:g}) until SIGINT "
         "or SIGTERM",
+    )
+    parser.add_argument(
+        "--no-events",
+        action="store_true",
+        help="with --watch: do not watch the cluster's Jobs, JobSets, Pods and Nodes to start a round as "
+        "soon as one changes; rounds come every SECONDS only",
     )
     parser.add_argument(
         "--up-timeout",
@@ -310,6 +317,8 @@ class RoundReport:
     duration_seconds: float = 0.0
     notices: Optional[NoticeRound] = None
     """The maintenance notices the round read, and the save requests they became."""
+    trigger: str = "first"
+    """What started the round: "first", "interval", or "event: <the cluster change>"."""
     detected_at: Optional[datetime] = None
     """When the round had decided (its live state read)."""
     up_started_at: Optional[datetime] = None
@@ -345,6 +354,7 @@ class RoundReport:
             "round": self.number,
             "started": self.started,
             "durationSeconds": self.duration_seconds,
+            "trigger": self.trigger,
             # "error", "unavailable", "tryLater": the reason under the key of its outcome.
             **{outcome.value: self.reason if self.outcome is outcome else None for outcome in ENDED_EARLY},
             "targets": list(self.targets),
@@ -620,13 +630,32 @@ def exit_status(report: RoundReport) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
+WAKE_DEBOUNCE_SECONDS = 0.25
+"""A change wakes the next round this long after it: a burst (a slice's Pods failing together)
+makes one round."""
+MIN_SECONDS_BETWEEN_ROUNDS = 1.0
+"""A woken round starts at least this long after the last one ended: a cluster that keeps
+changing costs a list per second at most, never a loop."""
+
+
 class StopSignal:
     """SIGINT and SIGTERM ask the watch to stop; it does so between rounds, never during a
-    `pulumi up`."""
+    `pulumi up`. A cluster change (``wake``) ends the wait between rounds early."""
 
-    def __init__(self, say: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        say: Callable[[str], None],
+        *,
+        debounce_seconds: float = WAKE_DEBOUNCE_SECONDS,
+        gap_seconds: float = MIN_SECONDS_BETWEEN_ROUNDS,
+    ) -> None:
         self.event = threading.Event()
         self._say = say
+        self._debounce, self._gap = debounce_seconds, gap_seconds
+        self._poked = threading.Event()
+        """Set by a stop or a wake: what ends a wait early."""
+        self._lock = threading.Lock()
+        self._reasons: list[str] = []
 
     def install(self) -> None:
         for number in (signal.SIGINT, signal.SIGTERM):
@@ -635,15 +664,49 @@ class StopSignal:
     def _handle(self, number: int, frame: Optional[FrameType]) -> None:
         if not self.event.is_set():
             self._say(f"{signal.Signals(number).name}: stopping after this round")
+        self.request_stop()
+
+    def request_stop(self) -> None:
         self.event.set()
+        self._poked.set()
 
     @property
     def stopped(self) -> bool:
         return self.event.is_set()
 
-    def sleep(self, seconds: float) -> None:
-        """Wait ``seconds``, or until a stop is asked."""
-        self.event.wait(seconds)
+    def wake(self, reason: str) -> None:
+        """Start the next round soon (from any thread): something in the cluster changed."""
+        with self._lock:
+            self._reasons.append(reason)
+            self._poked.set()
+
+    def _take(self) -> Optional[str]:
+        with self._lock:
+            reasons, self._reasons = self._reasons, []
+            self._poked.clear()
+        if not reasons:
+            return None
+        return reasons[0] + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else "")
+
+    def sleep(self, seconds: float, *, wakeable: bool = True) -> Optional[str]:
+        """Wait ``seconds``, until a stop is asked, or (``wakeable``) until a wake: then its
+        reason, once the burst settled. None when the time passed or a stop came; the wakes of
+        the wait are then dropped (the next round reads everything anyway)."""
+        started = time.monotonic()
+        ends = started + seconds
+        while not self.stopped and time.monotonic() < ends:
+            if not wakeable:
+                self.event.wait(ends - time.monotonic())
+                continue
+            self._poked.wait(ends - time.monotonic())
+            with self._lock:
+                woken = bool(self._reasons)
+            if woken and not self.stopped:
+                settle = max(self._debounce, started + self._gap - time.monotonic())
+                self.event.wait(max(0.0, min(settle, ends - time.monotonic())))
+                return None if self.stopped else self._take()
+        self._take()
+        return None
 
 
 def watch(
@@ -653,11 +716,30 @@ def watch(
     stop: StopSignal,
     emit: Callable[[RoundReport], None],
     backoff: Optional[Backoff] = None,
+    events: Optional[ClusterEvents] = None,
 ) -> int:
-    """Run rounds: one (``interval_seconds`` None), or one every interval until ``stop``."""
-    backoff = backoff or Backoff()
+    """Run rounds: one (``interval_seconds`` None), or one every interval until ``stop``; with
+    ``events``, a relevant change in the cluster starts the next round early (not while a failed
+    `pulumi up` backs off), and the interval stays the backstop."""
+    try:
+        return _rounds(recoverer, interval_seconds, stop, emit, backoff or Backoff(), events)
+    finally:
+        if events is not None:
+            events.close()
+
+
+def _rounds(
+    recoverer: Recoverer,
+    interval_seconds: Optional[float],
+    stop: StopSignal,
+    emit: Callable[[RoundReport], None],
+    backoff: Backoff,
+    events: Optional[ClusterEvents],
+) -> int:
+    trigger = "first"
     while True:
         report = recoverer.run_round()
+        report.trigger = trigger
         emit(report)
         outcome = report.outcome
         if interval_seconds is None or outcome is RoundOutcome.UNAVAILABLE:
@@ -679,9 +761,12 @@ def watch(
             )
         if stop.stopped:
             return EXIT_OK
-        stop.sleep(delay)
+        if events is not None:
+            events.follow()  # the scope of the round just read: started, or moved, or stopped
+        woken = stop.sleep(delay, wakeable=events is not None and outcome is not RoundOutcome.FAILED)
         if stop.stopped:
             return EXIT_OK
+        trigger = f"event: {woken}" if woken else "interval"
 
 
 def append_records(path: str, records: Sequence[dict[str, Any]], say: Callable[[str], None]) -> None:
@@ -762,18 +847,25 @@ def main(argv: Optional[Sequence[str]] = None, *, probe: Optional[Probe] = None)
         if args.records:
             append_records(args.records, report.recovery_records(), say)
 
-    probe = probe or Probe()
+    reads = probe or Probe()
+    events = None if args.watch is None or args.no_events else ClusterEvents(stop.wake, say)
+
+    def probing(settings: stack_config.StackConfig) -> list[tuple[str, Decision]]:
+        if events is not None:
+            events.note(settings)  # what the round read is what the watcher watches
+        return reads(settings)
+
     recoverer = Recoverer(
         Target(project, stack, args.stack),
-        probe=probe,
+        probe=probing,
         up=cli,
         say=say,
         decrypt=decrypt,
         stopping=lambda: stop.stopped,
         apply_pending=args.apply_pending,
-        notices=notice_step(probe, write=not args.dry_run),
+        notices=notice_step(reads, write=not args.dry_run),
     )
-    return watch(recoverer, interval_seconds=args.watch, stop=stop, emit=emit)
+    return watch(recoverer, interval_seconds=args.watch, stop=stop, emit=emit, events=events)
 
 
 def _run() -> int:

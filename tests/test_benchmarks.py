@@ -1,25 +1,33 @@
-"""benchmarks/plan_speed.py, smallest case: a smoke test. Its timings are printed, never asserted;
-what is asserted are facts that hold at any speed: every case ran, the offline plan loads no
-client library, and a --live plan makes one call per zone and one per namespace."""
+"""The benchmarks, smallest case: smoke tests. Their timings are printed, never asserted; what is
+asserted are facts that hold at any speed. benchmarks/plan_speed.py: every case ran, the offline
+plan loads no client library, and a --live plan makes one call per zone and one per namespace.
+benchmarks/recovery_slo.py: see its test."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from support.program import REPO
 
 
-def test_the_plan_speed_benchmark_runs_every_section(tmp_path):
-    figures = tmp_path / "figures.json"
+def smoke(script: str, figures: Path) -> subprocess.CompletedProcess[str]:
+    """``benchmarks/SCRIPT --smoke --json FIGURES``, which must succeed."""
     done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "plan_speed.py"), "--smoke", "--json", str(figures)],
+        [sys.executable, str(REPO / "benchmarks" / script), "--smoke", "--json", str(figures)],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_the_plan_speed_benchmark_runs_every_section(tmp_path):
+    figures = tmp_path / "figures.json"
+    done = smoke("plan_speed.py", figures)
     out = done.stdout
     for section in ("P1 ", "P2 ", "P3 ", "Goals (docs/plan-speed.md)"):
         assert f"\n{section}" in out, section
@@ -41,3 +49,20 @@ def test_the_plan_speed_benchmark_runs_every_section(tmp_path):
     assert document["client_libraries_loaded"] == []
     assert document["live_calls"] == [{"vms": 16, "tpu": 4, "kubernetes": 8, "zones": 4, "namespaces": 4}]
     assert [goal["reached"] is None for goal in document["goals"]] == [True, False, True, True]
+
+
+def test_the_recovery_slo_benchmark_measures_every_cause_polling_and_watching(tmp_path):
+    """benchmarks/recovery_slo.py --smoke: one trial per cause and mode. Timings are printed, not
+    asserted; what holds at any speed is: every cause was injected in both modes and seen by a
+    round, every cause that needs a `pulumi up` got one, and no `pulumi up` came uncalled for."""
+    figures = tmp_path / "slo.json"
+    done = smoke("recovery_slo.py", figures)
+    assert "\nGoals (issue 27)\n" in done.stdout
+    document = json.loads(figures.read_text())
+    assert set(document["causes"]) == {"job-failed", "jobset-failed", "pod-evicted", "vm-preempted"}
+    for cause, modes in document["causes"].items():
+        assert set(modes) == {"polling", "watching"}, cause
+        for mode, row in modes.items():
+            assert row["missed"] == 0 and row["falseDetections"] == 0, (cause, mode, row)
+            assert row["detection"] is not None, (cause, mode)
+            assert (row["up"] is None) is (cause == "pod-evicted"), (cause, mode)

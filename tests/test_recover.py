@@ -260,7 +260,7 @@ class ScriptedStop(recover.StopSignal):
         self.waits: list[float] = []
         self.rounds = rounds
 
-    def sleep(self, seconds: float) -> None:
+    def sleep(self, seconds: float, *, wakeable: bool = True) -> None:
         self.waits.append(seconds)
         if len(self.waits) >= self.rounds:
             self.event.set()

@@ -9,6 +9,11 @@
   installed), filtered by equality terms.
 - ``FakeGkeApi``: ``GET /v1/projects/P/locations/L/clusters/C`` answering a GKE ``Cluster``.
 
+Watches (``?watch=true``, see "Watches" below): Jobs, JobSets, Pods
+(``/api/v1/namespaces/NS/pods``) and Nodes (``/api/v1/nodes``) stream newline-delimited watch
+events from a ``resourceVersion``, changed through ``put`` and ``remove``; with faults on demand
+(``watch_faults``): a garbage line, a stream that never ends and sends nothing, a 410.
+
 ``workload(owner, state)`` makes the Workload Kueue v0.19.2 keeps for a Job or JobSet in one of
 the states of ``WORKLOAD_STATES``, as Kueue's own source writes them (the citations there).
 """
@@ -18,21 +23,25 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
+import json
 import re
 import subprocess
+import threading
+import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 from urllib.parse import parse_qs
 
 from tpu_training_components.domain.job_manifests import KUEUE_QUEUE_LABEL, PART_OF, PART_OF_LABEL
 from tpu_training_components.domain.kueue_recovery import KUEUE_JOB_UID_LABEL, KUEUE_WORKLOAD_API_VERSION
 
-from support.loopback import LoopbackJsonServer, not_found
+from support.loopback import LoopbackJsonServer, Streamed, not_found
 
 _JOBS = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs$")
 _WORKLOADS = re.compile(rf"^/apis/{KUEUE_WORKLOAD_API_VERSION}/namespaces/([^/]+)/workloads$")
 _CLUSTER = re.compile(r"^/v1/(projects/[^/]+/locations/[^/]+/clusters/[^/]+)$")
 _PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")
+_NODES = "/api/v1/nodes"
 
 
 def pod(owner: str, started: str, *, index: int = 0) -> dict[str, Any]:
@@ -138,7 +147,240 @@ def _kubernetes_not_found() -> tuple[int, Any]:
     }
 
 
-class FakeKubernetesApi(LoopbackJsonServer):
+# --- Watches -----------------------------------------------------------------------------------
+# As the API server streams them (Kubernetes "API Concepts", "Efficient detection of changes"): a
+# watch from resourceVersion N sends every change after N, one JSON event per line, `{"type":
+# ADDED | MODIFIED | DELETED | BOOKMARK | ERROR, "object": ...}`; a BOOKMARK carries only the
+# object's kind and metadata.resourceVersion; a version older than the server keeps gets an ERROR
+# event holding a Status with code 410 (Gone), or, from some paths, an HTTP 410; the stream ends
+# after timeoutSeconds.
+
+_KINDS = {
+    "jobs": ("batch/v1", "Job"),
+    "jobsets": ("jobset.x-k8s.io/v1alpha2", "JobSet"),
+    "pods": ("v1", "Pod"),
+    "nodes": ("v1", "Node"),
+}
+WATCH_FAULTS = ("garbage", "silent", "gone", "http-gone")
+"""What ``watch_faults`` may hold: the next watch request sends a line that is not JSON and ends;
+sends nothing and never ends (until the server closes); sends an ERROR event with a 410 Status;
+answers HTTP 410."""
+
+
+def _watching(query: str) -> bool:
+    return parse_qs(query).get("watch", [""])[0].lower() in ("1", "true")
+
+
+def _gone_status() -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "too old resource version: 1 (100)",
+        "reason": "Expired",
+        "code": 410,
+    }
+
+
+def _line(kind: str, item: dict[str, Any]) -> bytes:
+    return json.dumps({"type": kind, "object": item}).encode() + b"\n"
+
+
+def watched_pod(
+    name: str,
+    *,
+    phase: str = "Running",
+    ready: bool = True,
+    disruption: Optional[str] = None,
+    ours: bool = True,
+) -> dict[str, Any]:
+    """A Pod of one of our Jobs named ``name``, as a watch sees it change: its phase, readiness,
+    and ``disruption`` (the reason of a DisruptionTarget condition)."""
+    conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
+    if disruption is not None:
+        conditions.append({"type": "DisruptionTarget", "status": "True", "reason": disruption})
+    labels = {PART_OF_LABEL: PART_OF} if ours else {"team": "other"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels, "uid": f"uid-{name}"},
+        "status": {"phase": phase, "conditions": conditions},
+    }
+
+
+def node(
+    name: str,
+    *,
+    pool: str = "v6e-4x4",
+    ready: bool = True,
+    taints: tuple[tuple[str, str], ...] = (("google.com/tpu", "NoSchedule"),),
+    maintenance: Optional[str] = None,
+) -> dict[str, Any]:
+    """A node of one of our pools (``taints``: (key, effect)); ``maintenance`` GKE's
+    scheduled-maintenance-time label (epoch seconds)."""
+    labels = {"tpu-training/node-pool": pool, "cloud.google.com/gke-nodepool": pool}
+    if maintenance is not None:
+        labels["cloud.google.com/scheduled-maintenance-time"] = maintenance
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels, "uid": f"uid-{name}"},
+        "spec": {"taints": [{"key": key, "value": "present", "effect": effect} for key, effect in taints]},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+class _Watches:
+    """The watch half of ``FakeKubernetesApi`` (a mixin: it reads ``jobs``, ``jobsets``)."""
+
+    jobs: dict[str, list[dict[str, Any]]]
+
+    def _init_watches(self) -> None:
+        self.pods: dict[str, list[dict[str, Any]]] = {}
+        self.nodes: list[dict[str, Any]] = []
+        self.revision = 100
+        """The latest resourceVersion; every list answers it."""
+        self.history: list[tuple[int, str, str, str, dict[str, Any]]] = []
+        """(resourceVersion, resource, namespace, event type, object) of every change."""
+        self.oldest_kept = 0
+        """A watch from an older version than this is answered 410 (``compact``)."""
+        self.watch_faults: list[str] = []
+        """Faults (``WATCH_FAULTS``) the next watch requests meet, one each, in order."""
+        self.watch_requests: list[tuple[str, str, str]] = []
+        """(resource, namespace, resourceVersion) of every watch request."""
+        self.list_requests: list[tuple[str, str]] = []
+        """(resource, namespace) of every Pod and Node list."""
+        self.bookmark_seconds: Optional[float] = None
+        """Send a BOOKMARK this often on a watch that asks for them."""
+        self._changed = threading.Condition()
+        self._closing = threading.Event()
+
+    def _collection(self, resource: str, namespace: str) -> list[dict[str, Any]]:
+        if resource == "nodes":
+            return self.nodes
+        store = {"jobs": self.jobs, "pods": self.pods, "jobsets": getattr(self, "jobsets", {})}[resource]
+        return store.setdefault(namespace, [])
+
+    def put(self, resource: str, namespace: str, item: dict[str, Any]) -> None:
+        """Add or change (by name) an object of ``resource`` (jobs, jobsets, pods, nodes), as a
+        controller's write would: a new resourceVersion, and an ADDED or MODIFIED event."""
+        with self._changed:
+            self.revision += 1
+            item = copy.deepcopy(item)
+            item["metadata"]["resourceVersion"] = str(self.revision)
+            if resource != "nodes":
+                item["metadata"]["namespace"] = namespace
+            items = self._collection(resource, namespace)
+            names = [i["metadata"]["name"] for i in items]
+            name = item["metadata"]["name"]
+            if name in names:
+                items[names.index(name)] = item
+            else:
+                items.append(item)
+            self.history.append(
+                (self.revision, resource, namespace, "MODIFIED" if name in names else "ADDED", item)
+            )
+            self._changed.notify_all()
+
+    def remove(self, resource: str, namespace: str, name: str) -> None:
+        """Delete an object: a DELETED event carrying its last state."""
+        with self._changed:
+            items = self._collection(resource, namespace)
+            (item,) = [i for i in items if i["metadata"]["name"] == name]
+            items.remove(item)
+            self.revision += 1
+            gone = copy.deepcopy(item)
+            gone["metadata"]["resourceVersion"] = str(self.revision)
+            self.history.append((self.revision, resource, namespace, "DELETED", gone))
+            self._changed.notify_all()
+
+    def compact(self) -> None:
+        """Forget the history, as the API server's compaction does: a watch from any version
+        given out so far gets 410 Gone."""
+        with self._changed:
+            self.oldest_kept = self.revision + 1
+
+    def close_watches(self) -> None:
+        self._closing.set()
+        with self._changed:
+            self._changed.notify_all()
+
+    def serve(self, resource: str, namespace: str, query: str) -> tuple[int, Any]:
+        """A list, or a watch when ``query`` asks for one, of ``resource`` in ``namespace``."""
+        params = parse_qs(query)
+        selector = params.get("labelSelector", [""])[0]
+        api_version, kind = _KINDS[resource]
+        if not _watching(query):
+            self.list_requests.append((resource, namespace))
+            with self._changed:
+                items = [i for i in self._collection(resource, namespace) if _selected(i, selector)]
+                return 200, {
+                    "apiVersion": api_version,
+                    "kind": f"{kind}List",
+                    "metadata": {"resourceVersion": str(self.revision)},
+                    "items": copy.deepcopy(items),
+                }
+        since = params.get("resourceVersion", [""])[0]
+        self.watch_requests.append((resource, namespace, since))
+        fault = self.watch_faults.pop(0) if self.watch_faults else None
+        assert fault in (None, *WATCH_FAULTS), fault
+        if fault == "http-gone":
+            return 410, _gone_status()
+        seconds = float(params.get("timeoutSeconds", ["1800"])[0])
+        bookmarks = params.get("allowWatchBookmarks", [""])[0].lower() == "true"
+        return 200, Streamed(self._events(resource, namespace, selector, since, seconds, bookmarks, fault))
+
+    def _events(
+        self,
+        resource: str,
+        namespace: str,
+        selector: str,
+        since: str,
+        seconds: float,
+        bookmarks: bool,
+        fault: Optional[str],
+    ) -> Iterator[bytes]:
+        if fault == "garbage":
+            yield b"{this is not a watch event\n"
+            return
+        if fault == "silent":
+            while not self._closing.wait(0.05):
+                yield b""
+            return
+        if fault == "gone" or (since.isdigit() and int(since) < self.oldest_kept):
+            yield _line("ERROR", _gone_status())
+            return
+        sent = int(since) if since.isdigit() else self.revision
+        ends = time.monotonic() + seconds
+        bookmark_at = time.monotonic() + (self.bookmark_seconds or 0)
+        while not self._closing.is_set():
+            with self._changed:
+                news = [e for e in self.history if e[0] > sent]
+                if not news:
+                    waits = [ends - time.monotonic()]
+                    if bookmarks and self.bookmark_seconds:
+                        waits.append(bookmark_at - time.monotonic())
+                    if max(0.0, min(waits)) > 0:
+                        self._changed.wait(min(waits))
+                    news = [e for e in self.history if e[0] > sent]
+                latest = self.revision
+            for version, kind, ns, event, item in news:
+                sent = version
+                if kind == resource and ns == namespace and _selected(item, selector):
+                    yield _line(event, item)
+            sent = max(sent, latest) if not news else sent
+            now = time.monotonic()
+            if bookmarks and self.bookmark_seconds and now >= bookmark_at:
+                bookmark_at = now + self.bookmark_seconds
+                yield _line(
+                    "BOOKMARK", {"kind": _KINDS[resource][1], "metadata": {"resourceVersion": str(sent)}}
+                )
+            if now >= ends:
+                return
+
+
+class FakeKubernetesApi(_Watches, LoopbackJsonServer):
     def __init__(self, tls: Optional[tuple[Path, Path]] = None) -> None:
         super().__init__(tls)
         self.jobs: dict[str, list[dict[str, Any]]] = {}
@@ -147,7 +389,7 @@ class FakeKubernetesApi(LoopbackJsonServer):
         """False: the Workload CRD is not installed, and its path answers 404."""
         self.selectors: list[str] = []
         """The label selector of every list call."""
-        self.pods: dict[str, list[dict[str, Any]]] = {}
+        self._init_watches()
 
     def add_pod(self, namespace: str, item: dict[str, Any]) -> None:
         item["metadata"]["namespace"] = namespace
@@ -163,6 +405,11 @@ class FakeKubernetesApi(LoopbackJsonServer):
 
     def route(self, method: str, path: str, query: str, headers: dict[str, str]) -> tuple[int, Any]:
         selector = parse_qs(query).get("labelSelector", [""])[0]
+        pods, jobs = _PODS.match(path), _JOBS.match(path)
+        if path == _NODES or ((pods or jobs) is not None and _watching(query)):
+            resource = "nodes" if path == _NODES else "pods" if pods is not None else "jobs"
+            namespace = "" if path == _NODES else (pods or jobs).group(1)  # type: ignore[union-attr]
+            return self.serve(resource, namespace, query)
         workloads = _WORKLOADS.match(path)
         if workloads is not None:
             if not self.kueue_installed:
@@ -181,7 +428,7 @@ class FakeKubernetesApi(LoopbackJsonServer):
             return 200, {
                 "apiVersion": "v1",
                 "kind": "PodList",
-                "metadata": {"resourceVersion": "9"},
+                "metadata": {"resourceVersion": str(self.revision)},
                 "items": items,
             }
         match = _JOBS.match(path)
@@ -192,9 +439,13 @@ class FakeKubernetesApi(LoopbackJsonServer):
         return 200, {
             "apiVersion": "batch/v1",
             "kind": "JobList",
-            "metadata": {"resourceVersion": "9"},
+            "metadata": {"resourceVersion": str(self.revision)},
             "items": items,
         }
+
+    def __exit__(self, *exc: object) -> None:
+        self.close_watches()  # streams still open end, so the server's shutdown does not wait
+        super().__exit__(*exc)
 
     def kubeconfig(self, folder: Path, user: str = "{}") -> Path:
         """A kubeconfig file pointing at this server (plain HTTP); ``user`` is its user's entry
@@ -255,6 +506,8 @@ class FakeJobSetApi(FakeKubernetesApi):
         namespace, _, plural = path[len(_JOBSETS) :].partition("/")
         if plural != "jobsets":
             return not_found()
+        if _watching(query):
+            return self.serve("jobsets", namespace, query)
         terms = filter(None, parse_qs(query).get("labelSelector", [""])[0].split(","))
         selector = dict(term.split("=", 1) for term in terms)
         items = [
@@ -262,7 +515,12 @@ class FakeJobSetApi(FakeKubernetesApi):
             for i in self.jobsets.get(namespace, [])
             if all(i["metadata"]["labels"].get(key) == value for key, value in selector.items())
         ]
-        return 200, {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSetList", "items": items}
+        return 200, {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSetList",
+            "metadata": {"resourceVersion": str(self.revision)},
+            "items": items,
+        }
 
 
 # --- Kueue Workloads ----------------------------------------------------------------------------

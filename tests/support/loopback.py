@@ -11,7 +11,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 
 class BackgroundServer:
@@ -73,6 +73,9 @@ class LoopbackJsonServer(BackgroundServer):
                     status, body = server.fail_with, {"error": {"code": server.fail_with, "message": "boom"}}
                 else:
                     status, body = server.route(method, path, query, dict(self.headers.items()))
+                if isinstance(body, Streamed):
+                    self._stream(status, body)
+                    return
                 data = server.raw_body if server.raw_body is not None else json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", server.content_type)
@@ -85,6 +88,25 @@ class LoopbackJsonServer(BackgroundServer):
                     self.wfile.write(data[index : index + 1])
                     self.wfile.flush()
                     time.sleep(server.drip_seconds)
+
+            def _stream(self, status: int, body: Streamed) -> None:
+                # HTTP/1.1 chunked, as the API server streams a watch: each piece is sent as a
+                # chunk the moment it is made; the connection closes when the pieces end.
+                self.protocol_version = "HTTP/1.1"
+                self.close_connection = True
+                self.send_response(status)
+                self.send_header("Content-Type", server.content_type)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                try:
+                    for piece in body.pieces:
+                        if piece:
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                            self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client hung up: its time-out, or it stopped
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
                 pass
@@ -108,6 +130,14 @@ class LoopbackJsonServer(BackgroundServer):
 
     def route(self, method: str, path: str, query: str, headers: dict[str, str]) -> tuple[int, Any]:
         raise NotImplementedError
+
+
+class Streamed:
+    """An answer ``route`` streams instead of a JSON body: each of ``pieces`` is sent as one
+    chunk as soon as the iterator yields it (an empty piece sends nothing: a pause)."""
+
+    def __init__(self, pieces: Iterable[bytes]) -> None:
+        self.pieces = pieces
 
 
 def not_found() -> tuple[int, Any]:

@@ -293,6 +293,12 @@ def _list_items(raw: Any, list_kind: str, max_bytes: int, deadline: Deadline) ->
     """The items of a list answer, from the raw urllib3 response (``_preload_content=False``):
     the client's own reading takes any JSON (``{"items": []}`` from anything at all) as an
     empty list, so the answer must be the API server's own and of ``list_kind``."""
+    return read_list(raw, list_kind, max_bytes, deadline)[0]
+
+
+def read_list(raw: Any, list_kind: str, max_bytes: int, deadline: Deadline) -> tuple[list[Any], str]:
+    """The items of a list answer read as ``_list_items`` does, and the list's
+    ``metadata.resourceVersion`` ("" when it has none): where a watch of it starts."""
     what = deadline.what
     problem = answer_problem(raw.status, raw.headers, what)
     if problem is not None:
@@ -310,7 +316,9 @@ def _list_items(raw: Any, list_kind: str, max_bytes: int, deadline: Deadline) ->
     items = [] if items is None else items  # an empty list may be sent as null
     if not isinstance(items, list):
         raise MalformedAnswer(f"{what}: the {list_kind}'s items are not a list")
-    return items
+    metadata = document.get("metadata")
+    version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+    return items, version if isinstance(version, str) else ""
 
 
 @dataclass(frozen=True)
@@ -537,6 +545,46 @@ def _refuse_redirects(api_client: Any) -> None:
     pool.request = functools.partial(pool.request, redirect=False)
 
 
+def api_client_for(
+    cluster: ClusterRef,
+    cleanup: ExitStack,
+    *,
+    kubeconfig: Optional[str] = None,
+    container_client: Any = None,
+    credentials: Any = None,
+    timeout: float = 15.0,
+    deadline: float = PROBE_DEADLINE_SECONDS,
+) -> tuple[Any, str]:
+    """An authenticated ``kubernetes.client.ApiClient`` for ``cluster``, and where its
+    credentials came from (for the log); it lives, with the CA file it may need, until
+    ``cleanup`` closes. ``kubeconfig`` defaults to ``$KUBECONFIG``; without one (or with ``""``)
+    the cluster is found through the GKE API within ``deadline``. The client makes no automatic
+    retries and follows no redirect. Raises ``ClusterAbsent`` when the GKE API says the cluster
+    does not exist, and whatever the credentials' loading raised otherwise."""
+    from kubernetes import client
+
+    kubeconfig = kubeconfig if kubeconfig is not None else os.environ.get(KUBECONFIG_VARIABLE) or None
+    if kubeconfig:
+        source = f"{KUBECONFIG_VARIABLE}={kubeconfig}"
+        # Reading it may wait for ever, and the Kubernetes client has no timeout for it:
+        # a FIFO, a slow network file system, an exec plugin (a credential helper) that
+        # hangs. The one wait of a probe in a thread of its own (call_with_deadline).
+        configuration = call_with_deadline(
+            functools.partial(_configuration_from_kubeconfig, kubeconfig), deadline, f"loading {source}"
+        )
+    else:
+        source = f"GKE API ({cluster.path}) and Application Default Credentials"
+        finding = Deadline(deadline, f"finding {cluster.path}")
+        configuration = _configuration_from_gke(
+            cluster, container_client, credentials, cleanup, timeout, finding
+        )
+    # No automatic retries: a preview must not hang; the next `up` asks again.
+    configuration.retries = False
+    api_client = cleanup.enter_context(client.ApiClient(configuration))
+    _refuse_redirects(api_client)
+    return api_client, source
+
+
 def list_live_jobs(
     cluster: ClusterRef,
     namespaces: Iterable[str],
@@ -573,12 +621,16 @@ def list_live_jobs(
     result = LiveJobs()
     if not namespaces and not jobset_namespaces:
         return result
-    kubeconfig = kubeconfig if kubeconfig is not None else os.environ.get(KUBECONFIG_VARIABLE) or None
     with ExitStack() as cleanup:
         try:
-            result.source = _credentials_source(cluster, kubeconfig)
-            api_client = _cluster_api(
-                cluster, kubeconfig, container_client, credentials, cleanup, timeout, deadline
+            api_client, result.source = api_client_for(
+                cluster,
+                cleanup,
+                kubeconfig=kubeconfig,
+                container_client=container_client,
+                credentials=credentials,
+                timeout=timeout,
+                deadline=deadline,
             )
         except ClusterAbsent:
             result.cluster_absent = True
@@ -675,48 +727,6 @@ def _pool_node(item: Any, index: int) -> PoolNode:
     )
 
 
-def _credentials_source(cluster: ClusterRef, kubeconfig: Optional[str]) -> str:
-    """Where the credentials come from, for the log."""
-    if kubeconfig:
-        return f"{KUBECONFIG_VARIABLE}={kubeconfig}"
-    return f"GKE API ({cluster.path}) and Application Default Credentials"
-
-
-def _cluster_api(
-    cluster: ClusterRef,
-    kubeconfig: Optional[str],
-    container_client: Any,
-    credentials: Any,
-    cleanup: ExitStack,
-    timeout: float,
-    deadline: float,
-) -> Any:
-    """An API client for the cluster, with the credentials of ``kubeconfig``, or found through
-    the GKE API; no retries, no redirects followed. Raises ``ClusterAbsent``, or whatever stops
-    the credentials from loading."""
-    from kubernetes import client
-
-    if kubeconfig:
-        # Reading it may wait for ever, and the Kubernetes client has no timeout for it: a FIFO,
-        # a slow network file system, an exec plugin (a credential helper) that hangs. The one
-        # wait of a probe in a thread of its own (call_with_deadline).
-        configuration = call_with_deadline(
-            functools.partial(_configuration_from_kubeconfig, kubeconfig),
-            deadline,
-            f"loading {_credentials_source(cluster, kubeconfig)}",
-        )
-    else:
-        finding = Deadline(deadline, f"finding {cluster.path}")
-        configuration = _configuration_from_gke(
-            cluster, container_client, credentials, cleanup, timeout, finding
-        )
-    # No automatic retries: a preview must not hang; the next `up` asks again.
-    configuration.retries = False
-    api_client = cleanup.enter_context(client.ApiClient(configuration))
-    _refuse_redirects(api_client)
-    return api_client
-
-
 def list_pool_nodes(
     cluster: ClusterRef,
     pools: Iterable[str],
@@ -737,11 +747,16 @@ def list_pool_nodes(
     result = PoolNodes()
     if not pools:
         return result
-    kubeconfig = kubeconfig if kubeconfig is not None else os.environ.get(KUBECONFIG_VARIABLE) or None
     with ExitStack() as cleanup:
         try:
-            api_client = _cluster_api(
-                cluster, kubeconfig, container_client, credentials, cleanup, timeout, deadline
+            api_client, _ = api_client_for(
+                cluster,
+                cleanup,
+                kubeconfig=kubeconfig,
+                container_client=container_client,
+                credentials=credentials,
+                timeout=timeout,
+                deadline=deadline,
             )
             result.calls += 1
             items = _Limits(timeout, deadline, max_bytes).items(
