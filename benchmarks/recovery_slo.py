@@ -16,8 +16,12 @@ none (a Pod evicted: its Job's controller replaces the Pod) or at a moment nothi
 Targets (issue 27): Jobs and JobSets detected p50 <= 2 s with watches; TPU VMs (polled in both
 modes: the Cloud TPU API has no watch) within one interval plus one round.
 
-To add a cause (a hung trainer, a maintenance notice), add a ``Cause`` to ``CAUSES``: how to
-inject it into the fakes, and whether a `pulumi up` must follow.
+A hung trainer (its progress record frozen, timed from the moment the stall reaches
+``hangMinutes``) and a maintenance notice on a GKE node of the Job's pool (timed to the moment the
+simulated trainer read recovery's save request; "in time" when its save was done before the
+window) are causes like the others. The simulated trainer's healthy records jitter up to 3x its
+step time: a hang detected then is a false detection. To add a cause, add a ``Cause`` to
+``CAUSES``: how to inject it into the fakes, and whether a `pulumi up` must follow.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -42,11 +47,13 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import yaml  # noqa: E402
 from support.fake_kube_api import FakeJobSetApi, job, jobset, node, watched_pod  # noqa: E402
 from support.fake_tpu_api import FakeTpuApi  # noqa: E402
+from support.loopback_gcs import LoopbackGcs  # noqa: E402
 from support.recover_runs import RecordingRunner  # noqa: E402
 from support.waiting import eventually  # noqa: E402
 from tpu_training_components.domain.recovery_rounds import RoundOutcome  # noqa: E402
+from tpu_training_components.live import endpoints  # noqa: E402
 
-from infra import offline, recover, recover_events  # noqa: E402
+from infra import offline, recover, recover_events, stack_config  # noqa: E402
 from infra.automation import UpResult  # noqa: E402
 
 ZONE = "europe-west4-a"
@@ -54,6 +61,9 @@ NAMESPACE = "default"
 VM, JOB, JOBSET = "demo-tpu", "train-job", "train-js"
 POOL = "v6e-4x4"
 SLICE_PODS = 4
+HANG_MINUTES = 1
+STEP_SECONDS = 2.0
+"""The simulated trainer's mean step time; each record's last step is up to 3x that ago."""
 
 
 def bench_project(folder: Path) -> recover.Target:
@@ -85,6 +95,8 @@ def bench_project(folder: Path) -> recover.Target:
             }
         ],
         "tpu-training:jobs": [{"name": JOB, **workload}, {"name": JOBSET, "workload": "jobset", **workload}],
+        # Hang detection's shortest limit: a minute without a step (see the "hung" cause).
+        "tpu-training:recovery": {"hangMinutes": HANG_MINUTES},
     }
     (folder / "Pulumi.bench.yaml").write_text(yaml.safe_dump({"config": config}))
     return recover.Target(offline.load_project(folder), "bench", "bench")
@@ -93,15 +105,29 @@ def bench_project(folder: Path) -> recover.Target:
 class World:
     """The fakes, and the healthy state `pulumi up` puts back."""
 
-    def __init__(self, tpu: FakeTpuApi, kube: FakeJobSetApi) -> None:
+    def __init__(self, tpu: FakeTpuApi, kube: FakeJobSetApi, progress: Any, job_folder: str) -> None:
         self.tpu, self.kube = tpu, kube
         self.generation = 1
         tpu.add(ZONE, VM, "READY", labels={"recovery-generation": "1"}, health="HEALTHY")
         kube.put("jobs", NAMESPACE, job(JOB, generation=1, active=SLICE_PODS, ready=SLICE_PODS))
         kube.put("jobsets", NAMESPACE, jobset(JOBSET, generation=1, ready=2))
+        # Started long enough ago that a stall can reach the hang limit (time is not waited for).
+        self.started = time.time() - 10 * HANG_MINUTES * 60
         for index in range(SLICE_PODS):
-            kube.put("pods", NAMESPACE, watched_pod(f"{JOB}-{index}"))
+            kube.put("pods", NAMESPACE, job_pod(index, self.started))
             kube.put("nodes", "", node(f"gke-{POOL}-{index}", pool=POOL))
+        self.trainer = Trainer(progress, job_folder, self.started)
+        self.window: Optional[tuple[str, float]] = None
+        """The maintenance announced last: its request id, its window's start (epoch seconds)."""
+        self.windows = 0
+
+    def restart_job_pods(self) -> None:
+        """The re-created Job's Pods, training from their checkpoint; dated as if they started
+        a while ago, so that the next hang injected can reach its limit at once."""
+        self.started = time.time() - 2 * HANG_MINUTES * 60
+        for index in range(SLICE_PODS):
+            self.kube.put("pods", NAMESPACE, job_pod(index, self.started))
+        self.trainer.restarted(self.started)
 
     def vm(self) -> dict[str, Any]:
         return self.tpu.nodes[ZONE][0]
@@ -112,14 +138,104 @@ class World:
         if self.vm()["state"] != "READY":
             self.vm().update(state="READY", labels={"recovery-generation": str(self.generation)})
         live_job = self.kube.jobs[NAMESPACE][0]
-        if live_job["status"].get("conditions"):
+        if live_job["status"].get("conditions") or self.trainer.hung_since is not None:
             self.kube.remove("jobs", NAMESPACE, JOB)
             self.kube.put(
                 "jobs", NAMESPACE, job(JOB, generation=self.generation, active=SLICE_PODS, ready=SLICE_PODS)
             )
+            self.restart_job_pods()
         if self.kube.jobsets[NAMESPACE][0]["status"].get("conditions"):
             self.kube.remove("jobsets", NAMESPACE, JOBSET)
             self.kube.put("jobsets", NAMESPACE, jobset(JOBSET, generation=self.generation, ready=2))
+
+
+def job_pod(index: int, started: float, **changes: Any) -> dict[str, Any]:
+    """A Pod of the Job, as its template labels it, started at ``started`` (epoch seconds)."""
+    item = watched_pod(f"{JOB}-{index}", **changes)
+    item["metadata"]["labels"]["app.kubernetes.io/name"] = JOB
+    item["status"]["startTime"] = _utc(started)
+    return item
+
+
+def _utc(seconds: float) -> str:
+    return (
+        datetime.fromtimestamp(seconds, timezone.utc)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
+
+
+class Trainer:
+    """The Job's trainer as recovery sees it: a progress record rewritten every 0.2 s, its last
+    step up to 3x the mean step time ago (jitter: never hung), frozen when ``hang`` is called.
+    It reads the save request recovery writes and, 0.3 s later (its save), records it done."""
+
+    def __init__(self, client: Any, folder: str, started: float) -> None:
+        self.bucket_name, self.prefix = folder[len("gs://") :].split("/", 1)
+        self.bucket = client.bucket(self.bucket_name)
+        self.started = started + 1
+        self.hung_since: Optional[float] = None
+        self.request: Optional[tuple[str, float]] = None
+        """The save request read (id, when), and ``done`` the ones saved for, with when."""
+        self.done: dict[str, float] = {}
+        self.rng = random.Random(3)
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="bench-trainer")
+        self.thread.start()
+
+    def hang(self) -> None:
+        """The step stops advancing; its last advance is the hang limit ago, so from now on the
+        workload is hung (detection is timed from here, the record written at once)."""
+        with self.lock:
+            self.hung_since = time.time() - HANG_MINUTES * 60 - 0.5
+            self._write(time.time())
+
+    def restarted(self, started: float) -> None:
+        with self.lock:
+            self.started, self.hung_since = started + 1, None
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(10)
+
+    def _run(self) -> None:
+        while not self.stopping.wait(0.2):
+            now = time.time()
+            self._read_request(now)
+            with self.lock:  # a record computed before a hang never lands after it
+                self._write(now)
+
+    def _write(self, now: float) -> None:
+        jitter = self.rng.uniform(0, 3 * STEP_SECONDS)
+        advanced = self.hung_since if self.hung_since is not None else now - jitter
+        record = {
+            "format": "tpu-training-progress/1",
+            "process": 0,
+            "processes": 1,
+            "phase": "training",
+            "step": int((now - self.started) / STEP_SECONDS),
+            "started_at": _utc(self.started),
+            "advanced_at": _utc(max(advanced, self.started)),
+            "written_at": _utc(now),
+            "step_seconds": STEP_SECONDS,
+            "request_done": max(self.done, key=self.done.__getitem__) if self.done else None,
+        }
+        try:
+            self.bucket.blob(f"{self.prefix}/progress.process-0.json").upload_from_string(json.dumps(record))
+        except Exception:  # noqa: BLE001 - the next period writes again, as the trainer does
+            pass
+
+    def _read_request(self, now: float) -> None:
+        if self.request is not None and self.request[0] not in self.done and now - self.request[1] >= 0.3:
+            self.done[self.request[0]] = now
+        try:
+            text = self.bucket.blob(f"{self.prefix}/save-request.json").download_as_text()
+        except Exception:  # noqa: BLE001 - none yet
+            return
+        identity = json.loads(text).get("id")
+        if isinstance(identity, str) and (self.request is None or self.request[0] != identity):
+            self.request = (identity, now)
 
 
 @dataclass(frozen=True)
@@ -132,6 +248,11 @@ class Cause:
     polled: bool = False
     after: Callable[[World], None] = lambda world: None
     """What the cluster does by itself once the round saw it (the Pod replaced)."""
+    acted: Optional[Callable[[World], Optional[float]]] = None
+    """For a cause that needs no `pulumi up`: when (time.time()) recovery's action reached the
+    training (a save request read by the trainer); its "up" column is then that time."""
+    in_time: Optional[Callable[[World], bool]] = None
+    """Whether the action came in time (the save done before the window)."""
 
 
 def _fail_job(world: World) -> None:
@@ -148,13 +269,48 @@ def _fail_jobset(world: World) -> None:
 
 
 def _evict_pod(world: World) -> None:
-    evicted = watched_pod(f"{JOB}-0", phase="Failed", disruption="EvictionByEvictionAPI")
+    evicted = job_pod(0, world.started, phase="Failed", disruption="EvictionByEvictionAPI")
     world.kube.put("pods", NAMESPACE, evicted)
 
 
 def _replace_pod(world: World) -> None:
+    # The Job's controller replaces it; the trainer's processes of the others go on (one record
+    # for the slice here), so the progress judged is that of the Pods started before.
     world.kube.remove("pods", NAMESPACE, f"{JOB}-0")
-    world.kube.put("pods", NAMESPACE, watched_pod(f"{JOB}-0"))
+    world.kube.put("pods", NAMESPACE, job_pod(0, world.started))
+
+
+def _hang(world: World) -> None:
+    world.trainer.hang()
+
+
+MAINTENANCE_LEAD_SECONDS = 120
+"""How far ahead each injected maintenance window starts (GKE announces days ahead; the round
+only has to write the request before the trainer's own lead)."""
+
+
+def _announce_maintenance(world: World) -> None:
+    window = int(time.time()) + MAINTENANCE_LEAD_SECONDS + world.windows
+    world.windows += 1
+    world.window = (f"maintenance-gke-gke-{POOL}-0-{window}", float(window))
+    world.kube.put("nodes", "", node(f"gke-{POOL}-0", pool=POOL, maintenance=str(window)))
+
+
+def _maintenance_done(world: World) -> None:
+    world.kube.put("nodes", "", node(f"gke-{POOL}-0", pool=POOL))
+
+
+def _request_read(world: World) -> Optional[float]:
+    request = world.trainer.request
+    return request[1] if world.window and request and request[0] == world.window[0] else None
+
+
+def _saved_before_window(world: World) -> bool:
+    if world.window is None:
+        return False
+    identity, window = world.window
+    done = eventually(lambda: identity in world.trainer.done, 5, every=0.05)
+    return done and world.trainer.done[identity] < window
 
 
 def _preempt_vm(world: World) -> None:
@@ -166,6 +322,16 @@ CAUSES: dict[str, Cause] = {
     "jobset-failed": Cause(_fail_jobset, needs_up=True),
     "pod-evicted": Cause(_evict_pod, needs_up=False, after=_replace_pod),
     "vm-preempted": Cause(_preempt_vm, needs_up=True, polled=True),
+    # Timed from the moment the stall reaches hangMinutes: no event shows a hang, rounds do.
+    "job-hung": Cause(_hang, needs_up=True, polled=True),
+    # A GKE node of the Job's pool announced for maintenance: no `pulumi up`, a save request.
+    "maintenance": Cause(
+        _announce_maintenance,
+        needs_up=False,
+        after=_maintenance_done,
+        acted=_request_read,
+        in_time=_saved_before_window,
+    ),
 }
 """Every cause measured. A new one (hung, maintenance) is one entry here."""
 
@@ -190,6 +356,8 @@ class Figures:
     up: list[float] = field(default_factory=list)
     false_detections: int = 0
     missed: int = 0
+    late: int = 0
+    """Actions that did not come in time (a save not done before its window)."""
 
 
 class Loop:
@@ -218,7 +386,13 @@ class Loop:
                 self.events.note(settings)
             return probe(settings)
 
-        recoverer = recover.Recoverer(target, probe=probing, up=self.up, say=self.said.append)
+        recoverer = recover.Recoverer(
+            target,
+            probe=probing,
+            up=self.up,
+            say=self.said.append,
+            notices=recover.notice_step(probe, write=True),
+        )
         self.thread = threading.Thread(
             target=recover.watch,
             kwargs={
@@ -246,7 +420,7 @@ def trial(loop: Loop, cause: Cause, figures: Figures, rng: random.Random) -> Non
     threading.Event().wait(loop.settle + rng.uniform(0, spread))
     figures.false_detections += len(loop.up.started) - ups_before  # an up nobody asked for
     ups_before = len(loop.up.started)
-    injected = time.monotonic()
+    injected, injected_at = time.monotonic(), time.time()
     cause.inject(loop.world)
     bound = loop.interval + 60
     if not loop.wait(lambda: any(at >= injected for at in loop.reads), bound):
@@ -261,6 +435,14 @@ def trial(loop: Loop, cause: Cause, figures: Figures, rng: random.Random) -> Non
     elif cause.needs_up:
         figures.missed += 1
     figures.false_detections += len(ups) - (1 if cause.needs_up and ups else 0)
+    if cause.acted is not None:
+        acted = cause.acted
+        if loop.wait(lambda: acted(loop.world) is not None, bound):
+            figures.up.append((acted(loop.world) or injected_at) - injected_at)
+            if cause.in_time is not None and not cause.in_time(loop.world):
+                figures.late += 1
+        else:
+            figures.missed += 1
     cause.after(loop.world)
 
 
@@ -299,7 +481,16 @@ def main() -> None:
         os.environ["TPU_API_ENDPOINT"] = tpu.endpoint
         os.environ["KUBECONFIG"] = str(kube.kubeconfig(Path(scratch)))
         target = bench_project(Path(scratch))
-        world = World(tpu, kube)
+        settings = recover.load_settings(target).settings
+        folders = {
+            **{vm.name: stack_config.derived.vm_checkpoint_dir(settings, vm) for vm in settings.tpu_vms},
+            **{j.name: stack_config.derived.job_checkpoint_dir(settings, j) for j in settings.jobs},
+        }
+        gcs = LoopbackGcs(*sorted({folder[len("gs://") :].split("/")[0] for folder in folders.values()}))
+        gcs.__enter__()
+        os.environ[endpoints.STORAGE_ENDPOINT_VARIABLE] = gcs.endpoint
+        progress = endpoints.storage_client(settings.gcp_project, gcs.endpoint)
+        world = World(tpu, kube, progress, folders[JOB])
         # A first round outside the clock: the program's modules and the clients load once.
         said: list[str] = []
         warm = recover.Recoverer(target, probe=recover.Probe(), up=RecordingUp(world), say=said.append)
@@ -329,20 +520,25 @@ def main() -> None:
                     "up": quantiles(each.up),
                     "falseDetections": each.false_detections,
                     "missed": each.missed,
+                    "late": each.late,
                 }
             round_seconds.append(statistics.median(warm_round(target, world) for _ in range(3)))
         one_round = max(round_seconds)
+        world.trainer.stop()
+        gcs.__exit__(None, None, None)
 
     print(
         f"Recovery SLO ({'smoke, ' if args.smoke else ''}{trials} trial(s) per cause and mode, "
         f"interval {interval:g} s; seconds)"
     )
     heading = f"{'detect p50':>10} {'p95':>7} {'max':>7}  {'up p50':>7} {'p95':>7} {'max':>7}"
-    print(f"{'cause':<14} {'mode':<9} {heading}  false  missed")
+    print(f"{'cause':<14} {'mode':<9} {heading}  false  missed  late")
     for name, modes in results.items():
         for mode, row in modes.items():
             detect, up = shown(row["detection"]), shown(row["up"])
-            print(f"{name:<14} {mode:<9} {detect:>26}  {up}  {row['falseDetections']:5d}  {row['missed']:6d}")
+            counts = f"{row['falseDetections']:5d}  {row['missed']:6d}  {row['late']:4d}"
+            print(f"{name:<14} {mode:<9} {detect:>26}  {up}  {counts}")
+    print("(up: `pulumi up` started; for maintenance, the trainer read the save request)")
     goals = []
     watched = [results[name]["watching"]["detection"] for name in ("job-failed", "jobset-failed")]
     goals.append(
@@ -359,6 +555,22 @@ def main() -> None:
             f"TPU VMs detected within interval + one round ({bound:.2f} s)",
             all(d is not None and d["max"] <= bound for d in vm),
             ", ".join(f"max {d['max']:.2f} s" if d else "none" for d in vm),
+        )
+    )
+    hung = [results["job-hung"][mode]["detection"] for mode in ("polling", "watching")]
+    goals.append(
+        (
+            f"hangs detected within hangMinutes + interval + one round ({bound:.2f} s past the limit)",
+            all(d is not None and d["max"] <= bound for d in hung),
+            ", ".join(f"max {d['max']:.2f} s" if d else "none" for d in hung),
+        )
+    )
+    saves = [results["maintenance"][mode] for mode in ("polling", "watching")]
+    goals.append(
+        (
+            "every maintenance notice turned into a save before its window",
+            all(row["late"] == 0 and row["missed"] == 0 and row["up"] is not None for row in saves),
+            ", ".join(f"{row['late']} late, {row['missed']} missed" for row in saves),
         )
     )
     falses = sum(row["falseDetections"] for modes in results.values() for row in modes.values())

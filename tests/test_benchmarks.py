@@ -59,10 +59,20 @@ def test_the_recovery_slo_benchmark_measures_every_cause_polling_and_watching(tm
     done = smoke("recovery_slo.py", figures)
     assert "\nGoals (issue 27)\n" in done.stdout
     document = json.loads(figures.read_text())
-    assert set(document["causes"]) == {"job-failed", "jobset-failed", "pod-evicted", "vm-preempted"}
+    assert set(document["causes"]) == {
+        "job-failed",
+        "jobset-failed",
+        "pod-evicted",
+        "vm-preempted",
+        "job-hung",
+        "maintenance",
+    }
     for cause, modes in document["causes"].items():
         assert set(modes) == {"polling", "watching"}, cause
         for mode, row in modes.items():
             assert row["missed"] == 0 and row["falseDetections"] == 0, (cause, mode, row)
             assert row["detection"] is not None, (cause, mode)
+            # A hung Job is replaced; a maintenance notice becomes a save request, read by the
+            # trainer and saved for before the window.
             assert (row["up"] is None) is (cause == "pod-evicted"), (cause, mode)
+            assert row["late"] == 0, (cause, mode)
