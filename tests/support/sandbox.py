@@ -282,7 +282,11 @@ class GcsStore:
         return True
 
 
-EVENT = re.compile(r"^tpu-trainer: (?P<event>\w+)(?P<fields>( .*)?)$")
+# Anywhere in the line, not only at its start: the trainer writes each line whole (one write),
+# but stdout and stderr share the pipe, and a library's message longer than the pipe's atomic
+# write (PIPE_BUF, 4 KiB) can be cut by another write, leaving its first part, without a newline,
+# in front of the trainer's line (a "moved" event lost that way under a loaded full suite).
+EVENT = re.compile(r"tpu-trainer: (?P<event>\w+)(?P<fields>( .*)?)$")
 
 
 @dataclass(frozen=True)
@@ -301,7 +305,7 @@ class Event:
 
 
 def parse(line: str, at: float) -> Optional[Event]:
-    match = EVENT.match(line.rstrip("\n"))
+    match = EVENT.search(line.rstrip("\n"))
     if not match:
         return None
     # Values with spaces are JSON strings, which shlex reads as one word.
