@@ -34,6 +34,7 @@ if __name__ == "__main__":
     gc.disable()  # a one-shot command, as infra.plan (see there for what it saves)
 
 import argparse  # noqa: E402 - after the collector is off, on purpose
+import functools
 import json
 import os
 import subprocess
@@ -198,8 +199,11 @@ def gather(
     *,
     probe: Callable[[stack_config.StackConfig], list[tuple[str, Decision]]],
     storage: Callable[[], Any],
+    progress: Callable[[str], ProgressReading],
 ) -> list[RunStatus]:
-    """Everything status shows, read once: the probe, the buckets, the outputs."""
+    """Everything status shows, read once: the probe, the buckets, the outputs. ``progress``
+    reads a run's progress records (the probe judges hangs by the same reader, which keeps what
+    it read: one listing per run)."""
     runs = runs_of(settings)
     decisions = {(kind, d.name): d for kind, d in probe(settings)}
     recoveries = (outputs or {}).get(RECOVERIES_OUTPUT)
@@ -222,9 +226,9 @@ def gather(
             except Exception as exc:  # noqa: BLE001 - reported per run
                 run.unread.append(f"checkpoints: {failure_summary(exc)}")
             try:
-                progress = read_progress(client, run.checkpoint_dir, timeout=READ_SECONDS)
-                run.progress = progress
-                run.unread.extend(f"progress: {problem}" for problem in progress.problems)
+                reading = progress(run.checkpoint_dir)
+                run.progress = reading
+                run.unread.extend(f"progress: {problem}" for problem in reading.problems)
             except Exception as exc:  # noqa: BLE001 - reported per run
                 run.unread.append(f"progress: {failure_summary(exc)}")
         if outputs is None:
@@ -367,15 +371,19 @@ def main(
         return EXIT_CONFIG_ERROR
     settings = loaded.settings
     now = now or datetime.now(timezone.utc)
+    clients: list[Any] = []
+
+    def storage() -> Any:
+        if not clients:
+            clients.append(endpoints.storage_client(settings.gcp_project))
+        return clients[0]
+
+    # One reading per run for the probe's hang check and the lines shown (a failed one is not
+    # kept: the second asks again).
+    progress = functools.cache(lambda folder: read_progress(storage(), folder, timeout=READ_SECONDS))
     # Hangs judged at the time the status is of.
-    probe = probe or Probe(clock=lambda: now)
-    runs = gather(
-        settings,
-        outputs,
-        outputs_unread,
-        probe=probe,
-        storage=lambda: endpoints.storage_client(settings.gcp_project),
-    )
+    probe = probe or Probe(clock=lambda: now, read_progress=progress)
+    runs = gather(settings, outputs, outputs_unread, probe=probe, storage=storage, progress=progress)
     notices = notice_step(probe, write=False)(settings, now)
     if args.json:
         document = {

@@ -10,6 +10,7 @@ import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import unquote
 
 import pytest
 from support import stub_pulumi
@@ -87,9 +88,15 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
 
 
 def test_everything_read_shows_each_run_and_exits_0(world, capsys):
-    _, _, outputs = world
+    _, gcs, outputs = world
     code, text = run(capsys, "--stack", "dev", "--outputs", str(outputs))
     assert code == status.EXIT_OK, text
+    # The probe's hang check and the lines shown share one reading: each run's progress records
+    # are listed once.
+    listings = [
+        r for r in gcs.requests if r.startswith("GET /storage/") and "progress.process-" in unquote(r)
+    ]
+    assert len(listings) == 2 and len({r.split("prefix=")[1] for r in listings}) == 2, listings
     lines = text.splitlines()
     assert lines[0] == "Status of stack dev (project tpu-training-dev), 2026-11-26T09:00:00Z:"
     vm = lines[lines.index("TPU VM demo-tpu (europe-west4-a)") + 1 : lines.index("Job train-v6e (default)")]
