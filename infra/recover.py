@@ -266,6 +266,8 @@ class Probe:
 
     def __call__(self, settings: stack_config.StackConfig) -> list[tuple[str, Decision]]:
         checks = stack_config.derived.hang_checks(settings)
+        # One reader (one storage client, made when first needed) for the VMs' and the Jobs' records.
+        read_progress = self.read_progress or reconcile.progress_reader(settings.gcp_project)
         now = self.clock()
         self.tpu_nodes = list_live_nodes(
             settings.gcp_project, {vm.zone for vm in settings.tpu_vms}, client=self.tpu_client
@@ -276,7 +278,7 @@ class Probe:
             grace=timedelta(minutes=settings.recovery.maintenance_grace_minutes),
             live=self.tpu_nodes,
             hang_checks=checks,
-            read_progress=self.read_progress,
+            read_progress=read_progress,
             now=now,
         )
         jobs = (
@@ -288,7 +290,7 @@ class Probe:
                     job.name for job in settings.jobs if stack_config.derived.job_pool(settings, job).queued
                 },
                 hang_checks=checks,
-                read_progress=self.read_progress,
+                read_progress=read_progress,
                 project=settings.gcp_project,
                 now=now,
             )

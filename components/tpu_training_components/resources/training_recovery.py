@@ -180,12 +180,15 @@ class TrainingRecovery(pulumi.ComponentResource):
         jobs = list(args.get("jobs", ()))
         cluster = args.get("cluster")
 
+        # One reader (one storage client, made when first needed) for the VMs' and the Jobs' records.
+        read_progress = reconcile.progress_reader(args["project"])
         vm_decisions = reconcile.reconcile_tpu_vms(
             args["project"],
             [(vm["name"], vm["zone"]) for vm in vms],
             read_live_state=read_live_state,
             grace=timedelta(minutes=args.get("maintenance_grace_minutes", 30)),
             hang_checks=_hang_checks(vms),
+            read_progress=read_progress,
         )
         job_decisions = (
             reconcile.reconcile_jobs(
@@ -194,6 +197,7 @@ class TrainingRecovery(pulumi.ComponentResource):
                 read_live_state=read_live_state,
                 queued={job["name"] for job in jobs if job.get("queued", False)},
                 hang_checks=_hang_checks(jobs),
+                read_progress=read_progress,
             )
             if cluster and jobs
             else []
