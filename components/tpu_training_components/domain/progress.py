@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Optional, Sequence, TypeGuard
 
-from .recovery import Cause, Decision, replace
+from .recovery import Cause, Decision, replace, zoned_time
 
 PROGRESS_PREFIX = "progress.process-"
 PROGRESS_FORMAT = "tpu-training-progress/1"
@@ -89,7 +89,7 @@ def read_record(text: str) -> tuple[Optional[ProcessProgress], Optional[str]]:
         return None, f"not a record of format {PROGRESS_FORMAT!r}"
     times: dict[str, datetime] = {}
     for key in ("started_at", "advanced_at", "written_at"):
-        moment = _utc(found.get(key))
+        moment = zoned_time(found.get(key))
         if moment is None:
             return None, f"{key}={found.get(key)!r} is not an RFC 3339 time with a zone"
         times[key] = moment
@@ -193,16 +193,6 @@ def judge(
             since=record.advanced_at,
         )
     return Stall(Verdict.ADVANCING, f"{where} advanced {_minutes(stalled)} ago", stalled)
-
-
-def _utc(text: Any) -> Optional[datetime]:
-    if not isinstance(text, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else None
 
 
 def _count(value: Any) -> TypeGuard[int]:

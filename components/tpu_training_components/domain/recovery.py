@@ -47,6 +47,18 @@ def cause_problem(value: object) -> str:
     return f'{value!r} is no recovery cause; allowed: {", ".join(c.value for c in Cause)}, or ""'
 
 
+def zoned_time(value: object) -> Optional[datetime]:
+    """An RFC 3339 time with its zone, as APIs and the trainer write it (``2026-11-26T07:00:00Z``,
+    ``...T07:00:00.123+00:00``); None for anything else, a time without a zone included."""
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
 def parse_generation(labels: Mapping[str, str]) -> Optional[int]:
     """The ``recovery-generation`` label as a number, or None when it is missing or not a plain
     decimal number: then nobody knows the generation, and the last deployed one stands."""

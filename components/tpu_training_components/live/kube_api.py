@@ -36,7 +36,7 @@ from ..domain.kueue_recovery import (
     kueue_unreadable,
 )
 from ..domain.maintenance_notices import NODE_POOL_LABEL, PoolNode
-from ..domain.recovery import Condition, failure_summary
+from ..domain.recovery import Condition, failure_summary, zoned_time
 from ..library_internals import rest_session
 from .deadline import MAX_ANSWER_BYTES, PROBE_DEADLINE_SECONDS, Deadline, call_with_deadline
 from .endpoints import TimedRequest, container_client
@@ -285,7 +285,7 @@ def _live_job(item: Any, namespace: str, index: int) -> LiveJob:
         succeeded=_count(status, "succeeded", where),
         failed=_count(status, "failed", where),
         uid=_text(metadata.get("uid")),
-        created=_time(metadata.get("creationTimestamp")),
+        created=zoned_time(metadata.get("creationTimestamp")),
     )
 
 
@@ -391,19 +391,8 @@ def _live_jobset(item: Any) -> LiveJobSet:
         slices=sum(_int(r.get("replicas")) for r in replicated),
         ready=sum(_int(r.get("ready")) for r in statuses),
         uid=_text(metadata.get("uid")),
-        created=_time(metadata.get("creationTimestamp")),
+        created=zoned_time(metadata.get("creationTimestamp")),
     )
-
-
-def _time(value: Any) -> Optional[datetime]:
-    """An RFC 3339 time as the API server writes it (``2026-11-26T07:00:00Z``), or None."""
-    if not isinstance(value, str):
-        return None
-    try:
-        at = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return at if at.tzinfo else None
 
 
 def _list_jobsets(custom: Any, namespace: str, limits: _Limits) -> list[LiveJobSet]:
@@ -497,11 +486,11 @@ def _pod_started(item: Any, where: str) -> tuple[str, Optional[datetime]]:
     if not isinstance(labels, dict) or not isinstance(status, dict):
         raise MalformedAnswer(f"{where}: a Pod's labels or status is not an object")
     owner = next((labels[key] for key in _WORKLOAD_LABELS if isinstance(labels.get(key), str)), "")
-    times = [_time(status.get("startTime"))]
+    times = [zoned_time(status.get("startTime"))]
     for container in status.get("containerStatuses") or []:
         running = (container.get("state") or {}).get("running") if isinstance(container, dict) else None
         if isinstance(running, dict):
-            times.append(_time(running.get("startedAt")))
+            times.append(zoned_time(running.get("startedAt")))
     known = [t for t in times if t is not None]
     return owner, max(known) if known else None
 

@@ -22,6 +22,7 @@ from ..domain.recovery import (
     fresh_generation,
     unreachable,
     utc_now,
+    zoned_time,
 )
 from ..errors import InvalidArgument
 from ..live.endpoints import storage_client
@@ -96,13 +97,7 @@ def judge_training(
 def _node_since(node: Optional[LiveNode]) -> Optional[datetime]:
     """When a READY, healthy node's training began: its creation (the trainer restarts inside
     it, and its records say when each process started)."""
-    if node is None or not node.create_time:
-        return None
-    try:
-        created = datetime.fromisoformat(node.create_time.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return created if created.tzinfo is not None else None
+    return zoned_time(node.create_time) if node is not None else None
 
 
 def reconcile_tpu_vms(
