@@ -18,22 +18,17 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from .recovery import Cause, Decision
+from .recovery import Decision
 
 RECORD_FORMAT = "tpu-training-recovery/1"
 
 INFRASTRUCTURE_RECOVERY = "infrastructure_recovery_from_disruption"
 """ml-goodput-measurement's ``BadputType.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION``, lower case:
-from the disruption until the workload runs again. A record's ``recoverySeconds`` is the part
-of it this tool spends (detection to `pulumi up` done)."""
-WASTED_PROGRESS = "wasted_progress_from_disruption"
-"""``BadputType.WASTED_PROGRESS_FROM_DISRUPTION``: the steps redone after the restore; the
-trainer knows them (its ``redone_steps``), not recovery."""
-
-BADPUT_OF_CAUSE: dict[Cause, str] = {cause: INFRASTRUCTURE_RECOVERY for cause in Cause}
-"""Every cause's recovery time is infrastructure recovery in ml-goodput-measurement's terms; a
-hang also wastes the time it stalled (``stalledSeconds``), which its calculator counts as wasted
-progress once the restarted run redoes those steps."""
+from the disruption until the workload runs again. Every cause's recovery time falls in it; a
+record's ``recoverySeconds`` is the part of it this tool spends (detection to `pulumi up` done).
+Its other disruption category, ``WASTED_PROGRESS_FROM_DISRUPTION`` (the steps redone after the
+restore, which a hang's ``stalledSeconds`` become), is the trainer's to count (its
+``redone_steps``), not recovery's."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +60,7 @@ def recovery_record(stack: str, kind: str, decision: Decision, times: RoundTimes
         "action": decision.action,
         "cause": decision.cause.value if decision.cause is not None else None,
         "reason": decision.reason,
-        "badput": BADPUT_OF_CAUSE[decision.cause] if decision.cause is not None else None,
+        "badput": INFRASTRUCTURE_RECOVERY if decision.cause is not None else None,
         "stalledSince": _stamp(stalled),
         "detectedAt": _stamp(times.detected_at),
         "upStartedAt": _stamp(times.up_started_at),
