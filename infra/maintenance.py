@@ -29,8 +29,7 @@ from tpu_training_components.domain.maintenance_notices import (
 )
 from tpu_training_components.domain.recovery import failure_summary
 from tpu_training_components.live.kube_api import ClusterRef, PoolNodes, list_pool_nodes
-from tpu_training_components.live.progress_records import write_save_request
-from tpu_training_components.live.save_requests import standing_request_id
+from tpu_training_components.live.progress_records import standing_request_id, write_save_request
 from tpu_training_components.live.tpu_api import LiveNodes
 
 from infra import stack_config

@@ -1,4 +1,4 @@
-"""Read a run's progress records from its bucket, and write it a save request (docs/trainer.md,
+"""Read a run's progress records from its bucket, read and write its save request (docs/trainer.md,
 "Progress and save requests"; the records are judged by ``domain.progress``).
 
 One listing of ``progress.process-*`` under the run's ``CHECKPOINT_DIR``, then one read per
@@ -85,6 +85,35 @@ def read_progress(
     return reading
 
 
+def _request_object(checkpoint_dir: str) -> tuple[str, str]:
+    """The bucket and object name of the save request in ``checkpoint_dir``."""
+    bucket_name, prefix = split_gs(checkpoint_dir)
+    return bucket_name, f"{prefix}/{SAVE_REQUEST}" if prefix else SAVE_REQUEST
+
+
+def standing_request_id(client: Any, checkpoint_dir: str, *, timeout: float) -> Optional[str]:
+    """The ``id`` of the save request that stands in ``checkpoint_dir`` (read before one is
+    written, so that a notice seen every round is asked for once; no retry); None when there is
+    none, or it holds no id. Raises the client's error when it cannot be read."""
+    from google.api_core.exceptions import NotFound
+
+    bucket_name, name = _request_object(checkpoint_dir)
+    try:
+        data = (
+            client.bucket(bucket_name)
+            .blob(name)
+            .download_as_bytes(end=MAX_RECORD_BYTES - 1, timeout=timeout, retry=None)
+        )
+    except NotFound:
+        return None
+    try:
+        found = json.loads(data)
+    except ValueError:
+        return None
+    identity = found.get("id") if isinstance(found, dict) else None
+    return identity if isinstance(identity, str) else None
+
+
 def write_save_request(
     client: Any,
     checkpoint_dir: str,
@@ -95,8 +124,7 @@ def write_save_request(
     timeout: float,
 ) -> str:
     """Ask the run to checkpoint once, soon (before ``before``); returns the object's URL."""
-    bucket_name, prefix = split_gs(checkpoint_dir)
-    name = f"{prefix}/{SAVE_REQUEST}" if prefix else SAVE_REQUEST
+    bucket_name, name = _request_object(checkpoint_dir)
     document = {
         "format": SAVE_REQUEST_FORMAT,
         "id": request_id,
