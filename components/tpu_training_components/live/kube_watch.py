@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from ..domain.job_manifests import PART_OF, PART_OF_LABEL
 from ..domain.jobset_manifests import JOBSET_API_VERSION
+from ..domain.recovery import failure_summary
 from .deadline import MAX_ANSWER_BYTES, Deadline
 from .kube_api import ClusterRef, api_client_for, read_list
 
@@ -383,7 +384,7 @@ class ClusterWatcher:
                     api_client = None  # fresh credentials (a GKE token expires) for the next attempt
                     cleanup.close()
                     self._warn_once(
-                        stream, "failed", f"warning: watching {stream.name} failed ({_summary(exc)}); "
+                        stream, "failed", f"warning: watching {stream.name} failed ({failure_summary(exc)}); "
                         f"retrying with back-off (warned once; rounds keep their interval)",
                     )  # fmt: skip
                 failures = failures + 1 if failed else 0
@@ -485,10 +486,3 @@ def _shut(response: Any) -> None:
         response.shutdown()
     except Exception:  # noqa: BLE001, S110 - already released or closed: nothing is blocked on it
         pass
-
-
-def _summary(exc: Exception) -> str:
-    status = getattr(exc, "status", None)
-    text = f"HTTP {status}" if isinstance(status, int) else type(exc).__name__
-    detail = str(getattr(exc, "reason", "") or exc).splitlines()[0][:200] if str(exc) else ""
-    return f"{text}: {detail}" if detail else text
