@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import signal
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterator
 
 import pytest
+from support.loopback import LoopbackJsonServer
 from support.sandbox import LocalStore, Output, Pod, gang, job_pod, trainer_module
 from tpu_training_components.domain.progress import read_record as parse_record
 
@@ -210,33 +212,36 @@ def test_a_maintenance_notice_is_a_request_to_save_before_its_window(train: Modu
     assert train.read_maintenance_notice(none, BEFORE_NOTICE) == (None, None)
 
 
+class MetadataServer(LoopbackJsonServer):
+    """A TPU VM's metadata server on loopback: the ``upcoming-maintenance`` key answers
+    ``answer`` (none coming, until a test sets a notice)."""
+
+    PATH = "/computeMetadata/v1/instance/upcoming-maintenance"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer: Any = {"error": "no notifications have been received yet, try again later"}
+        self.flavors: list[str] = []
+
+    def route(self, method: str, path: str, query: str, headers: dict[str, str]) -> tuple[int, Any]:
+        self.flavors.append(headers.get("Metadata-Flavor", ""))
+        return (200, self.answer) if path == self.PATH else (404, {})
+
+
 def test_the_beacon_turns_the_metadata_servers_notice_into_one_save(
     train: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from support.loopback import LoopbackJsonServer
-
-    class MetadataServer(LoopbackJsonServer):
-        answer: Any = {"error": "no notifications have been received yet, try again later"}
-        flavors: list[str] = []
-
-        def route(self, method: str, path: str, query: str, headers: dict[str, str]) -> tuple[int, Any]:
-            self.flavors.append(headers.get("Metadata-Flavor", ""))
-            return (
-                (200, self.answer)
-                if path == "/computeMetadata/v1/instance/upcoming-maintenance"
-                else (404, {})
-            )
-
     from etils import epath
 
+    # The key the fake serves is the one a TPU VM's startup script gives the trainer.
+    assert train.MAINTENANCE_METADATA_URL.endswith(MetadataServer.PATH)
     with MetadataServer() as server:
         settings = train.read_settings(
             {
                 "CHECKPOINT_DIR": str(tmp_path),
                 "TRAIN_STEPS": "10",
                 "TRAINER_PROGRESS_SECONDS": "0.02",
-                "TRAINER_MAINTENANCE_URL": server.endpoint
-                + train.MAINTENANCE_METADATA_URL.split(".internal")[1],
+                "TRAINER_MAINTENANCE_URL": server.endpoint + MetadataServer.PATH,
             }
         )
         beacon = train.Beacon(epath.Path(tmp_path), settings, 0, 1)
@@ -311,7 +316,12 @@ def test_two_hosts_save_once_for_a_request_and_a_stopped_host_shows_as_stalled(t
         "TRAINER_PROGRESS_SECONDS": "0.05",
         "TRAINER_LOG_EVERY": "10",
     }
+    metadata = MetadataServer().__enter__()
     pods: list[Pod] = gang(job_pod(store, run), HOSTS)
+    # Only host 0's metadata server will announce maintenance: each TPU VM host reads its own.
+    pods[0] = replace(
+        pods[0], env={**pods[0].env, "TRAINER_MAINTENANCE_URL": metadata.endpoint + metadata.PATH}
+    )
     outputs = [pod.start(tmp_path / f"pod-{index}") for index, pod in enumerate(pods)]
     try:
         until = time.monotonic() + DEADLINE
@@ -330,6 +340,17 @@ def test_two_hosts_save_once_for_a_request_and_a_stopped_host_shows_as_stalled(t
                 f"{path.name} says the request is done",
                 lambda path=path: read_record(path)["request_done"] == "maintenance-node-a",
             )
+
+        # A maintenance notice that host 0 alone reads from its metadata server, its window
+        # within the lead: the hosts agree on it and both save once more, at one step.
+        window = datetime.fromtimestamp(time.time() + 120, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        window_end = datetime.fromtimestamp(time.time() + 3600, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        metadata.answer = {**NOTICE, "windowStartTime": window, "windowEndTime": window_end}
+        noticed = [wait_for(output, "saving", until, reason="requested") for output in outputs]
+        [notice_step] = {event.int("step") for event in noticed}
+        assert notice_step > step
+        for output in outputs:
+            wait_for(output, "committed", until, step=str(notice_step))
 
         # Host 1 stops (SIGSTOP: a host stuck in I/O). Host 0 waits for it in the next exchange;
         # its record goes on being written, and says its step stopped advancing.
@@ -352,8 +373,10 @@ def test_two_hosts_save_once_for_a_request_and_a_stopped_host_shows_as_stalled(t
             requested = [
                 e for e in output.events if e.event == "saving" and e.fields["reason"] == "requested"
             ]
-            assert [e.int("step") for e in requested] == [step], output.text()
+            assert [e.int("step") for e in requested] == [step, notice_step], output.text()
+        assert "maintenance-saved" in outputs[0].text() and "maintenance-notice " in outputs[0].text()
     finally:
+        metadata.__exit__(None, None, None)
         for output in outputs:
             if output.process.poll() is None:
                 output.process.kill()
