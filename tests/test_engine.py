@@ -1,0 +1,120 @@
+"""The engine tier: the real Pulumi CLI (.ci/engine) deploys, recovers and destroys a stack of this
+project, with the provider and language-host doubles of ``support.engine`` as its plugins and the
+loopback fakes as the cloud. Every step, target, replacement, lock and output here is the real
+engine's; docs/engine-tests.md says what the doubles do not prove.
+
+Skipped, with the reason, where .ci/engine has not built the engine; never in CI (CI=true), where
+a missing engine fails every test here."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from support.engine.engine import EngineProject, endpoints, engine_version
+from support.engine.fakes import CloudTpuApi
+from support.loopback_gcs import LoopbackGcs
+
+pytestmark = pytest.mark.engine
+
+PROJECT = "engine-test"
+ZONE = "europe-west4-a"
+VM = "demo-tpu"
+STACK = "engine"
+SECRET = "wandb-key-5f2c"
+VM_URN_PREFIX = (
+    f"urn:pulumi:{STACK}::tpu-training::tpu-training:compute:PreemptibleTpuVm$gcp:tpu/v2Vm:V2Vm::{VM}"
+)
+# A TPU VM stack: one preemptible v3-8 (the dev stack's), the default network, APIs and buckets.
+TPU_VM_CONFIG: dict[str, Any] = {
+    "gcp:project": PROJECT,
+    "tpu-training:tpuVms": [
+        {
+            "name": VM,
+            "zone": ZONE,
+            "acceleratorType": "v3-8",
+            "runtimeVersion": "tpu-vm-tf-2.16.1-pjrt",
+            "provisioning": "preemptible",
+            "trainCommand": "python3 /opt/trainer/train.py",
+        }
+    ],
+    "tpu-training:trainerCode": {"folder": "trainer", "files": ["train.py", "requirements.txt"]},
+}
+
+
+@pytest.fixture(scope="module")
+def engine() -> str:
+    version = engine_version()
+    if version is None:
+        reason = "the Pulumi engine is not built here: run `bash .ci/engine` (docs/engine-tests.md)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}; CI builds it first", pytrace=False)
+        pytest.skip(reason)
+    return version
+
+
+@pytest.fixture
+def cloud() -> Iterator[tuple[CloudTpuApi, LoopbackGcs]]:
+    with CloudTpuApi() as tpu, LoopbackGcs() as storage:
+        yield tpu, storage
+
+
+@pytest.fixture
+def project(engine: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path) -> EngineProject:
+    return EngineProject(tmp_path, endpoints(*cloud))
+
+
+def _urns(steps: list[tuple[str, str]], op: str) -> list[str]:
+    return sorted(urn for step_op, urn in steps if step_op == op)
+
+
+def test_the_readme_deploy_steps_preview_up_output_and_destroy(
+    project: EngineProject, cloud: tuple[CloudTpuApi, LoopbackGcs]
+) -> None:
+    tpu, storage = cloud
+    project.init(STACK, TPU_VM_CONFIG)
+    # A secret as a user sets one: an API key in the VM's environment, encrypted in the stack file.
+    project.pulumi(
+        "config",
+        "set",
+        "--stack",
+        STACK,
+        "--path",
+        "--secret",
+        "tpu-training:tpuVms[0].env.WANDB_API_KEY",
+        SECRET,
+    )
+    assert SECRET not in (project.root / f"Pulumi.{STACK}.yaml").read_text()
+    preview = project.json("preview", "--stack", STACK)
+    creates = _urns(project.steps(preview), "create")
+    assert f"{VM_URN_PREFIX}-vm" in creates, creates
+    assert tpu.nodes == {}, "a preview creates nothing"
+
+    project.pulumi("up", "--yes", "--stack", STACK)
+    node = tpu.node(ZONE, VM)
+    assert node is not None and node["state"] == "READY"
+    assert node["schedulingConfig"] == {"preemptible": True}
+    assert SECRET in node["metadata"]["startup-script"], "the program got the secret decrypted"
+    outputs = project.json("stack", "output", "--stack", STACK)
+    assert outputs["recoveryGenerations"] == {VM: int(node["labels"]["recovery-generation"])}, outputs
+    assert SECRET not in json.dumps(project.state(STACK)), "the state keeps it encrypted"
+
+    # The README's teardown: destroy is refused while the buckets are protected...
+    refused = project.pulumi("destroy", "--yes", "--stack", STACK, check=False)
+    assert refused.returncode != 0 and "because it is protected" in refused.stdout + refused.stderr
+    assert tpu.node(ZONE, VM) is not None, "a refused destroy deletes nothing"
+    # ...then protection is lifted in place, and destroy leaves the buckets (retainOnDelete).
+    project.pulumi("config", "set", "--path", "tpu-training:bucket.protect", "false", "--stack", STACK)
+    lifted = project.json("preview", "--stack", STACK)
+    assert _urns(project.steps(lifted), "delete") == [] and _urns(project.steps(lifted), "replace") == []
+    project.pulumi("up", "--yes", "--stack", STACK)
+    buckets = project.json("stack", "output", "checkpointBuckets", "--stack", STACK)
+    project.pulumi("destroy", "--yes", "--stack", STACK)
+    assert tpu.nodes == {ZONE: []}, "destroy deletes the VM"
+    kept = sorted(f"gs://{name}" for name in storage.storage.buckets)
+    assert kept == sorted(buckets.values()), "the checkpoint buckets outlive the stack"
+    assert project.resources(STACK) == {}
+    project.pulumi("stack", "rm", "--yes", "--stack", STACK)
