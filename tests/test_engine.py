@@ -25,6 +25,7 @@ ZONE = "europe-west4-a"
 VM = "demo-tpu"
 STACK = "engine"
 SECRET = "wandb-key-5f2c"
+STACK_URN = f"urn:pulumi:{STACK}::tpu-training::pulumi:pulumi:Stack::tpu-training-{STACK}"
 VM_URN_PREFIX = (
     f"urn:pulumi:{STACK}::tpu-training::tpu-training:compute:PreemptibleTpuVm$gcp:tpu/v2Vm:V2Vm::{VM}"
 )
@@ -118,3 +119,57 @@ def test_the_readme_deploy_steps_preview_up_output_and_destroy(
     assert kept == sorted(buckets.values()), "the checkpoint buckets outlive the stack"
     assert project.resources(STACK) == {}
     project.pulumi("stack", "rm", "--yes", "--stack", STACK)
+
+
+def _what_it_holds(resource: Any) -> Any:
+    """A state entry's id, inputs and outputs (not the engine's timestamps)."""
+    return resource and {key: resource.get(key) for key in ("id", "inputs", "outputs")}
+
+
+def _deployed(project: EngineProject) -> EngineProject:
+    project.init(STACK, TPU_VM_CONFIG)
+    project.pulumi("up", "--yes", "--stack", STACK)
+    return project
+
+
+def test_a_preempted_vm_is_recreated_by_recover_and_nothing_else_changes(
+    project: EngineProject, cloud: tuple[CloudTpuApi, LoopbackGcs]
+) -> None:
+    tpu, _ = cloud
+    _deployed(project)
+    before = project.resources(STACK)
+    generation = int(tpu.node(ZONE, VM)["labels"]["recovery-generation"])  # type: ignore[index]
+    tpu.set_state(ZONE, VM, "PREEMPTED")
+
+    done = project.recover(STACK, "--once")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (round_,) = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    print(json.dumps(round_)[:3000])
+    node = tpu.node(ZONE, VM)
+    assert node is not None and node["state"] == "READY", "the engine re-created the node"
+    new_generation = int(node["labels"]["recovery-generation"])
+    assert new_generation > generation
+    assert node["labels"]["recovery-cause"] == "preempted"
+
+    # The engine's own account of the update: one replacement, everything else the same.
+    (last,) = project.json("stack", "history", "--stack", STACK, "--page-size", "1")
+    # (its one read: `--refresh` with `--target` refreshes the target alone)
+    assert {k: v for k, v in last["resourceChanges"].items() if k != "same"} == {"read": 1, "replace": 1}
+    after = project.resources(STACK)
+    # Of what is in the cloud (components and the stack's own read of its outputs aside), only the
+    # VM is another: every other resource keeps its id, inputs and outputs.
+    changed = sorted(
+        urn
+        for urn, resource in after.items()
+        if resource.get("custom")
+        and resource["type"] != "pulumi:pulumi:StackReference"
+        and _what_it_holds(resource) != _what_it_holds(before.get(urn))
+    )
+    assert changed == [f"{VM_URN_PREFIX}-vm"], changed
+    outputs = project.json("stack", "output", "--stack", STACK)
+    assert outputs["recoveryGenerations"] == {VM: new_generation}, "the outputs say what the state holds"
+
+    # A second round finds nothing to do and runs no update.
+    again = project.recover(STACK, "--once")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert len(project.json("stack", "history", "--stack", STACK)) == 2
