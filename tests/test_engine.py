@@ -16,7 +16,9 @@ from typing import Any, Iterator
 import pytest
 from support.engine.engine import EngineProject, endpoints, engine_version
 from support.engine.fakes import CloudTpuApi
+from support.engine.providers import HOLD_VARIABLE
 from support.loopback_gcs import LoopbackGcs
+from support.waiting import eventually
 
 pytestmark = pytest.mark.engine
 
@@ -172,4 +174,33 @@ def test_a_preempted_vm_is_recreated_by_recover_and_nothing_else_changes(
     # A second round finds nothing to do and runs no update.
     again = project.recover(STACK, "--once")
     assert again.returncode == 0, again.stdout + again.stderr
+    assert len(project.json("stack", "history", "--stack", STACK)) == 2
+
+
+def test_a_round_that_finds_the_stack_locked_by_another_update_does_nothing_and_exits_75(
+    project: EngineProject, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
+) -> None:
+    tpu, _ = cloud
+    _deployed(project)
+    tpu.set_state(ZONE, VM, "PREEMPTED")
+    hold = tmp_path / "hold"
+    hold.touch()
+    project.env[HOLD_VARIABLE] = str(hold)
+    first = project.start_recover(STACK, "--once")
+    try:
+        assert eventually(lambda: Path(f"{hold}.started").exists(), 120), (
+            "the first update reaches the create"
+        )
+        second = project.recover(STACK, "--once")
+        assert second.returncode == 75, second.stdout + second.stderr
+        assert "another update holds the stack" in second.stderr, second.stderr
+    finally:
+        hold.unlink()
+        out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, out + err
+    # Nothing lost: the one update that ran re-created the node, and the state says so.
+    node = tpu.node(ZONE, VM)
+    assert node is not None and node["state"] == "READY"
+    outputs = project.json("stack", "output", "--stack", STACK)
+    assert outputs["recoveryGenerations"] == {VM: int(node["labels"]["recovery-generation"])}
     assert len(project.json("stack", "history", "--stack", STACK)) == 2

@@ -130,6 +130,17 @@ class EngineProject:
             check=False,
         )
 
+    def start_recover(self, stack: str, *args: str) -> subprocess.Popen:
+        """``recover`` started in the background; the caller waits for it."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "infra.recover", "--stack", stack, "--json", *args],
+            cwd=self.root,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
     def steps(self, preview_json: Any) -> list[tuple[str, str]]:
         """(op, URN) of every step `preview --json` lists that changes something."""
         return [

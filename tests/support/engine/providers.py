@@ -30,6 +30,7 @@ import copy
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -74,6 +75,21 @@ _NODE_FIELDS = (
     "acceleratorConfig",
     "cidrBlock",
 )
+
+
+HOLD_VARIABLE = "ENGINE_TPU_CREATE_HOLD"
+"""A file: while it exists, a TPU node's create waits (writing FILE.started first), so a test can
+hold an update in the middle, with the stack locked. At most ``HOLD_SECONDS``."""
+HOLD_SECONDS = 120.0
+
+
+def _hold_while(path: Optional[str]) -> None:
+    if not path or not Path(path).exists():
+        return
+    Path(f"{path}.started").touch()
+    deadline = time.monotonic() + HOLD_SECONDS
+    while Path(path).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 class ProviderError(Exception):
@@ -180,6 +196,7 @@ class TpuVms(Backend):
     def create(
         self, provider: ProviderDouble, type_: str, name: str, inputs: dict[str, Any]
     ) -> tuple[str, dict]:
+        _hold_while(os.environ.get(HOLD_VARIABLE))
         project = inputs.get("project") or provider.project()
         zone, node_id = (
             inputs.get("zone") or provider.config.get("gcp:config:zone"),
