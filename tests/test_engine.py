@@ -28,6 +28,9 @@ VM = "demo-tpu"
 STACK = "engine"
 SECRET = "wandb-key-5f2c"
 STACK_URN = f"urn:pulumi:{STACK}::tpu-training::pulumi:pulumi:Stack::tpu-training-{STACK}"
+SECOND_VM_URN = (
+    f"urn:pulumi:{STACK}::tpu-training::tpu-training:compute:PreemptibleTpuVm$gcp:tpu/v2Vm:V2Vm::second-tpu-vm"
+)
 VM_URN_PREFIX = (
     f"urn:pulumi:{STACK}::tpu-training::tpu-training:compute:PreemptibleTpuVm$gcp:tpu/v2Vm:V2Vm::{VM}"
 )
@@ -204,3 +207,31 @@ def test_a_round_that_finds_the_stack_locked_by_another_update_does_nothing_and_
     outputs = project.json("stack", "output", "--stack", STACK)
     assert outputs["recoveryGenerations"] == {VM: int(node["labels"]["recovery-generation"])}
     assert len(project.json("stack", "history", "--stack", STACK)) == 2
+
+
+def test_a_pending_removal_does_not_fail_a_recovery_and_stays_pending(
+    project: EngineProject, cloud: tuple[CloudTpuApi, LoopbackGcs]
+) -> None:
+    tpu, _ = cloud
+    second = dict(TPU_VM_CONFIG["tpu-training:tpuVms"][0], name="second-tpu")
+    project.init(STACK, {**TPU_VM_CONFIG, "tpu-training:tpuVms": [*TPU_VM_CONFIG["tpu-training:tpuVms"], second]})
+    project.pulumi("up", "--yes", "--stack", STACK)
+    assert tpu.node(ZONE, "second-tpu") is not None
+    # The user removes the second VM from the stack file, and before any `pulumi up` the first
+    # one is preempted: the round re-creates the first and leaves the removal to the user.
+    project.set_config(STACK, "tpu-training:tpuVms", TPU_VM_CONFIG["tpu-training:tpuVms"])
+    tpu.set_state(ZONE, VM, "PREEMPTED")
+
+    done = project.recover(STACK, "--once")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (round_,) = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    pending = [(change["op"], change["urn"]) for change in round_["pendingChanges"]]
+    assert ("delete", SECOND_VM_URN) in pending, pending
+    assert tpu.node(ZONE, VM)["state"] == "READY"  # type: ignore[index]
+    assert tpu.node(ZONE, "second-tpu") is not None, "a recovery round deletes nothing it did not decide"
+    assert SECOND_VM_URN in project.resources(STACK)
+
+    # The user's own `pulumi up` then applies the removal.
+    project.pulumi("up", "--yes", "--stack", STACK)
+    assert tpu.node(ZONE, "second-tpu") is None
+    assert SECOND_VM_URN not in project.resources(STACK)

@@ -109,12 +109,18 @@ class EngineProject:
         """The resources in the stack's state, by URN."""
         return {r["urn"]: r for r in self.state(stack)["deployment"].get("resources", [])}
 
+    def set_config(self, stack: str, key: str, value: Any) -> None:
+        """An edit of the stack file, as a user makes one (no `pulumi up`)."""
+        path = self.root / f"Pulumi.{stack}.yaml"
+        document = yaml.safe_load(path.read_text()) or {}
+        document.setdefault("config", {})[key] = value
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+
     def init(self, stack: str, config: dict[str, Any]) -> None:
         """``pulumi stack init`` and the stack's config as a user writes it: ``Pulumi.STACK.yaml``."""
         self.pulumi("stack", "init", stack)
-        document = yaml.safe_load((self.root / f"Pulumi.{stack}.yaml").read_text()) or {}
-        document.setdefault("config", {}).update(config)
-        (self.root / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+        for key, value in config.items():
+            self.set_config(stack, key, value)
 
     def recover(
         self, stack: str, *args: str, timeout: float = COMMAND_TIMEOUT
