@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from support.engine.engine import EngineProject, endpoints, engine_version
+from support.engine.engine import COMMAND_TIMEOUT, EngineProject, endpoints, engine_version
 from support.engine.fakes import CloudTpuApi
 from support.engine.providers import HOLD_VARIABLE
 from support.loopback_gcs import LoopbackGcs
@@ -28,12 +30,8 @@ VM = "demo-tpu"
 STACK = "engine"
 SECRET = "wandb-key-5f2c"
 STACK_URN = f"urn:pulumi:{STACK}::tpu-training::pulumi:pulumi:Stack::tpu-training-{STACK}"
-SECOND_VM_URN = (
-    f"urn:pulumi:{STACK}::tpu-training::tpu-training:compute:PreemptibleTpuVm$gcp:tpu/v2Vm:V2Vm::second-tpu-vm"
-)
-VM_URN_PREFIX = (
-    f"urn:pulumi:{STACK}::tpu-training::tpu-training:compute:PreemptibleTpuVm$gcp:tpu/v2Vm:V2Vm::{VM}"
-)
+VM_URN_PREFIX = f"urn:pulumi:{STACK}::tpu-training::tpu-training:compute:PreemptibleTpuVm$gcp:tpu/v2Vm:V2Vm::"
+SECOND_VM_URN = f"{VM_URN_PREFIX}second-tpu-vm"
 # A TPU VM stack: one preemptible v3-8 (the dev stack's), the default network, APIs and buckets.
 TPU_VM_CONFIG: dict[str, Any] = {
     "gcp:project": PROJECT,
@@ -96,7 +94,7 @@ def test_the_readme_deploy_steps_preview_up_output_and_destroy(
     assert SECRET not in (project.root / f"Pulumi.{STACK}.yaml").read_text()
     preview = project.json("preview", "--stack", STACK)
     creates = _urns(project.steps(preview), "create")
-    assert f"{VM_URN_PREFIX}-vm" in creates, creates
+    assert f"{VM_URN_PREFIX}{VM}-vm" in creates, creates
     assert tpu.nodes == {}, "a preview creates nothing"
 
     project.pulumi("up", "--yes", "--stack", STACK)
@@ -170,7 +168,7 @@ def test_a_preempted_vm_is_recreated_by_recover_and_nothing_else_changes(
         and resource["type"] != "pulumi:pulumi:StackReference"
         and _what_it_holds(resource) != _what_it_holds(before.get(urn))
     )
-    assert changed == [f"{VM_URN_PREFIX}-vm"], changed
+    assert changed == [f"{VM_URN_PREFIX}{VM}-vm"], changed
     outputs = project.json("stack", "output", "--stack", STACK)
     assert outputs["recoveryGenerations"] == {VM: new_generation}, "the outputs say what the state holds"
 
@@ -214,7 +212,9 @@ def test_a_pending_removal_does_not_fail_a_recovery_and_stays_pending(
 ) -> None:
     tpu, _ = cloud
     second = dict(TPU_VM_CONFIG["tpu-training:tpuVms"][0], name="second-tpu")
-    project.init(STACK, {**TPU_VM_CONFIG, "tpu-training:tpuVms": [*TPU_VM_CONFIG["tpu-training:tpuVms"], second]})
+    project.init(
+        STACK, {**TPU_VM_CONFIG, "tpu-training:tpuVms": [*TPU_VM_CONFIG["tpu-training:tpuVms"], second]}
+    )
     project.pulumi("up", "--yes", "--stack", STACK)
     assert tpu.node(ZONE, "second-tpu") is not None
     # The user removes the second VM from the stack file, and before any `pulumi up` the first
@@ -235,3 +235,78 @@ def test_a_pending_removal_does_not_fail_a_recovery_and_stays_pending(
     project.pulumi("up", "--yes", "--stack", STACK)
     assert tpu.node(ZONE, "second-tpu") is None
     assert SECOND_VM_URN not in project.resources(STACK)
+
+
+# (key, value) edits of the TPU VM stack that docs/offline-plan.md's table names, each applied
+# alone to the deployed stack.
+_VM = TPU_VM_CONFIG["tpu-training:tpuVms"][0]
+DOCUMENTED_EDITS: dict[str, tuple[str, Any]] = {
+    "trainCommand": ("tpu-training:tpuVms", [dict(_VM, trainCommand="python3 /opt/trainer/train.py --v2")]),
+    "env": ("tpu-training:tpuVms", [dict(_VM, env={"XLA_FLAGS": "--xla_dump_to=/tmp"})]),
+    "runtimeVersion": ("tpu-training:tpuVms", [dict(_VM, runtimeVersion="tpu-vm-tf-2.17.0-pjrt")]),
+    "provisioning": ("tpu-training:tpuVms", [dict(_VM, provisioning="spot")]),
+    "restartGeneration": ("tpu-training:tpuVms", [dict(_VM, restartGeneration=1)]),
+    "labels": ("tpu-training:labels", {"team": "research"}),
+    "bucket retention": ("tpu-training:bucket", {"noncurrentVersionRetentionDays": 14}),
+}
+_ENGINE_ACTIONS = {
+    "update": "update",
+    "replace": "replace",
+    "create-replacement": "replace",
+    "delete-replaced": "replace",
+    "create": "create",
+    "delete": "delete",
+}
+
+
+def _predicted(project: EngineProject, base: Path) -> dict[str, str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "infra.plan", "--stack", STACK, "--compare-to", str(base), "--json", "-"],
+        cwd=project.root,
+        env=project.env,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    changes = json.loads(done.stdout)["changes"]["resources"]
+    return {change["urn"]: change["action"] for change in changes if change["urn"] != STACK_URN}
+
+
+def _previewed(project: EngineProject) -> dict[str, str]:
+    steps = project.json("preview", "--stack", STACK).get("steps", [])
+    found: dict[str, str] = {}
+    for step in steps:
+        action = _ENGINE_ACTIONS.get(step["op"])
+        if action is not None and step["urn"] != STACK_URN:
+            found[step["urn"]] = action
+    return found
+
+
+def test_compare_to_predicts_what_the_engine_previews_for_each_documented_edit(
+    project: EngineProject, tmp_path: Path
+) -> None:
+    _deployed(project)
+    base = tmp_path / "base.json"
+    planned = subprocess.run(
+        [sys.executable, "-m", "infra.plan", "--stack", STACK, "--json", str(base)],
+        cwd=project.root,
+        env=project.env,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+        check=False,
+    )
+    assert planned.returncode in (0, 1), planned.stdout[-3000:] + planned.stderr[-3000:]
+    stack_file = project.root / f"Pulumi.{STACK}.yaml"
+    deployed = stack_file.read_text()
+    disagreements = {}
+    for edit, (key, value) in DOCUMENTED_EDITS.items():
+        project.set_config(STACK, key, value)
+        predicted, previewed = _predicted(project, base), _previewed(project)
+        assert predicted, f"{edit}: the plan predicts no change"
+        if predicted != previewed:
+            disagreements[edit] = {"--compare-to": predicted, "engine": previewed}
+        stack_file.write_text(deployed)
+    assert not disagreements, json.dumps(disagreements, indent=1)
