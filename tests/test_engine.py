@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from support.engine.engine import COMMAND_TIMEOUT, EngineProject, endpoints, engine_version
+from support.engine.engine import COMMAND_TIMEOUT, REPO, EngineProject, endpoints, engine_version
 from support.engine.fakes import CloudTpuApi
 from support.engine.providers import HOLD_VARIABLE
 from support.loopback_gcs import LoopbackGcs
@@ -310,3 +310,17 @@ def test_compare_to_predicts_what_the_engine_previews_for_each_documented_edit(
             disagreements[edit] = {"--compare-to": predicted, "engine": previewed}
         stack_file.write_text(deployed)
     assert not disagreements, json.dumps(disagreements, indent=1)
+
+
+def test_the_policy_pack_is_enforced_by_the_real_cli(project: EngineProject, policy_python: Path) -> None:
+    project.init(STACK, TPU_VM_CONFIG)
+    pack = str(REPO / "policy")
+    clean = project.pulumi("preview", "--stack", STACK, "--policy-pack", pack, check=False)
+    assert clean.returncode == 0, clean.stdout[-4000:] + clean.stderr[-4000:]
+    assert "tpu-training" in clean.stdout and "Policies:" in clean.stdout, clean.stdout[-2000:]
+
+    project.set_config(STACK, "tpu-training:tpuVms", [dict(_VM, externalIp=True)])
+    refused = project.pulumi("preview", "--stack", STACK, "--policy-pack", pack, check=False)
+    assert refused.returncode != 0, refused.stdout[-4000:]
+    assert "tpu-vm-no-external-ip" in refused.stdout, refused.stdout[-4000:]
+    assert "mandatory" in refused.stdout, refused.stdout[-4000:]
