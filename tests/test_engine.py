@@ -17,8 +17,8 @@ from typing import Any, Iterator
 
 import pytest
 from support.engine.engine import COMMAND_TIMEOUT, REPO, EngineProject, endpoints, engine_version
-from support.engine.fakes import CloudTpuApi
-from support.engine.providers import HOLD_VARIABLE
+from support.engine.fakes import CloudTpuApi, KubernetesApi
+from support.engine.providers import HOLD_VARIABLE, KUBERNETES_API_VARIABLE
 from support.loopback_gcs import LoopbackGcs
 from support.waiting import eventually
 
@@ -29,9 +29,11 @@ ZONE = "europe-west4-a"
 VM = "demo-tpu"
 STACK = "engine"
 SECRET = "wandb-key-5f2c"
-STACK_URN = f"urn:pulumi:{STACK}::tpu-training::pulumi:pulumi:Stack::tpu-training-{STACK}"
-VM_URN_PREFIX = f"urn:pulumi:{STACK}::tpu-training::tpu-training:compute:PreemptibleTpuVm$gcp:tpu/v2Vm:V2Vm::"
+URN = f"urn:pulumi:{STACK}::tpu-training::"
+STACK_URN = f"{URN}pulumi:pulumi:Stack::tpu-training-{STACK}"
+VM_URN_PREFIX = f"{URN}tpu-training:compute:PreemptibleTpuVm$gcp:tpu/v2Vm:V2Vm::"
 SECOND_VM_URN = f"{VM_URN_PREFIX}second-tpu-vm"
+JOB_URN = f"{URN}tpu-training:gke:TpuTrainingJob$kubernetes:batch/v1:Job::train-v6e-job"
 # A TPU VM stack: one preemptible v3-8 (the dev stack's), the default network, APIs and buckets.
 TPU_VM_CONFIG: dict[str, Any] = {
     "gcp:project": PROJECT,
@@ -129,6 +131,20 @@ def _what_it_holds(resource: Any) -> Any:
     return resource and {key: resource.get(key) for key in ("id", "inputs", "outputs")}
 
 
+def _changed_in_the_cloud(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The URNs of the cloud and cluster resources whose id, inputs or outputs differ between two
+    states. Not compared: components, the stack's read of its own outputs, and providers (a
+    provider's secret kubeconfig is encrypted anew at every update)."""
+    return sorted(
+        urn
+        for urn, resource in after.items()
+        if resource.get("custom")
+        and resource["type"] != "pulumi:pulumi:StackReference"
+        and not resource["type"].startswith("pulumi:providers:")
+        and _what_it_holds(resource) != _what_it_holds(before.get(urn))
+    )
+
+
 def _deployed(project: EngineProject) -> EngineProject:
     project.init(STACK, TPU_VM_CONFIG)
     project.pulumi("up", "--yes", "--stack", STACK)
@@ -159,16 +175,7 @@ def test_a_preempted_vm_is_recreated_by_recover_and_nothing_else_changes(
     # (its one read: `--refresh` with `--target` refreshes the target alone)
     assert {k: v for k, v in last["resourceChanges"].items() if k != "same"} == {"read": 1, "replace": 1}
     after = project.resources(STACK)
-    # Of what is in the cloud (components and the stack's own read of its outputs aside), only the
-    # VM is another: every other resource keeps its id, inputs and outputs.
-    changed = sorted(
-        urn
-        for urn, resource in after.items()
-        if resource.get("custom")
-        and resource["type"] != "pulumi:pulumi:StackReference"
-        and _what_it_holds(resource) != _what_it_holds(before.get(urn))
-    )
-    assert changed == [f"{VM_URN_PREFIX}{VM}-vm"], changed
+    assert _changed_in_the_cloud(before, after) == [f"{VM_URN_PREFIX}{VM}-vm"]
     outputs = project.json("stack", "output", "--stack", STACK)
     assert outputs["recoveryGenerations"] == {VM: new_generation}, "the outputs say what the state holds"
 
@@ -324,3 +331,69 @@ def test_the_policy_pack_is_enforced_by_the_real_cli(project: EngineProject, pol
     assert refused.returncode != 0, refused.stdout[-4000:]
     assert "tpu-vm-no-external-ip" in refused.stdout, refused.stdout[-4000:]
     assert "mandatory" in refused.stdout, refused.stdout[-4000:]
+
+
+# A GKE stack: the dev stack's flex-start v6e 4x4 pool and its training Job.
+GKE_CONFIG: dict[str, Any] = {
+    "gcp:project": PROJECT,
+    "tpu-training:cluster": {"name": "tpu-engine", "location": "us-east5"},
+    "tpu-training:nodePools": [
+        {
+            "name": "v6e-4x4",
+            "machineType": "ct6e-standard-4t",
+            "topology": "4x4",
+            "nodeLocations": ["us-east5-a"],
+        }
+    ],
+    "tpu-training:jobs": [
+        {
+            "name": "train-v6e",
+            "nodePool": "v6e-4x4",
+            "image": "us-docker.pkg.dev/cloud-tpu-images/jax-ai-image/tpu:latest",
+            "command": ["python3", "/tmp/trainer/train.py"],
+        }
+    ],
+    "tpu-training:trainerCode": TPU_VM_CONFIG["tpu-training:trainerCode"],
+}
+
+
+def test_a_failed_job_is_recreated_by_recover_and_nothing_else_changes(
+    engine: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
+) -> None:
+    with KubernetesApi() as kube:
+        project = EngineProject(
+            tmp_path,
+            {
+                **endpoints(*cloud),
+                KUBERNETES_API_VARIABLE: kube.endpoint,
+                "KUBECONFIG": str(kube.kubeconfig(tmp_path)),
+            },
+        )
+        project.init(STACK, GKE_CONFIG)
+        project.pulumi("up", "--yes", "--stack", STACK)
+        (deployed,) = kube.jobs["default"]
+        name, uid = deployed["metadata"]["name"], deployed["metadata"]["uid"]
+        before = project.resources(STACK)
+        kube.put(
+            "jobs",
+            "default",
+            dict(
+                deployed,
+                status={
+                    "failed": 5,
+                    "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}],
+                },
+            ),
+        )
+
+        done = project.recover(STACK, "--once")
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        (job,) = kube.jobs["default"]
+        assert job["metadata"]["name"] == name and job["metadata"]["uid"] != uid, (
+            "the engine re-created the Job"
+        )
+        assert "status" not in job or not job["status"].get("conditions")
+        (last,) = project.json("stack", "history", "--stack", STACK, "--page-size", "1")
+        assert {k: v for k, v in last["resourceChanges"].items() if k != "same"} == {"read": 1, "replace": 1}
+        after = project.resources(STACK)
+        assert _changed_in_the_cloud(before, after) == [JOB_URN]

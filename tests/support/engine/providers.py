@@ -19,7 +19,8 @@ What is the double's and what is the engine's:
   computes for them (``preview.computed_outputs``), and a read returns the state the engine holds.
 
 Where the fakes are comes from the same variables the live readers use (``TPU_API_ENDPOINT``,
-``STORAGE_API_ENDPOINT``); Kubernetes objects go to the server in the provider's kubeconfig.
+``STORAGE_API_ENDPOINT``); Kubernetes objects go to the API server fake ``ENGINE_KUBERNETES_API``
+names (the program's own reads find it through ``KUBECONFIG``).
 
 Run as a plugin: ``python -m support.engine.providers gcp|kubernetes ENGINE_ADDRESS``.
 """
@@ -27,6 +28,7 @@ Run as a plugin: ``python -m support.engine.providers gcp|kubernetes ENGINE_ADDR
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import os
 import sys
@@ -37,7 +39,6 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 import grpc
-import yaml
 from google.protobuf import empty_pb2, json_format, struct_pb2
 from pulumi.runtime.proto import plugin_pb2, provider_pb2, provider_pb2_grpc
 from tpu_training_components.domain.change_impact import changed_paths, provider_replacements
@@ -77,6 +78,8 @@ _NODE_FIELDS = (
 )
 
 
+KUBERNETES_API_VARIABLE = "ENGINE_KUBERNETES_API"
+"""The Kubernetes API server fake the Kubernetes double writes to (``http://127.0.0.1:PORT``)."""
 HOLD_VARIABLE = "ENGINE_TPU_CREATE_HOLD"
 """A file: while it exists, a TPU node's create waits (writing FILE.started first), so a test can
 hold an update in the middle, with the stack locked. At most ``HOLD_SECONDS``."""
@@ -98,8 +101,11 @@ class ProviderError(Exception):
 
 def plugin_version(package: str) -> str:
     """The version the installed SDK asks the engine for (its pulumi-plugin.json)."""
-    module = __import__(PACKAGES[package])
-    return str(json.loads((Path(module.__file__).parent / "pulumi-plugin.json").read_text())["version"])
+    # Found, not imported: importing pulumi_gcp takes seconds, and every engine command starts this.
+    spec = importlib.util.find_spec(PACKAGES[package])
+    assert spec is not None and spec.submodule_search_locations, f"{PACKAGES[package]} is not installed"
+    folder = Path(list(spec.submodule_search_locations)[0])
+    return str(json.loads((folder / "pulumi-plugin.json").read_text())["version"])
 
 
 def _plain(struct: Any) -> dict[str, Any]:
@@ -311,13 +317,14 @@ class KubernetesObjects(Backend):
 
     @staticmethod
     def _server(provider: ProviderDouble) -> str:
-        kubeconfig = provider.config.get("kubernetes:config:kubeconfig") or provider.config.get("kubeconfig")
-        if not kubeconfig or kubeconfig == UNKNOWN:
-            raise ProviderError("the Kubernetes double has no kubeconfig to find its API server")
-        config = yaml.safe_load(_unwrapped(kubeconfig)) if isinstance(kubeconfig, str) else kubeconfig
-        context = next(c["context"] for c in config["contexts"] if c["name"] == config["current-context"])
-        cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
-        return str(cluster["server"]).rstrip("/")
+        # The API server fake, named by the test: the provider's kubeconfig names the cluster's
+        # endpoint as the gcp double made it up, which no server answers at.
+        endpoint = os.environ.get(KUBERNETES_API_VARIABLE)
+        if not endpoint:
+            raise ProviderError(
+                f"{KUBERNETES_API_VARIABLE} is not set: the Kubernetes double has no API server"
+            )
+        return endpoint.rstrip("/")
 
     @staticmethod
     def _collection(inputs: Mapping[str, Any]) -> str:
