@@ -19,14 +19,12 @@ import pytest
 from support.engine.engine import COMMAND_TIMEOUT, REPO, EngineProject, endpoints, engine_version
 from support.engine.fakes import CloudTpuApi, KubernetesApi
 from support.engine.providers import HOLD_VARIABLE, KUBERNETES_API_VARIABLE
+from support.engine.stacks import GKE_CONFIG, TPU_VM_CONFIG, VM, ZONE
 from support.loopback_gcs import LoopbackGcs
 from support.waiting import eventually
 
 pytestmark = pytest.mark.engine
 
-PROJECT = "engine-test"
-ZONE = "europe-west4-a"
-VM = "demo-tpu"
 STACK = "engine"
 SECRET = "wandb-key-5f2c"
 URN = f"urn:pulumi:{STACK}::tpu-training::"
@@ -34,21 +32,6 @@ STACK_URN = f"{URN}pulumi:pulumi:Stack::tpu-training-{STACK}"
 VM_URN_PREFIX = f"{URN}tpu-training:compute:PreemptibleTpuVm$gcp:tpu/v2Vm:V2Vm::"
 SECOND_VM_URN = f"{VM_URN_PREFIX}second-tpu-vm"
 JOB_URN = f"{URN}tpu-training:gke:TpuTrainingJob$kubernetes:batch/v1:Job::train-v6e-job"
-# A TPU VM stack: one preemptible v3-8 (the dev stack's), the default network, APIs and buckets.
-TPU_VM_CONFIG: dict[str, Any] = {
-    "gcp:project": PROJECT,
-    "tpu-training:tpuVms": [
-        {
-            "name": VM,
-            "zone": ZONE,
-            "acceleratorType": "v3-8",
-            "runtimeVersion": "tpu-vm-tf-2.16.1-pjrt",
-            "provisioning": "preemptible",
-            "trainCommand": "python3 /opt/trainer/train.py",
-        }
-    ],
-    "tpu-training:trainerCode": {"folder": "trainer", "files": ["train.py", "requirements.txt"]},
-}
 
 
 @pytest.fixture(scope="module")
@@ -333,30 +316,6 @@ def test_the_policy_pack_is_enforced_by_the_real_cli(project: EngineProject, pol
     assert "mandatory" in refused.stdout, refused.stdout[-4000:]
 
 
-# A GKE stack: the dev stack's flex-start v6e 4x4 pool and its training Job.
-GKE_CONFIG: dict[str, Any] = {
-    "gcp:project": PROJECT,
-    "tpu-training:cluster": {"name": "tpu-engine", "location": "us-east5"},
-    "tpu-training:nodePools": [
-        {
-            "name": "v6e-4x4",
-            "machineType": "ct6e-standard-4t",
-            "topology": "4x4",
-            "nodeLocations": ["us-east5-a"],
-        }
-    ],
-    "tpu-training:jobs": [
-        {
-            "name": "train-v6e",
-            "nodePool": "v6e-4x4",
-            "image": "us-docker.pkg.dev/cloud-tpu-images/jax-ai-image/tpu:latest",
-            "command": ["python3", "/tmp/trainer/train.py"],
-        }
-    ],
-    "tpu-training:trainerCode": TPU_VM_CONFIG["tpu-training:trainerCode"],
-}
-
-
 def test_a_failed_job_is_recreated_by_recover_and_nothing_else_changes(
     engine: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
 ) -> None:
@@ -397,3 +356,59 @@ def test_a_failed_job_is_recreated_by_recover_and_nothing_else_changes(
         assert {k: v for k, v in last["resourceChanges"].items() if k != "same"} == {"read": 1, "replace": 1}
         after = project.resources(STACK)
         assert _changed_in_the_cloud(before, after) == [JOB_URN]
+
+
+def _predicted_and_previewed(project: EngineProject, base: Path) -> tuple[dict[str, str], dict[str, str]]:
+    return _predicted(project, base), _previewed(project)
+
+
+def _write_base_plan(project: EngineProject, base: Path) -> None:
+    planned = subprocess.run(
+        [sys.executable, "-m", "infra.plan", "--stack", STACK, "--json", str(base)],
+        cwd=project.root,
+        env=project.env,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+        check=False,
+    )
+    assert planned.returncode in (0, 1), planned.stdout[-3000:] + planned.stderr[-3000:]
+
+
+def test_a_job_becomes_a_jobset_and_back_without_re_creating_the_runs_objects(
+    engine: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
+) -> None:
+    with KubernetesApi() as kube:
+        project = EngineProject(
+            tmp_path,
+            {
+                **endpoints(*cloud),
+                KUBERNETES_API_VARIABLE: kube.endpoint,
+                "KUBECONFIG": str(kube.kubeconfig(tmp_path)),
+            },
+        )
+        pool = dict(GKE_CONFIG["tpu-training:nodePools"][0], slices=2)
+        job = GKE_CONFIG["tpu-training:jobs"][0]
+        project.init(STACK, {**GKE_CONFIG, "tpu-training:nodePools": [pool]})
+        project.pulumi("up", "--yes", "--stack", STACK)
+        kept = {path: o["metadata"]["uid"] for path, o in kube.objects.items()}
+        assert any("/configmaps/" in path for path in kept) and any(
+            "/serviceaccounts/" in path for path in kept
+        )
+
+        for slices, workloads in ((2, "jobsets"), (1, "jobs")):
+            base = tmp_path / f"base-{slices}.json"
+            _write_base_plan(project, base)
+            project.set_config(STACK, "tpu-training:jobs", [dict(job, slices=slices)])
+            predicted, previewed = _predicted_and_previewed(project, base)
+            assert predicted == previewed, (
+                f"slices -> {slices}: --compare-to {predicted}, the engine {previewed}"
+            )
+            replaced = sorted(urn.rsplit("::", 1)[-1] for urn, op in previewed.items() if op == "replace")
+            assert replaced == [f"train-v6e-{'jobset' if slices > 1 else 'job'}"], previewed
+            project.pulumi("up", "--yes", "--stack", STACK)
+            assert [w["metadata"]["name"] for w in getattr(kube, workloads)["default"]] == ["train-v6e"]
+            other = kube.jobs if workloads == "jobsets" else kube.jobsets
+            assert not other.get("default"), "the old workload is gone"
+            # The run's ServiceAccount, ConfigMap and Service are the ones first deployed.
+            assert {path: o["metadata"]["uid"] for path, o in kube.objects.items()} == kept
