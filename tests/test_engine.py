@@ -269,7 +269,9 @@ def _previewed(project: EngineProject) -> dict[str, str]:
     found: dict[str, str] = {}
     for step in steps:
         action = _ENGINE_ACTIONS.get(step["op"])
-        if action is not None and step["urn"] != STACK_URN:
+        # What reaches the cloud or the cluster: --compare-to speaks of custom resources only.
+        custom = (step.get("newState") or step.get("oldState") or {}).get("custom")
+        if action is not None and custom:
             found[step["urn"]] = action
     return found
 
