@@ -24,6 +24,10 @@ from tpu_training_components.domain.restart_budget import (
     RestartBudget,
 )
 from tpu_training_components.domain.scaling import LearningRateScaling, TrainingPlan, plan_training
+from tpu_training_components.domain.termination_grace import (
+    DEFAULT_POD_GRACE_SECONDS,
+    GKE_MAX_HONOURED_GRACE_SECONDS,
+)
 
 from .fields import (
     HangMinutes,
@@ -85,6 +89,12 @@ class CheckpointingConfig(Model):
     restart_seconds: Annotated[
         StrictFloat, BeforeValidator(int_is_a_float), Field(ge=0, le=24 * 3600, allow_inf_nan=False)
     ] = 300.0
+    # Its own key, not derived from costSeconds: the grace is in the Pod template, and a Job whose
+    # template changes is replaced, so re-measuring the save must not move it (the plan warns when
+    # the save no longer fits). At most what GKE honours for a drain.
+    pod_grace_seconds: StrictInt = Field(
+        default=DEFAULT_POD_GRACE_SECONDS, ge=0, le=GKE_MAX_HONOURED_GRACE_SECONDS
+    )
 
 
 class RestartBudgetConfig(Model):
