@@ -427,7 +427,8 @@ def _byo_network(config):
     [
         (VMS, "network", "My Net", "network 'My Net' must be a network's name"),
         (VMS, "network", "net_1", "must be a network's name"),
-        (VMS, "network", "projects/x/global/networks/n", "must be a network's name"),
+        (VMS, "network", "projects//global/networks/n", "must be a network's name"),
+        (VMS, "network", "projects/x/global/subnetworks/n", "must be a network's name"),
         (VMS, "subnetwork", "sub net", "subnetwork 'sub net' must be a subnetwork's name"),
         (
             VMS,
