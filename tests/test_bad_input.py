@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.program import refused, run_plan, run_stack
+from support.in_process import run_plan
+from support.program import refused, run_stack
 from tpu_training_components.domain import naming
 
 VMS = "tpu-training:tpuVms"

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 import yaml
-from support.program import REPO, refused, run_plan, run_stack
+from support.in_process import run_plan
+from support.program import REPO, refused, run_stack
 from tpu_training_components.domain import naming
 from tpu_training_components.domain.scaling import plan_training
 
