@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import io
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,23 @@ def _environment(changes: dict[str, str]) -> Iterator[None]:
         os.environ.update(saved)
 
 
+@contextlib.contextmanager
+def _signal_handlers() -> Iterator[None]:
+    # A command that watches (infra.recover) handles SIGINT and SIGTERM itself: the test's process
+    # gets its own handlers back.
+    saved = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in saved.items():
+            signal.signal(number, handler)
+
+
+def run_recover(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m infra.recover ARGS`, in this process (as ``run_plan``), in this environment."""
+    return run_plan(*args, module="infra.recover")
+
+
 def run_plan(
     *args: str, cwd: Path = REPO, env: dict[str, str] | None = None, module: str = "infra.plan"
 ) -> subprocess.CompletedProcess[str]:
@@ -41,6 +59,7 @@ def run_plan(
     command = importlib.import_module(module)
     out, err = io.StringIO(), io.StringIO()
     with (
+        _signal_handlers(),
         _environment(env or {}),
         contextlib.chdir(cwd),
         contextlib.redirect_stdout(out),
