@@ -652,7 +652,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         parser.error("--rounds: at least 1")
     sizes: list[StackSize] = args.sizes[:1] if args.smoke else args.sizes
     started = time.monotonic()
-    # Other work on the machine slows some runs: the load average says how busy it was.
+    # The machine's load slows some runs: the load average says how loaded it was.
     load_before = ", ".join(f"{figure:.2f}" for figure in os.getloadavg())
     header: dict[str, Any] = {"date": datetime.date.today().isoformat(), "machine": machine()}
     print(f"Plan speed, {header['date']}, {header['machine']}")

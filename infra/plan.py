@@ -610,6 +610,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):
             raise
+        if exc.filename is None and writing is None:  # printing the plan failed: a full disk or pipe
+            return _stdout_failed(exc)
         print(f"error: cannot write {exc.filename or writing}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_CANNOT_WRITE
     if args.manifests:
@@ -656,11 +658,24 @@ def live_notices(project: offline.Project, stack: str) -> NoticeRound:
         return NoticeRound(warnings=[f"maintenance notices not read: {failure_summary(exc)}"])
 
 
+def _stdout_failed(exc: OSError) -> int:
+    """Standard output took no more of the plan (``/dev/full``, a full disk): say so, and point it
+    at nothing so that Python's own flush at exit does not fail again with a traceback."""
+    print(f"error: cannot write the plan to standard output: {exc.strerror or exc}", file=sys.stderr)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_CANNOT_WRITE
+
+
 def _run() -> int:
     try:
         status = main()
         if sys.stdout is not None:  # None: started with standard output closed; print() skips it
-            sys.stdout.flush()
+            try:
+                sys.stdout.flush()
+            except BrokenPipeError:
+                raise
+            except OSError as exc:
+                return _stdout_failed(exc)
         return status
     except BrokenPipeError:
         # The reader went away (`... | head`): not an error of the plan. Python would complain

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.program import refused, run_plan, run_stack
+from support.in_process import run_plan
+from support.program import refused, run_stack
 from tpu_training_components.domain import naming
 
 VMS = "tpu-training:tpuVms"
@@ -427,7 +428,8 @@ def _byo_network(config):
     [
         (VMS, "network", "My Net", "network 'My Net' must be a network's name"),
         (VMS, "network", "net_1", "must be a network's name"),
-        (VMS, "network", "projects/x/global/networks/n", "must be a network's name"),
+        (VMS, "network", "projects//global/networks/n", "must be a network's name"),
+        (VMS, "network", "projects/x/global/subnetworks/n", "must be a network's name"),
         (VMS, "subnetwork", "sub net", "subnetwork 'sub net' must be a subnetwork's name"),
         (
             VMS,

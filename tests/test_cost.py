@@ -7,7 +7,8 @@ import copy
 import json
 
 import pytest
-from support.program import run_plan, run_stack
+from support.in_process import run_plan
+from support.program import run_stack
 from tpu_training_components.domain import catalogue, prices
 
 from infra import cost

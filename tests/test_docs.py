@@ -10,7 +10,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from support.program import REPO, run_plan
+from support.in_process import run_plan
+from support.program import REPO
 
 from infra import config_docs
 

@@ -26,7 +26,8 @@ from support.fake_kube_api import (
     workload_name,
 )
 from support.fake_tpu_api import FakeTpuApi
-from support.program import REPO, run_components, run_plan, run_stack
+from support.in_process import run_plan
+from support.program import REPO, run_components, run_stack
 from tpu_training_components import TrainingRecovery
 from tpu_training_components.domain.job_manifests import KUEUE_QUEUE_LABEL
 from tpu_training_components.domain.kueue_recovery import KUEUE_JOB_UID_LABEL

@@ -1,5 +1,8 @@
 """`python -m infra.plan` as a command: its arguments are checked before any work, its exit
-statuses tell argument errors from config errors, and no output path ends in a traceback."""
+statuses tell argument errors from config errors, and no output path ends in a traceback.
+
+Its ``main`` runs in the test's process (support.in_process) where a process adds nothing the test
+checks; signals, pipes, closed streams and the interpreter's exit are tested on a real process."""
 
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ import pytest
 import yaml
 from support.fake_kube_api import FakeKubernetesApi
 from support.fake_tpu_api import FakeTpuApi
-from support.program import REPO, run_plan, run_stack
+from support.in_process import run_plan
+from support.program import REPO, run_stack
 
 from infra import json_file, plan
 

@@ -10,7 +10,8 @@ import textwrap
 from pathlib import Path
 
 import yaml
-from support.program import INFRA, REPO, run_plan
+from support.in_process import run_plan
+from support.program import INFRA, REPO
 
 from infra import offline, plan, stack_config
 

@@ -13,8 +13,9 @@ import pytest
 import yaml
 from support import stub_pulumi
 from support.fake_kube_api import job
+from support.in_process import run_recover
 from support.program import REPO
-from support.recover_runs import live_dev_stack, run_recover, run_snippet, set_behaviour
+from support.recover_runs import live_dev_stack, run_snippet, set_behaviour
 
 from infra import automation, offline, recover
 from infra.automation import AutomationUp

@@ -20,6 +20,7 @@ import yaml
 from support import stub_pulumi
 from support.fake_kube_api import FakeKubernetesApi, job
 from support.fake_tpu_api import FakeTpuApi
+from support.in_process import run_recover
 from support.program import REPO
 from support.recover_runs import (
     STACK_URN,
@@ -28,7 +29,6 @@ from support.recover_runs import (
     dev_targets,
     live_dev_stack,
     recoverer,
-    run_recover,
     run_snippet,
     set_behaviour,
 )
@@ -256,7 +256,7 @@ def test_cli_output_that_is_not_utf8_is_a_clear_error_not_a_traceback(stub):
 
 def test_a_dry_run_never_starts_the_cli_when_it_needs_no_secrets(apis, stub):
     set_behaviour(stub, hang="version")  # a CLI that would hang the run
-    done = run_recover("--stack", "dev", "--once", "--dry-run", timeout=60)
+    done = run_recover("--stack", "dev", "--once", "--dry-run")
     assert done.returncode == recover.EXIT_OK, done.stderr
     assert stub_pulumi.calls(stub) == []
     assert f"--target {VM_URN}" in done.stdout

@@ -9,7 +9,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from support.fake_tpu_api import FakeTpuApi
 from support.generations import DECIDED_AT, fresh_stamp_since
-from support.program import changed_registrations, run_plan, run_stack
+from support.in_process import run_plan
+from support.program import changed_registrations, run_stack
 from tpu_training_components.domain import recovery
 from tpu_training_components.domain.recovery import LiveNode, decide
 from tpu_training_components.live.tpu_api import list_live_nodes

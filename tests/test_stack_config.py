@@ -8,7 +8,8 @@ import shlex
 import shutil
 
 import pytest
-from support.program import REPO, run_plan, run_stack
+from support.in_process import run_plan
+from support.program import REPO, run_stack
 from support.program import refused as _refused
 
 from infra import offline

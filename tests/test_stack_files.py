@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from support.program import REPO, run_plan
+from support.in_process import run_plan
+from support.program import REPO
 
 from infra import offline
 

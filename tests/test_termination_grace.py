@@ -1,5 +1,6 @@
-"""How long a stopped trainer may take to save: the Pods ask for the checkpoint's time with a
-margin, and the plan warns where the capacity gives less than the save takes. Facts from GKE's
+"""How long a stopped trainer may take to save: the Pods ask for a grace of their own
+(checkpointing.podGraceSeconds), not derived from the checkpoint's time, and the plan warns where
+the grace or the capacity gives less than the save takes. Facts from GKE's
 and Compute Engine's docs, cited in components/tpu_training_components/domain/termination_grace.py."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from support.program import run_components, run_stack
+from support.program import refused, run_components, run_stack
 from support.workloads import tpu_pool, workload_args
 from tpu_training_components import TpuTrainingJob, TpuTrainingJobSet
 from tpu_training_components.domain.job_manifests import TrainingJobSpec, job_manifest
@@ -16,6 +17,7 @@ from tpu_training_components.domain.termination_grace import (
     PREEMPTIBLE_TPU_VM,
     SPOT_GKE_POOL,
     TPU_VM_SHUTDOWN_SECONDS,
+    grace_fit_problem,
     pod_grace_seconds,
     save_fit_problem,
 )
@@ -102,14 +104,50 @@ def test_no_checkpointing_no_warning(config):
     assert not [w for w in run_stack(config).warnings if "costSeconds" in w]
 
 
-def test_the_dev_stacks_job_asks_for_its_save_and_a_workload_refuses_a_grace_gke_ignores(config):
+def test_the_dev_stacks_job_asks_for_the_default_grace_and_a_set_one(config):
     run = run_stack(config)
     job = run.one("kubernetes:batch/v1:Job", "train-v6e-job")
     assert job.inputs["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 120
+    config["tpu-training:checkpointing"]["podGraceSeconds"] = 600
+    job = run_stack(config).one("kubernetes:batch/v1:Job", "train-v6e-job")
+    assert job.inputs["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 600
     # Without checkpointing the stack knows no save time: Kubernetes' default.
     del config["tpu-training:checkpointing"]
     job = run_stack(config).one("kubernetes:batch/v1:Job", "train-v6e-job")
     assert "terminationGracePeriodSeconds" not in job.inputs["spec"]["template"]["spec"]
+
+
+def test_a_grace_that_covers_the_save_is_no_problem():
+    assert grace_fit_problem(60, 120) is None  # 1.5 x 60 + 30 = 120
+    assert grace_fit_problem(5000, 3600) is None  # no grace GKE honours would cover it
+    assert "checkpointing.podGraceSeconds to 300;" in str(grace_fit_problem(61, 120))
+
+
+def test_a_save_re_measured_past_the_grace_is_warned_about_with_the_value_to_set(config):
+    config["tpu-training:checkpointing"]["costSeconds"] = 120
+    [warning] = [w for w in run_stack(config).warnings if "podGraceSeconds" in w]
+    assert warning == (
+        "tpu-training:checkpointing.podGraceSeconds (train-v6e): a checkpoint takes 120 s "
+        "(checkpointing.costSeconds), and the stop save needs 210 s with its margin (1.5 x the save + "
+        "30 s), but the Pods' grace is 120 s (checkpointing.podGraceSeconds): a drain or a maintenance "
+        "event kills the trainer before its stop save is committed. Set checkpointing.podGraceSeconds "
+        "to 300; that changes the Pod template and so replaces a running Job, which restarts from its "
+        "last checkpoint: do it between runs"
+    )
+    config["tpu-training:checkpointing"]["podGraceSeconds"] = 300
+    assert not [w for w in run_stack(config).warnings if "podGraceSeconds" in w]
+    del config["tpu-training:jobs"]  # no Pod, no grace to warn about
+    assert not [w for w in run_stack(config).warnings if "podGraceSeconds" in w]
+
+
+@pytest.mark.parametrize(
+    ("grace", "says"),
+    [(3601, "less than or equal to 3600"), (-1, "greater than or equal to 0"), (90.5, "valid integer")],
+)
+def test_a_stack_refuses_a_grace_gke_does_not_honour(config, grace, says):
+    config["tpu-training:checkpointing"]["podGraceSeconds"] = grace
+    message = refused(config)
+    assert f"tpu-training:checkpointing.podGraceSeconds = {grace}: " in message and says in message
 
 
 @pytest.mark.parametrize(

@@ -60,6 +60,13 @@ def _checkpoint_cost(seconds: int) -> Edit:
     return edit
 
 
+def _checkpointing(key: str, value: Any) -> Edit:
+    def edit(config: dict[str, Any]) -> None:
+        config["tpu-training:checkpointing"][key] = value
+
+    return edit
+
+
 def _pool(key: str, value: Any) -> Edit:
     def edit(config: dict[str, Any]) -> None:
         config["tpu-training:nodePools"][0][key] = value
@@ -108,8 +115,9 @@ def baseline() -> offline.ProgramRun:
 
 
 TUNING_EDITS = {
-    # Re-measured within its grace step (docs/trainer.md: 1.5 x 57 + 30 s still fits 120 s).
+    # Re-measured, lower and higher: the Pods' grace is its own key (docs/trainer.md).
     "checkpointing.costSeconds 60 -> 57": (_checkpoint_cost(57),),
+    "checkpointing.costSeconds 60 -> 120": (_checkpoint_cost(120),),
     "training.perCoreBatchSize 128 -> 64": (_training("perCoreBatchSize", 64),),
     "training.totalExamples 100000 -> 250000": (_training("totalExamples", 250_000),),
     "training.baseLearningRate 0.1 -> 0.05": (_training("baseLearningRate", 0.05),),
@@ -159,14 +167,25 @@ def test_adding_or_removing_a_slice_leaves_the_job_and_the_running_slice_alone(b
     assert pools == {before + 1, after + 1}  # the TPU slices and the system pool
 
 
-def test_a_checkpoint_cost_past_the_pods_grace_step_changes_the_grace_and_nothing_else(baseline):
-    """The Pods' grace period is the stop save's time (termination_grace.pod_grace_seconds), in
-    steps: a cost that leaves its step changes that one field of the template, which replaces a
-    running Job, and --compare-to says so (tests/test_termination_grace.py)."""
-    before, after = (json.loads(_job_force_new(run)) for run in (baseline, _plan(_checkpoint_cost(120))))
+def test_a_checkpoint_cost_past_the_pods_grace_warns_and_leaves_the_template(baseline):
+    """The Pods' grace no longer follows costSeconds (termination_grace, DEFAULT_POD_GRACE_SECONDS):
+    a save re-measured at 120 s keeps the template byte for byte, and the plan says the save no
+    longer fits and what to set (tests/test_termination_grace.py)."""
+    edited = _plan(_checkpoint_cost(120))
+    assert _job_force_new(edited) == _job_force_new(baseline)
+    assert json.loads(_job_force_new(edited))["template"]["spec"]["terminationGracePeriodSeconds"] == 120
+    assert [w for w in edited.warnings if "podGraceSeconds" in w]
+    assert not [w for w in baseline.warnings if "podGraceSeconds" in w]
+
+
+def test_setting_the_pods_grace_is_the_edit_that_changes_the_template(baseline):
+    """The other side: the grace itself is in the Pod template, so setting it replaces the Job."""
+    edited = _plan(_checkpoint_cost(120), _checkpointing("podGraceSeconds", 300))
+    before, after = (json.loads(_job_force_new(run)) for run in (baseline, edited))
     grace = "terminationGracePeriodSeconds"
     assert (before["template"]["spec"].pop(grace), after["template"]["spec"].pop(grace)) == (120, 300)
     assert before == after
+    assert not [w for w in edited.warnings if "podGraceSeconds" in w]
 
 
 @pytest.mark.parametrize(

@@ -96,8 +96,12 @@ class TpuTrainingProvider(ComponentProvider):
     def __init__(self) -> None:
         super().__init__(list(COMPONENTS), PACKAGE_NAME, None, PACKAGE_VERSION)
         self.schema = json.dumps(_with_inherited_descriptions(json.loads(self.schema or "{}"), self.analyzer))
+        # Each component's definition as ``map_inputs`` is handed it, before its constructor runs:
+        # what ``construct`` names a refusal's properties by (the SDK keeps its own copy private).
+        self.definitions: dict[str, ComponentDefinition] = {}
 
     def map_inputs(self, inputs: Any, component_def: ComponentDefinition) -> Any:
+        self.definitions[component_def.name] = component_def
         prepared: dict[str, Any] = {}
         integer_outputs: dict[str, pulumi.Output[Any]] = {}
         for key, value in inputs.items():
@@ -132,7 +136,7 @@ class TpuTrainingProvider(ComponentProvider):
         try:
             return super().construct(name, resource_type, inputs, options)
         except ComponentInitError as failure:
-            component_def = self._component_defs[resource_type.rsplit(":", maxsplit=1)[-1]]
+            component_def = self.definitions[resource_type.rsplit(":", maxsplit=1)[-1]]
             inner = failure.inner
             if isinstance(inner, InvalidArgument) and inner.refusals:
                 # Not a RunError: the provider server sends an InputPropertiesError with its details.

@@ -15,6 +15,7 @@ from tpu_training_components.domain.startup_script import metadata_problem, vm_m
 from tpu_training_components.domain.termination_grace import (
     PREEMPTIBLE_TPU_VM,
     SPOT_GKE_POOL,
+    grace_fit_problem,
     save_fit_problem,
 )
 from tpu_training_components.domain.tpu_availability import zone_warning
@@ -287,6 +288,11 @@ def _save_fit_warnings(config: StackKeys) -> list[str]:
             problem = save_fit_problem(cost, SPOT_GKE_POOL, plan.interval_seconds if plan else None)
             if problem:
                 found.append(f"{PROJECT}:jobs[{index}] ({job.name}): {problem}")
+    # A drain or a maintenance event gives the Pods their grace, whatever the capacity.
+    grace_problem = grace_fit_problem(cost, config.checkpointing.pod_grace_seconds)
+    if grace_problem and config.jobs:
+        names = ", ".join(job.name for job in config.jobs)
+        found.append(f"{PROJECT}:checkpointing.podGraceSeconds ({names}): {grace_problem}")
     return found
 
 

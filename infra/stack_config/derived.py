@@ -16,7 +16,6 @@ from tpu_training_components.domain.goodput import (
 )
 from tpu_training_components.domain.node_pool_plan import TpuNodePoolPlan
 from tpu_training_components.domain.progress import HangCheck
-from tpu_training_components.domain.termination_grace import pod_grace_seconds
 
 from .fields import PROJECT
 from .gke import ClusterConfig, JobConfig, NodePoolConfig
@@ -217,10 +216,10 @@ def job_environment(config: StackKeys, job: JobConfig) -> dict[str, str]:
 
 
 def job_termination_grace_seconds(config: StackKeys) -> Optional[int]:
-    """The Pods' ``terminationGracePeriodSeconds``: the checkpoint's time with a margin
-    (``termination_grace.pod_grace_seconds``), or None (Kubernetes' 30 s) without
-    ``checkpointing``."""
-    return pod_grace_seconds(config.checkpointing.cost_seconds) if config.checkpointing else None
+    """The Pods' ``terminationGracePeriodSeconds``: ``checkpointing.podGraceSeconds``, which does
+    not follow ``costSeconds`` (a tuning edit must not replace a running Job), or None (Kubernetes'
+    30 s) without ``checkpointing``."""
+    return config.checkpointing.pod_grace_seconds if config.checkpointing else None
 
 
 def hang_checks(config: StackKeys) -> dict[str, HangCheck]:

@@ -20,6 +20,7 @@ from pydantic import (
     ValidationError,
 )
 from tpu_training_components.errors import suggestion
+from tpu_training_components.validation import shown
 
 from .fields import PROJECT, Model
 from .gke import ClusterConfig, JobConfig, MaintenanceWindowConfig, NodePoolConfig
@@ -81,8 +82,7 @@ def _format_error(error: Any, parts: dict[str, type[Model]]) -> str:
         part = parts.get(_shape(loc[:-1]))
         replaced = part.replaced_keys.get(str(loc[-1])) if part else None
         if replaced is not None:
-            shown = json.dumps(error["input"], default=str, ensure_ascii=False)
-            return f"{path} = {shown}: {replaced(str(loc[-1]), error['input'])}"
+            return f"{path} = {_shown(error['input'])}: {replaced(str(loc[-1]), error['input'])}"
         allowed = _aliases(part) if part else []
         return (
             f"{path}: unknown key{suggestion(str(loc[-1]), allowed)}; "
@@ -100,7 +100,15 @@ def _format_error(error: Any, parts: dict[str, type[Model]]) -> str:
     if error["type"] == "string_type" and isinstance(value, (bool, int, float)):
         # YAML reads `5` and `true` as a number and a boolean: the value wants quotes.
         message += f'; write it in quotes ("{json.dumps(value)}") so YAML reads it as text'
-    return f"{path} = {json.dumps(value, default=str, ensure_ascii=False)}: {message}"
+    return f"{path} = {_shown(value)}: {message}"
+
+
+def _shown(value: Any) -> str:
+    """``value`` as the stack file wrote it (JSON), or, for an integer of hundreds of digits (which
+    Python refuses to print past 4,300), its size."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return shown(value)
+    return json.dumps(value, default=str, ensure_ascii=False)
 
 
 def _as_yaml_list(value: str | int | float) -> str:

@@ -27,8 +27,10 @@ class BucketConfig(Model):
 
     name: Optional[StrictStr] = None
     location: Optional[StrictStr] = None
-    noncurrent_version_retention_days: StrictInt = Field(default=7, ge=1)
-    noncurrent_versions_kept: StrictInt = Field(default=3, ge=1)
+    # At most int32: the Cloud Storage JSON API's lifecycle conditions (daysSinceNoncurrentTime,
+    # numNewerVersions) are int32 fields.
+    noncurrent_version_retention_days: StrictInt = Field(default=7, ge=1, le=2**31 - 1)
+    noncurrent_versions_kept: StrictInt = Field(default=3, ge=1, le=2**31 - 1)
     protect: StrictBool = True
     retain_on_delete: StrictBool = True
 

@@ -23,7 +23,11 @@ from tpu_training_components.domain.restart_budget import (
     DEFAULT_WINDOW_HOURS,
     RestartBudget,
 )
-from tpu_training_components.domain.scaling import LearningRateScaling, TrainingPlan, plan_training
+from tpu_training_components.domain.scaling import INT64_MAX, LearningRateScaling, TrainingPlan, plan_training
+from tpu_training_components.domain.termination_grace import (
+    DEFAULT_POD_GRACE_SECONDS,
+    GKE_MAX_HONOURED_GRACE_SECONDS,
+)
 
 from .fields import (
     HangMinutes,
@@ -36,12 +40,14 @@ class TrainingConfig(Model):
     """``tpu-training:training``: the Training on TPU Pods page's scaling rules for every workload of the "
     "stack."""
 
-    per_core_batch_size: StrictInt = Field(ge=1)
-    total_examples: Optional[StrictInt] = Field(default=None, ge=1)
-    epochs: Optional[StrictInt] = Field(default=None, ge=1)
+    # At most int64: the trainer reads each as one, and Python will not print an integer past
+    # 4,300 digits into the environment.
+    per_core_batch_size: StrictInt = Field(ge=1, le=INT64_MAX)
+    total_examples: Optional[StrictInt] = Field(default=None, ge=1, le=INT64_MAX)
+    epochs: Optional[StrictInt] = Field(default=None, ge=1, le=INT64_MAX)
     base_learning_rate: Optional[StrictFloat] = Field(default=None, gt=0, allow_inf_nan=False)
     learning_rate_scaling: LearningRateScaling = "none"
-    reference_cores: StrictInt = Field(default=8, ge=1)
+    reference_cores: StrictInt = Field(default=8, ge=1, le=INT64_MAX)
 
     # YAML reads `1` as an integer; a learning rate of 1 is still a learning rate.
     _learning_rate_as_float = field_validator("base_learning_rate", mode="before")(int_is_a_float)
@@ -85,6 +91,12 @@ class CheckpointingConfig(Model):
     restart_seconds: Annotated[
         StrictFloat, BeforeValidator(int_is_a_float), Field(ge=0, le=24 * 3600, allow_inf_nan=False)
     ] = 300.0
+    # Its own key, not derived from costSeconds: the grace is in the Pod template, and a Job whose
+    # template changes is replaced, so re-measuring the save must not move it (the plan warns when
+    # the save no longer fits). At most what GKE honours for a drain.
+    pod_grace_seconds: StrictInt = Field(
+        default=DEFAULT_POD_GRACE_SECONDS, ge=0, le=GKE_MAX_HONOURED_GRACE_SECONDS
+    )
 
 
 class RestartBudgetConfig(Model):

@@ -245,7 +245,9 @@ def bounded_name(*parts: str, limit: int = 63) -> str:
 # --- Names of things brought from outside the stack ---------------------------------------------
 
 _RESOURCE_NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
-_PATH_PROJECT = r"(?:[a-z0-9.-]+\.[a-z]+:)?[a-z][-a-z0-9]{4,28}[a-z0-9]"  # domain-scoped too (shared VPC)
+# A path's project as the provider takes it: an id (domain-scoped too, for a shared VPC) or a number;
+# whether that project exists is for the API to say.
+_PATH_PROJECT = r"(?:[a-z0-9.-]+\.[a-z]+:)?[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
 _API_PREFIX = r"(?:https://(?:www|compute)\.googleapis\.com/compute/(?:v1|beta)/)?"
 _NETWORK = re.compile(
     rf"^(?:{_RESOURCE_NAME}|{_API_PREFIX}projects/{_PATH_PROJECT}/global/networks/{_RESOURCE_NAME})$"
@@ -295,13 +297,33 @@ def machine_type_problem(machine_type: str) -> str | None:
     series, the type and the size joined by '-' (``e2-standard-4``, ``n2-highmem-8``,
     ``e2-micro``) or a custom type (``custom-4-16384``, ``n2-custom-4-16384``); lowercase
     (https://cloud.google.com/compute/docs/machine-resource). Whether the zone offers it is for
-    the API to say; the form is checked here."""
-    if len(machine_type) <= 63 and _MACHINE_TYPE.fullmatch(machine_type):
-        return None
-    return (
-        f"machine type {machine_type!r} is not a Compute Engine machine type: lowercase letters and "
-        f"digits joined by '-', such as 'e2-standard-4', 'n2-highmem-8' or 'custom-4-16384'"
-    )
+    the API to say; the form is checked here, and the size of the predefined types of
+    ``PREDEFINED_VCPUS`` (``e2-standard-3`` does not exist)."""
+    if not (len(machine_type) <= 63 and _MACHINE_TYPE.fullmatch(machine_type)):
+        return (
+            f"machine type {machine_type!r} is not a Compute Engine machine type: lowercase letters "
+            f"and digits joined by '-', such as 'e2-standard-4', 'n2-highmem-8' or 'custom-4-16384'"
+        )
+    series, _, size = machine_type.rpartition("-")
+    sizes = PREDEFINED_VCPUS.get(series)
+    if sizes is not None and size not in sizes:
+        return (
+            f"machine type {machine_type!r} does not exist: {series} comes with "
+            f"{', '.join(sizes)} vCPUs ({', '.join(f'{series}-{n}' for n in sizes[:2])}, ...)"
+        )
+    return None
+
+
+PREDEFINED_VCPUS: dict[str, tuple[str, ...]] = {
+    "e2-standard": ("2", "4", "8", "16", "32"),
+    "e2-highmem": ("2", "4", "8", "16"),
+    "e2-highcpu": ("2", "4", "8", "16", "32"),
+    "n1-standard": ("1", "2", "4", "8", "16", "32", "64", "96"),
+    "n2-standard": ("2", "4", "8", "16", "32", "48", "64", "80", "96", "128"),
+}
+"""The vCPU counts of the predefined machine types the system pool is usually given (Compute Engine
+docs, general-purpose machine family: E2, N1 and N2 machine types). A series not listed is checked
+for its form only; the API says whether the zone offers it."""
 
 
 _RUNTIME_VERSION = re.compile(r"^[a-z0-9][a-z0-9._-]*$")

@@ -42,6 +42,19 @@ class TrainingPlan:
         return env
 
 
+INT64_MAX = 2**63 - 1
+"""The largest batch, step or core count: the trainer reads each as an int64."""
+
+
+def _shown(value: int) -> str:
+    # str() refuses integers past 4,300 digits (sys.int_info.default_max_str_digits).
+    return (
+        str(value)
+        if value.bit_length() <= 200
+        else f"a number of about {int(value.bit_length() * 0.30103) + 1} digits"
+    )
+
+
 def plan_training(
     *,
     per_core_batch_size: int,
@@ -66,15 +79,13 @@ def plan_training(
         ("per_core_batch_size", per_core_batch_size),
         ("cores", cores),
         ("reference_cores", reference_cores),
+        ("total_examples", total_examples),
+        ("epochs", epochs),
     ):
-        if value < 1:
-            raise ValueError(f"{label} must be a positive integer, got {value}")
+        if value is not None and not 1 <= value <= INT64_MAX:
+            raise ValueError(f"{label} must be a whole number from 1 to 2**63 - 1, got {_shown(value)}")
     if (total_examples is None) == (epochs is None):
         raise ValueError("give exactly one of total_examples and epochs")
-    if total_examples is not None and total_examples < 1:
-        raise ValueError(f"total_examples must be a positive integer, got {total_examples}")
-    if epochs is not None and epochs < 1:
-        raise ValueError(f"epochs must be a positive integer, got {epochs}")
     if learning_rate_scaling not in LEARNING_RATE_SCALINGS:
         raise ValueError(
             f"learning_rate_scaling must be one of {', '.join(LEARNING_RATE_SCALINGS)}, "
@@ -85,6 +96,11 @@ def plan_training(
         raise ValueError(f"base_learning_rate must be a positive, finite number, got {base_learning_rate}")
 
     global_batch = per_core_batch_size * cores
+    if global_batch > INT64_MAX:
+        raise ValueError(
+            f"per_core_batch_size {_shown(per_core_batch_size)} x {cores} cores is a global batch past "
+            f"2**63 - 1, which the trainer cannot read"
+        )
     # Integer ceiling division: `math.ceil(a / b)` divides as floats and is off past 2**53.
     steps = -(-total_examples // global_batch) if total_examples is not None else None
 
@@ -93,10 +109,10 @@ def plan_training(
         ratio = cores / reference_cores
         factor = {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[learning_rate_scaling]
         learning_rate = base_learning_rate * factor
-        if not math.isfinite(learning_rate):
+        if not (math.isfinite(learning_rate) and learning_rate > 0):
             raise ValueError(
                 f"base_learning_rate {base_learning_rate} scaled {learning_rate_scaling} to {cores} cores "
-                f"is not a finite number"
+                f"(from {reference_cores} reference cores) is {learning_rate}, not a finite number above 0"
             )
 
     return TrainingPlan(per_core_batch_size, cores, global_batch, steps, epochs, learning_rate)

@@ -3,10 +3,13 @@
 A trainer told to stop (SIGTERM: preemption, maintenance, a drain) saves once and exits
 (docs/trainer.md). Kubernetes gives a Pod ``terminationGracePeriodSeconds`` before it kills it:
 30 s unless the Pod says otherwise, which a save of a large model does not fit. The Pods of a
-training Job therefore ask for the save's time with a margin. What the capacity grants is another
-matter: a Spot or preemptible node's notice is short whatever the Pod asks, and a TPU VM's shutdown
-script has the seconds Compute Engine gives it. The plan says when the save cannot fit, and what is
-lost then.
+training Job therefore ask for a grace of their own, which does not follow the save's measured time:
+the grace is part of the Pod template, and a Job whose template changes is replaced
+(pulumi-kubernetes diff.go), so a grace derived from ``costSeconds`` would restart training on a
+tuning edit. The plan warns instead when the save, with its margin, no longer fits the grace. What
+the capacity grants is another matter: a Spot or preemptible node's notice is short whatever the Pod
+asks, and a TPU VM's shutdown script has the seconds Compute Engine gives it. The plan says when the
+save cannot fit, and what is lost then.
 """
 
 from __future__ import annotations
@@ -36,20 +39,39 @@ SAVE_MARGIN_SECONDS = 30
 measured save), plus 30 s for the step in progress, the hosts agreeing on a stop step, and leaving
 the cluster."""
 GRACE_STEPS_SECONDS = (60, 120, 300, 600, 1200, 1800, GKE_MAX_HONOURED_GRACE_SECONDS)
-"""What a Pod asks for: the first of these that covers its need. The grace is part of the Pod
-template, and a Job whose template changes is replaced (pulumi-kubernetes diff.go): in steps, a
-re-measured ``costSeconds`` (57 s instead of 60) leaves a running Job alone; one that moves to
-another step replaces it, and ``--compare-to`` says so."""
+"""The graces the plan suggests: the first of these that covers a save's need, so that a value
+set once survives small re-measurements."""
+DEFAULT_POD_GRACE_SECONDS = 120
+"""The Pods' grace when the stack sets none (``checkpointing.podGraceSeconds``): covers a save of
+up to 60 s with its margin, and is what the dev stack's Pods asked for when the grace still followed
+its 60 s ``costSeconds``, so those running Jobs keep their template."""
 
 
 def pod_grace_seconds(cost_seconds: float) -> int:
-    """``terminationGracePeriodSeconds`` for the Pods of a trainer whose checkpoint takes
-    ``cost_seconds`` to be committed: the first step of ``GRACE_STEPS_SECONDS`` that covers 1.5 x
-    the save + 30 s (never below Kubernetes' default 30 s), at most what GKE honours."""
+    """The grace a trainer whose checkpoint takes ``cost_seconds`` to be committed needs: the first
+    step of ``GRACE_STEPS_SECONDS`` that covers 1.5 x the save + 30 s (never below Kubernetes'
+    default 30 s), at most what GKE honours. What the plan suggests, never what it sets."""
     if not (math.isfinite(cost_seconds) and cost_seconds > 0):
         raise ValueError(f"a checkpoint's cost {cost_seconds!r} s must be a number of seconds above 0")
     needed = SAVE_MARGIN_FACTOR * cost_seconds + SAVE_MARGIN_SECONDS
     return next((step for step in GRACE_STEPS_SECONDS if step >= needed), GKE_MAX_HONOURED_GRACE_SECONDS)
+
+
+def grace_fit_problem(cost_seconds: float, grace_seconds: int) -> Optional[str]:
+    """Why the Pods' grace does not cover a save of ``cost_seconds`` with its margin, and what to
+    set; None when it does (or when no grace GKE honours would)."""
+    needed = pod_grace_seconds(cost_seconds)
+    if grace_seconds >= needed or grace_seconds >= GKE_MAX_HONOURED_GRACE_SECONDS:
+        return None
+    return (
+        f"a checkpoint takes {cost_seconds:g} s (checkpointing.costSeconds), and the stop save needs "
+        f"{SAVE_MARGIN_FACTOR * cost_seconds + SAVE_MARGIN_SECONDS:g} s with its margin "
+        f"({SAVE_MARGIN_FACTOR:g} x the save + {SAVE_MARGIN_SECONDS} s), but the Pods' grace is "
+        f"{grace_seconds} s (checkpointing.podGraceSeconds): a drain or a "
+        f"maintenance event kills the trainer before its stop save is committed. Set "
+        f"checkpointing.podGraceSeconds to {needed}; that changes the Pod template and so replaces a "
+        f"running Job, which restarts from its last checkpoint: do it between runs"
+    )
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,8 @@ class TpuTrainingJobArgs(TypedDict):
     termination_grace_seconds: NotRequired[int]
     """How long a Pod told to stop may take to save before it is killed
     (``terminationGracePeriodSeconds``, 0-3600): the checkpoint's time with a margin
-    (``domain.termination_grace.pod_grace_seconds(cost_seconds)``). Kubernetes' 30 s when omitted.
+    (``domain.termination_grace.pod_grace_seconds(cost_seconds)`` suggests one). Kubernetes' 30 s
+    when omitted.
     Part of the Pod template: a change replaces a running workload."""
 
 
