@@ -318,7 +318,7 @@ def test_the_policy_pack_is_enforced_by_the_real_cli(project: EngineProject, pol
     assert "mandatory" in refused.stdout, refused.stdout[-4000:]
 
 
-def test_a_failed_job_is_recreated_by_recover_and_nothing_else_changes(
+def test_a_failed_job_waits_for_a_pending_pool_edit_then_is_recreated_alone_by_recover(
     engine: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
 ) -> None:
     with KubernetesApi() as kube:
@@ -347,6 +347,21 @@ def test_a_failed_job_is_recreated_by_recover_and_nothing_else_changes(
             ),
         )
 
+        # First with an edit of the Job's pool in the stack file, not yet deployed: the Job is not
+        # recovered alone onto a pool that is about to change (the round is blocked, exit 1).
+        pool = GKE_CONFIG["tpu-training:nodePools"][0]
+        project.set_config(STACK, "tpu-training:nodePools", [dict(pool, maxRunDuration="72h")])
+        blocked = project.recover(STACK, "--once")
+        assert blocked.returncode == 1, blocked.stdout[-3000:] + blocked.stderr[-3000:]
+        (round_,) = [json.loads(line) for line in blocked.stdout.splitlines() if line.startswith("{")]
+        assert round_["up"]["status"] == "blocked", round_["up"]
+        pending = [(change["op"], change["urn"].rsplit("::", 1)[-1]) for change in round_["pendingChanges"]]
+        assert pending == [("replace", "v6e-4x4-pool")], pending
+        assert kube.jobs["default"][0]["metadata"]["uid"] == uid, "a blocked round changes nothing"
+        assert _changed_in_the_cloud(before, project.resources(STACK)) == []
+
+        # Without the pool edit, the round re-creates the Job alone.
+        project.set_config(STACK, "tpu-training:nodePools", [pool])
         done = project.recover(STACK, "--once")
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         (job,) = kube.jobs["default"]
