@@ -42,7 +42,11 @@ import grpc
 from google.protobuf import empty_pb2, json_format, struct_pb2
 from pulumi.runtime.proto import plugin_pb2, provider_pb2, provider_pb2_grpc
 from tpu_training_components.domain.change_impact import changed_paths, provider_replacements
-from tpu_training_components.domain.provider_rules import KUBERNETES_PROVIDER, kubernetes_provider_replaced
+from tpu_training_components.domain.provider_rules import (
+    KUBERNETES_PROVIDER,
+    kubernetes_provider_replaced,
+    plan_facts,
+)
 from tpu_training_components.live.endpoints import STORAGE_ENDPOINT_VARIABLE, TPU_ENDPOINT_VARIABLE
 from tpu_training_components.preview import computed_outputs
 
@@ -401,6 +405,13 @@ class ProviderDouble(provider_pb2_grpc.ResourceProviderServicer):
             raise ProviderError("no Google Cloud project: set gcp:project")
         return str(project)
 
+    def facts(self) -> dict[str, Any]:
+        """What this provider's configuration decides about its diffs (provider_rules.plan_facts):
+        a Kubernetes provider with enableConfigMapMutable updates ConfigMap data in place."""
+        if self.package != "kubernetes":
+            return {}
+        return plan_facts([{key.rsplit(":", 1)[-1]: value for key, value in self.config.items()}])
+
     def _fail(self, context: Any, error: Exception) -> Any:
         context.abort(grpc.StatusCode.UNKNOWN, str(error))
 
@@ -462,7 +473,7 @@ class ProviderDouble(provider_pb2_grpc.ResourceProviderServicer):
         if not changed:
             return provider_pb2.DiffResponse(changes=provider_pb2.DiffResponse.DIFF_NONE)
         type_ = request.type or request.urn.split("::")[2].split("$")[-1]
-        replaced = provider_replacements(type_, news, changed)
+        replaced = provider_replacements(type_, news, changed, self.facts())
         top = sorted({path.split(".", 1)[0].split("[", 1)[0] for path in changed})
         replaces = sorted({path.split(".", 1)[0].split("[", 1)[0] for path, _ in replaced})
         return provider_pb2.DiffResponse(
