@@ -215,7 +215,7 @@ def test_a_redirect_to_a_server_with_an_empty_zone_is_unavailable(status):
         (decision,) = reconcile.reconcile_tpu_vms("p", [("demo-tpu", ZONE)], client=client, now=now)
     assert api.calls and not elsewhere.calls
     assert (decision.action, decision.generation, decision.unavailable) == ("keep", None, True)
-    redirect = f"answered with HTTP {status}, a redirect to '{elsewhere.endpoint}/v2alpha1/projects/p"
+    redirect = f"answered with HTTP {status}, a redirect to '{elsewhere.endpoint}/v2/projects/p"
     assert redirect in decision.message
 
 
