@@ -96,21 +96,24 @@ def schema_errors(api: str, version: str, name: str, instance: Any) -> list[str]
     return sorted(f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}" for e in errors)
 
 
-def method(api: str, version: str, path: str) -> dict[str, Any]:
-    """The method of the document whose ``flatPath`` (or ``path``) matches the request path
-    ``path`` (``/v2/projects/p/locations/z/nodes``): its id, request and response schemas."""
+def method(api: str, version: str, http_method: str, path: str) -> dict[str, Any]:
+    """The method of the document that answers ``http_method`` at the request path ``path``
+    (``/v2/projects/p/locations/z/nodes``): its id, request and response schemas. Matched on each
+    method's ``flatPath`` (its ``path`` where it has none); of several, the most literal one.
+    ``KeyError`` when no method of the document is there."""
     document = discovery_document(api, version)
-    base = "/" + document.get("servicePath", "").strip("/")
-    relative = path[len(base) :].lstrip("/") if path.startswith(base) else path.lstrip("/")
+    relative = path.lstrip("/")
+    base = document.get("servicePath", "").strip("/")
+    if base and relative.startswith(base + "/"):
+        relative = relative[len(base) + 1 :]
     found = []
     for candidate in _methods(document.get("resources", {})):
-        for template in (candidate.get("flatPath"), candidate.get("path")):
-            if template and re.fullmatch(_template_pattern(template), relative):
-                found.append(candidate)
-                break
+        template = candidate.get("flatPath") or candidate["path"]
+        if candidate["httpMethod"] == http_method and re.fullmatch(_template_pattern(template), relative):
+            found.append((len(re.sub(r"\{[^}]+\}", "", template)), candidate))
     if not found:
-        raise KeyError(f"{api} {version} has no method at {path!r}")
-    return found[0]
+        raise KeyError(f"{api} {version} has no method {http_method} {path}")
+    return max(found, key=lambda pair: pair[0])[1]
 
 
 def _methods(resources: dict[str, Any]) -> list[dict[str, Any]]:
@@ -128,3 +131,47 @@ def _template_pattern(template: str) -> str:
         "[^?]+" if part.startswith("{+") else "[^/?]+" if part.startswith("{") else re.escape(part)
         for part in parts
     )
+
+
+class CheckedAgainstDiscovery:
+    """A fake Google API (mixed into a ``LoopbackJsonServer``) whose every successful answer, and
+    every request body it is sent, is checked against the discovery documents ``APIS``: the path
+    must be a published method's, the body its response schema. What does not conform is kept in
+    ``off_schema`` and fails the test when the server closes, unless the test serves a malformed
+    answer on purpose (``allow_off_schema``)."""
+
+    APIS: tuple[tuple[str, str], ...] = ()
+    UNCHECKED_PATHS: tuple[str, ...] = ()
+    """Paths outside every discovery document (an OAuth token endpoint)."""
+    off_schema: list[str]
+    allow_off_schema = False
+
+    def answered(self, http_method: str, path: str, status: int, body: Any, sent: bytes) -> None:
+        if not hasattr(self, "off_schema"):
+            self.off_schema = []
+        if path in self.UNCHECKED_PATHS or not 200 <= status < 300:
+            return
+        for api, version in self.APIS:
+            try:
+                found = method(api, version, http_method, path)
+            except KeyError:
+                continue
+            where = f"{http_method} {path} ({api} {version} {found['id']})"
+            if "request" in found and sent:
+                try:
+                    request = json.loads(sent)
+                except ValueError:
+                    request = sent.decode(errors="replace")
+                errors = schema_errors(api, version, found["request"]["$ref"], request)
+                self.off_schema.extend(f"{where} request: {error}" for error in errors)
+            if "response" in found:
+                errors = schema_errors(api, version, found["response"]["$ref"], body)
+                self.off_schema.extend(f"{where} answer: {error}" for error in errors)
+            return
+        self.off_schema.append(f"{http_method} {path}: no method of {self.APIS} is there")
+
+    def check_closed(self) -> None:
+        """Raises when an answer or a request was off the published schema."""
+        off = getattr(self, "off_schema", [])
+        if off and not self.allow_off_schema:
+            raise AssertionError("the fake answered outside the published schema:\n" + "\n".join(off))

@@ -35,6 +35,7 @@ from urllib.parse import parse_qs
 from tpu_training_components.domain.job_manifests import KUEUE_QUEUE_LABEL, PART_OF, PART_OF_LABEL
 from tpu_training_components.domain.kueue_recovery import KUEUE_JOB_UID_LABEL, KUEUE_WORKLOAD_API_VERSION
 
+from support.discovery import CheckedAgainstDiscovery
 from support.loopback import LoopbackJsonServer, Streamed, not_found
 
 _JOBS = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs$")
@@ -58,7 +59,14 @@ def pod(owner: str, started: str, *, index: int = 0) -> dict[str, Any]:
             "phase": "Running",
             "startTime": started,
             "containerStatuses": [
-                {"name": "trainer", "ready": True, "state": {"running": {"startedAt": started}}}
+                {
+                    "name": "trainer",
+                    "ready": True,
+                    "restartCount": 0,
+                    "image": "trainer:1",
+                    "imageID": "trainer@sha256:" + "0" * 64,
+                    "state": {"running": {"startedAt": started}},
+                }
             ],
         },
     }
@@ -476,12 +484,27 @@ def jobset(
         "spec": {"replicatedJobs": [{"name": "slice-job", "replicas": 2, "template": {}}]},
         "status": {
             "conditions": [
-                {"type": kind, "status": "True", "reason": reason, "message": f"{reason} happened"}
+                {
+                    "type": kind,
+                    "status": "True",
+                    "reason": reason,
+                    "message": f"{reason} happened",
+                    "lastTransitionTime": "2026-11-21T10:00:00Z",
+                }
                 for kind, reason in conditions
             ],
             "restarts": restarts,
             "restartsCountTowardsMax": restarts,
-            "replicatedJobsStatus": [{"name": "slice-job", "ready": ready, "active": 2}],
+            "replicatedJobsStatus": [
+                {
+                    "name": "slice-job",
+                    "ready": ready,
+                    "active": 2,
+                    "failed": 0,
+                    "succeeded": 0,
+                    "suspended": 0,
+                }
+            ],
         },
     }
 
@@ -502,7 +525,7 @@ class FakeJobSetApi(FakeKubernetesApi):
         if not path.startswith(_JOBSETS):
             return super().route(method, path, query, headers)
         if not self.crd_installed:
-            return not_found()
+            return _kubernetes_not_found()
         namespace, _, plural = path[len(_JOBSETS) :].partition("/")
         if plural != "jobsets":
             return not_found()
@@ -748,7 +771,12 @@ current-context: fake
     return path
 
 
-class FakeGkeApi(LoopbackJsonServer):
+class FakeGkeApi(CheckedAgainstDiscovery, LoopbackJsonServer):
+    """GKE's ``projects.locations.clusters.get``; every answer checked against container v1's
+    discovery document."""
+
+    APIS = (("container", "v1"),)
+
     def __init__(self) -> None:
         super().__init__()
         self.clusters: dict[str, dict[str, Any]] = {}

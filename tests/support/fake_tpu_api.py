@@ -13,12 +13,15 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
+from support.discovery import CheckedAgainstDiscovery
 from support.loopback import LoopbackJsonServer, not_found
 
 _LIST = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/nodes$")
 
 
-class FakeTpuApi(LoopbackJsonServer):
+class FakeTpuApi(CheckedAgainstDiscovery, LoopbackJsonServer):
+    APIS = (("tpu", "v2"),)
+
     def __init__(self, tls: Optional[tuple[Path, Path]] = None) -> None:
         super().__init__(tls)
         self.nodes: dict[str, list[dict[str, Any]]] = {}

@@ -73,6 +73,9 @@ class LoopbackJsonServer(BackgroundServer):
                     status, body = server.fail_with, {"error": {"code": server.fail_with, "message": "boom"}}
                 else:
                     status, body = server.route(method, path, query, dict(self.headers.items()))
+                    if server.raw_body is None and not isinstance(body, Streamed):
+                        sent = server.bodies[-1] if method == "POST" and server.bodies else b""
+                        server.answered(method, path, status, body, sent)
                 if isinstance(body, Streamed):
                     self._stream(status, body)
                     return
@@ -130,6 +133,18 @@ class LoopbackJsonServer(BackgroundServer):
 
     def route(self, method: str, path: str, query: str, headers: dict[str, str]) -> tuple[int, Any]:
         raise NotImplementedError
+
+    def answered(self, method: str, path: str, status: int, body: Any, sent: bytes) -> None:
+        """Told of every answer ``route`` gave (and the request's body): a fake checked against a
+        published schema overrides it (``support.discovery.CheckedAgainstDiscovery``)."""
+
+    def check_closed(self) -> None:
+        """Called as the server closes, after a ``with`` block that raised nothing."""
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
+        if exc[0] is None:
+            self.check_closed()
 
 
 class Streamed:
