@@ -313,6 +313,7 @@ def test_the_beacon_turns_the_metadata_servers_notice_into_one_save(
         beacon.saved_for(token)
         assert beacon.requested() == 0
         # Not what the key answers (a JSON string): said once, nothing breaks.
+        server.allow_off_schema = True
         server.upcoming = "garbage"
         reads = len(upcoming_reads(server))
         wait_until("garbage read twice", lambda: len(upcoming_reads(server)) >= reads + 2)
@@ -427,6 +428,9 @@ def test_two_hosts_save_once_for_a_request_and_a_stopped_host_shows_as_stalled(t
     # {"error": ...}, host 1's {}; neither is a notice, and neither is said.
     metadata = [FakeMetadataServer().__enter__() for _ in range(HOSTS)]
     metadata[1].none_status = 200
+    # Host 1's will announce in the TPU API's camelCase, which a VM's server does not write: the
+    # trainer reads it all the same.
+    metadata[1].allow_off_schema = True
     pods: list[Pod] = gang(job_pod(store, run), HOSTS)
     pods = [
         replace(

@@ -35,6 +35,7 @@ from urllib.parse import parse_qs
 from tpu_training_components.domain.job_manifests import KUEUE_QUEUE_LABEL, PART_OF, PART_OF_LABEL
 from tpu_training_components.domain.kueue_recovery import KUEUE_JOB_UID_LABEL, KUEUE_WORKLOAD_API_VERSION
 
+from support.crds import CheckedAgainstKubernetes
 from support.discovery import CheckedAgainstDiscovery
 from support.loopback import LoopbackJsonServer, Streamed, not_found
 
@@ -279,6 +280,7 @@ class _Watches:
             item["metadata"]["resourceVersion"] = str(self.revision)
             if resource != "nodes":
                 item["metadata"]["namespace"] = namespace
+            self.check_object(f"a watched {resource} object", item)  # type: ignore[attr-defined]
             items = self._collection(resource, namespace)
             names = [i["metadata"]["name"] for i in items]
             name = item["metadata"]["name"]
@@ -388,7 +390,7 @@ class _Watches:
                 return
 
 
-class FakeKubernetesApi(_Watches, LoopbackJsonServer):
+class FakeKubernetesApi(CheckedAgainstKubernetes, _Watches, LoopbackJsonServer):
     def __init__(self, tls: Optional[tuple[Path, Path]] = None) -> None:
         super().__init__(tls)
         self.jobs: dict[str, list[dict[str, Any]]] = {}
@@ -441,7 +443,7 @@ class FakeKubernetesApi(_Watches, LoopbackJsonServer):
             }
         match = _JOBS.match(path)
         if match is None:
-            return not_found()
+            return _kubernetes_not_found()
         self.selectors.append(selector)
         items = [i for i in self.jobs.get(match.group(1), []) if _selected(i, selector)]
         return 200, {
@@ -528,7 +530,7 @@ class FakeJobSetApi(FakeKubernetesApi):
             return _kubernetes_not_found()
         namespace, _, plural = path[len(_JOBSETS) :].partition("/")
         if plural != "jobsets":
-            return not_found()
+            return _kubernetes_not_found()
         if _watching(query):
             return self.serve("jobsets", namespace, query)
         terms = filter(None, parse_qs(query).get("labelSelector", [""])[0].split(","))

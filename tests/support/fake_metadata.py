@@ -8,17 +8,24 @@ docs/fidelity.md; tests/test_fidelity.py checks what this fake serves against th
 - ``instance/maintenance-event`` and ``instance/preempted`` answer plain text with an ``ETag``;
   with ``?wait_for_change=true`` the answer waits until the value differs from ``last_etag``
   (at once when it already does) or ``timeout_sec`` passes (then the same value).
+
+Every notice and value it serves is checked as it is served (``published_errors``): a notice
+must be compute v1's ``UpcomingMaintenance`` in snake_case with string booleans, a watched key's
+value one of those documented. What does not conform fails the test when the server closes,
+unless the test serves it on purpose (``allow_off_schema``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Optional
 from urllib.parse import parse_qs
 
+from support.discovery import discovery_document
 from support.loopback import BackgroundServer
 
 PREFIX = "/computeMetadata/v1/instance/"
@@ -29,6 +36,47 @@ NOTHING_SCHEDULED = {"error": "no notifications have been received yet, try agai
 """The body of the 503 the server answers upcoming-maintenance with when nothing is scheduled."""
 LONGEST_WAIT = 30.0
 """A hanging GET in a test never waits longer than this, whatever its timeout_sec says."""
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
+
+
+def notice_schema() -> dict[str, Any]:
+    """``instance/upcoming-maintenance`` as the host-maintenance page shows it: compute v1's
+    ``UpcomingMaintenance`` fields in snake_case, its booleans as the strings "true"/"false"."""
+    published = discovery_document("compute", "v1")["schemas"]["UpcomingMaintenance"]["properties"]
+    properties: dict[str, Any] = {}
+    for name, field in published.items():
+        if field["type"] == "boolean":
+            properties[_snake(name)] = {"enum": ["true", "false"]}
+        elif field["type"] == "array":
+            properties[_snake(name)] = {"type": "array", "items": {"enum": field["items"]["enum"]}}
+        else:
+            properties[_snake(name)] = {
+                "type": "string",
+                **({"enum": field["enum"]} if "enum" in field else {}),
+            }
+    return {"type": "object", "properties": properties, "additionalProperties": False}
+
+
+def documented_values() -> dict[str, set[str]]:
+    """The values of the watched keys: ``maintenance-event`` is NONE or X_ON_HOST_MAINTENANCE
+    for each X of compute v1's ``Scheduling.onHostMaintenance``; ``preempted`` TRUE or FALSE."""
+    scheduling = discovery_document("compute", "v1")["schemas"]["Scheduling"]["properties"]
+    on_host = {f"{value}_ON_HOST_MAINTENANCE" for value in scheduling["onHostMaintenance"]["enum"]}
+    return {MAINTENANCE_EVENT: {"NONE", *on_host}, PREEMPTED: {"TRUE", "FALSE"}}
+
+
+def published_errors(path: str, answer: Any) -> list[str]:
+    """What Compute Engine's documentation finds wrong with ``answer`` at ``path``; []: none."""
+    import jsonschema
+
+    if path == UPCOMING:
+        found = jsonschema.Draft202012Validator(notice_schema()).iter_errors(answer)
+        return sorted(f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}" for e in found)
+    allowed = documented_values()[path]
+    return [] if answer in allowed else [f"{answer!r} is none of {sorted(allowed)}"]
 
 
 def etag_of(value: str) -> str:
@@ -48,6 +96,8 @@ class FakeMetadataServer(BackgroundServer):
         """Each request: path, query, its Metadata-Flavor header."""
         self.changed = threading.Condition()
         self.closing = False
+        self.off_schema: list[str] = []
+        self.allow_off_schema = False
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -71,6 +121,7 @@ class FakeMetadataServer(BackgroundServer):
                     self._send(503, "application/json", json.dumps(NOTHING_SCHEDULED).encode())
                     return
                 body = fake.upcoming if fake.upcoming is not None else {}
+                fake.off_schema.extend(f"{UPCOMING}: {e}" for e in published_errors(UPCOMING, body))
                 self._send(200, "application/json", json.dumps(body).encode())
 
             def _text(self, path: str, query: dict[str, list[str]]) -> None:
@@ -90,6 +141,7 @@ class FakeMetadataServer(BackgroundServer):
                             timeout=timeout,
                         )
                     value = fake.values[path]
+                fake.off_schema.extend(f"{path}: {e}" for e in published_errors(path, value))
                 self._send(200, "application/text", value.encode(), etag=etag_of(value))
 
             def _send(self, status: int, kind: str, body: bytes, etag: Optional[str] = None) -> None:
@@ -125,6 +177,10 @@ class FakeMetadataServer(BackgroundServer):
             self.closing = True
             self.changed.notify_all()
         super().__exit__(*exc)
+        if exc[0] is None and self.off_schema and not self.allow_off_schema:
+            raise AssertionError(
+                "the fake served outside what Compute Engine documents:\n" + "\n".join(self.off_schema)
+            )
 
     def waits(self, path: str) -> int:
         """How many hanging GETs of ``path`` were made."""
