@@ -20,9 +20,18 @@ class BackgroundServer:
     ``_serve_in_background`` with it."""
 
     server: socketserver.BaseServer
+    allow_off_schema = False
+    """A fake that checks what it serves against a published schema fails the test that made
+    it serve something off that schema, when it closes; a test that does so on purpose sets this."""
+
+    def off_schema_found(self, where: str, errors: Iterable[str]) -> None:
+        """Keep ``errors`` (what a published schema found wrong at ``where``) for the close."""
+        self.off_schema.extend(f"{where}: {error}" for error in errors)
 
     def _serve_in_background(self, server: socketserver.BaseServer) -> None:
         self.server = server
+        self.off_schema: list[str] = []
+        """What a published schema found wrong in what this fake served (``off_schema_found``)."""
         # A short poll: shutdown() waits for the loop to notice, up to this long (default 0.5 s).
         self._thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
 
@@ -33,6 +42,10 @@ class BackgroundServer:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+        if exc[0] is None and self.off_schema and not self.allow_off_schema:
+            raise AssertionError(
+                "the fake served outside its published schema:\n" + "\n".join(self.off_schema)
+            )
 
 
 class LoopbackJsonServer(BackgroundServer):
@@ -137,14 +150,6 @@ class LoopbackJsonServer(BackgroundServer):
     def answered(self, method: str, path: str, status: int, body: Any, sent: bytes) -> None:
         """Told of every answer ``route`` gave (and the request's body): a fake checked against a
         published schema overrides it (``support.discovery.CheckedAgainstDiscovery``)."""
-
-    def check_closed(self) -> None:
-        """Called as the server closes, after a ``with`` block that raised nothing."""
-
-    def __exit__(self, *exc: object) -> None:
-        super().__exit__(*exc)
-        if exc[0] is None:
-            self.check_closed()
 
 
 class Streamed:
