@@ -346,3 +346,29 @@ def test_each_jobset_the_fake_serves_is_valid_for_jobsets_crd():
     workload["status"]["admission"]["clusterQueue"] = 7
     assert schema_errors(workload, KUEUE_CRDS / "kueue.x-k8s.io_workloads.yaml") != []
     assert crd_validator  # (the validator every CRD check here goes through: support.crds)
+
+
+# --- Cloud Storage ---------------------------------------------------------------------------------
+
+
+def test_the_storage_emulator_answers_objects_as_storage_v1_publishes():
+    """The trainer's clients upload, read and list objects (tensorstore, gcsfs); the emulator's
+    answers to each are storage v1's ``Object`` and ``Objects``, and a renamed field is caught."""
+    from support.loopback_gcs import LoopbackGcs
+
+    with LoopbackGcs("bucket") as gcs:
+        upload = urllib.request.Request(
+            f"{gcs.endpoint}/upload/storage/v1/b/bucket/o?uploadType=media&name=run/1/a.txt",
+            data=b"hello",
+            method="POST",
+            headers={"Content-Type": "text/plain"},
+        )
+        with urllib.request.urlopen(upload, timeout=10) as answer:
+            uploaded = json.loads(answer.read())
+        _, read = get(f"{gcs.endpoint}/storage/v1/b/bucket/o/run%2F1%2Fa.txt")
+        _, listed = get(f"{gcs.endpoint}/storage/v1/b/bucket/o?prefix=run/")
+    assert google_errors("storage", "v1", "Object", uploaded) == []
+    assert google_errors("storage", "v1", "Object", read) == [] and read["size"] == "5"
+    assert google_errors("storage", "v1", "Objects", listed) == [] and len(listed["items"]) == 1
+    read["generations"] = read.pop("generation")
+    assert any("'generations' was unexpected" in e for e in google_errors("storage", "v1", "Object", read))
