@@ -35,6 +35,7 @@ from support.discovery import discovery_document, method
 from support.discovery import schema_errors as google_errors
 from support.fake_kube_nodes import FakeNodeApi, gke_node
 from support.fake_metadata import (
+    EXAMPLE_NOTICE,
     MAINTENANCE_EVENT,
     UPCOMING,
     FakeMetadataServer,
@@ -200,7 +201,7 @@ def metadata_errors(notice: Any) -> list[str]:
     return published_errors(UPCOMING, notice)
 
 
-def test_the_metadata_fake_serves_what_compute_engine_documents(train_notice: dict[str, Any]):
+def test_the_metadata_fake_serves_what_compute_engine_documents():
     assert documented_values()[MAINTENANCE_EVENT] == {
         "NONE",
         "MIGRATE_ON_HOST_MAINTENANCE",
@@ -212,7 +213,7 @@ def test_the_metadata_fake_serves_what_compute_engine_documents(train_notice: di
         assert status == 503 and set(body) == {"error"}
         server.none_status = 200
         assert get(server.url + "?alt=json", **{"Metadata-Flavor": "Google"}) == (200, {})
-        server.upcoming = train_notice
+        server.upcoming = EXAMPLE_NOTICE
         status, body = get(server.url + "?alt=json", **{"Metadata-Flavor": "Google"})
         assert status == 200 and metadata_errors(body) == [] and server.off_schema == []
         # Without the header the server refuses.
@@ -237,18 +238,8 @@ def urllib_status(url: str) -> int:
         return error.code
 
 
-@pytest.fixture
-def train_notice() -> dict[str, Any]:
-    """The notice the trainer's tests feed the fake (tests/test_trainer_progress.py)."""
-    from test_trainer_progress import NOTICE as SNAKE
-
-    return dict(SNAKE)
-
-
-def test_a_notice_in_the_wrong_spelling_or_with_a_real_boolean_is_not_the_metadata_servers(
-    train_notice: dict[str, Any],
-):
-    assert metadata_errors(train_notice) == []
+def test_a_notice_in_the_wrong_spelling_or_with_a_real_boolean_is_not_the_metadata_servers():
+    assert metadata_errors(EXAMPLE_NOTICE) == []
     assert metadata_errors(NOTICE) != []  # the TPU API's camelCase: not what the VM's server writes
     assert any("'windowStartTime' was unexpected" in e for e in metadata_errors({"windowStartTime": "x"}))
     assert any("can_reschedule: False is not one of" in e for e in metadata_errors({"can_reschedule": False}))

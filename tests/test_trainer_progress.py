@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import Any, Iterator
 
 import pytest
-from support.fake_metadata import MAINTENANCE_EVENT, PREEMPTED, FakeMetadataServer
+from support.fake_metadata import EXAMPLE_NOTICE, MAINTENANCE_EVENT, PREEMPTED, FakeMetadataServer
 from support.sandbox import LocalStore, Output, Pod, gang, job_pod, trainer_module
 from tpu_training_components.domain.progress import read_record as parse_record
 
@@ -156,14 +156,7 @@ def test_the_beacon_publishes_progress_and_reads_requests_once(
     assert "save-requested" not in capsys.readouterr().out
 
 
-NOTICE = {
-    "type": "SCHEDULED",
-    "window_start_time": "2026-11-26T04:00:00Z",
-    "window_end_time": "2026-11-26T08:00:00Z",
-    "latest_window_start_time": "2026-11-26T04:00:01Z",
-    "can_reschedule": "false",
-    "maintenance_status": "PENDING",
-}
+NOTICE = dict(EXAMPLE_NOTICE)
 """The metadata server's upcoming-maintenance answer as Compute Engine's host-maintenance page
 shows it: snake_case, ``can_reschedule`` a string (tests/test_fidelity.py pins the shape)."""
 CAMEL_NOTICE = {

@@ -34,6 +34,16 @@ MAINTENANCE_EVENT = PREFIX + "maintenance-event"
 PREEMPTED = PREFIX + "preempted"
 NOTHING_SCHEDULED = {"error": "no notifications have been received yet, try again later"}
 """The body of the 503 the server answers upcoming-maintenance with when nothing is scheduled."""
+EXAMPLE_NOTICE = {
+    "type": "SCHEDULED",
+    "window_start_time": "2026-11-26T04:00:00Z",
+    "window_end_time": "2026-11-26T08:00:00Z",
+    "latest_window_start_time": "2026-11-26T04:00:01Z",
+    "can_reschedule": "false",
+    "maintenance_status": "PENDING",
+}
+"""An upcoming-maintenance answer as Compute Engine's host-maintenance page shows it: snake_case,
+``can_reschedule`` a string."""
 LONGEST_WAIT = 30.0
 """A hanging GET in a test never waits longer than this, whatever its timeout_sec says."""
 
