@@ -2,6 +2,7 @@
 starts, polling alone vs watching the cluster.
 
     .venv/bin/python benchmarks/recovery_slo.py [--smoke] [--trials N] [--interval SECONDS] [--json FILE]
+    .venv/bin/python benchmarks/recovery_slo.py --engine ...   (the real engine: engine_recovery.py)
 
 A closed loop: `infra.recover`'s own `watch()` and `Recoverer` with the real `Probe` (the real
 Cloud TPU and Kubernetes clients) against the loopback fakes of both APIs, with `pulumi up`
@@ -468,7 +469,18 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=8, help="trials per cause and mode")
     parser.add_argument("--interval", type=float, default=10.0, help="seconds between rounds (the backstop)")
     parser.add_argument("--json", type=Path, help="write the figures to this file")
+    parser.add_argument(
+        "--engine",
+        action="store_true",
+        help="the real Pulumi engine's `pulumi up` in the loop, timed to the recovered resource "
+        "(benchmarks/engine_recovery.py; needs `bash .ci/engine`)",
+    )
     args = parser.parse_args()
+    if args.engine:
+        import engine_recovery
+
+        engine_recovery.run(1 if args.smoke else args.trials, args.json)
+        return
     trials, interval = (1, 0.5) if args.smoke else (args.trials, args.interval)
     # --smoke: shorter waits all round, the gap between rounds included (its figures are not the
     # command's; it shows the loop works).

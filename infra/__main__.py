@@ -330,6 +330,9 @@ def declare_tpu_vms(
                 "recovery_cause": recovery.vm_cause(vm.name),
                 "restart_generation": vm.restart_generation,
                 "external_ip": vm.external_ip,
+                # A secret anywhere in tpuVms (`pulumi config set --secret --path
+                # 'tpuVms[0].env.KEY'`) makes the whole key secret, the startup script included.
+                "secret_metadata": stack_config.is_config_secret(f"{stack_config.PROJECT}:tpuVms"),
                 "network": vm_network,
                 "subnetwork": vm_subnetwork,
                 "labels": derived.common_labels(settings),
@@ -568,7 +571,10 @@ def export_outputs(
 ) -> None:
     recovered_vms, recovered_jobs = last.recovered_vms, last.recovered_jobs
     pulumi.export("checkpointBuckets", {region: b.url for region, b in buckets.items()})
-    last.export("trainingEnvironments", tpu_vms.environments, recovered_vms)
+    environments: Any = tpu_vms.environments
+    if stack_config.is_config_secret(f"{stack_config.PROJECT}:tpuVms"):
+        environments = pulumi.Output.secret(environments)  # they hold the secret env values
+    last.export("trainingEnvironments", environments, recovered_vms)
     last.export(
         "tpuVms",
         {name: {"zone": v.zone, "state": v.state, "health": v.health} for name, v in tpu_vms.vms.items()},

@@ -54,7 +54,7 @@ class LoopbackJsonServer(BackgroundServer):
     def __init__(self, tls: Optional[tuple[Path, Path]] = None) -> None:
         self.calls: list[str] = []
         self.bodies: list[bytes] = []
-        """The body of each POST request, in order."""
+        """The body of each POST, PUT and PATCH request, in order."""
         self.headers: list[dict[str, str]] = []
         """Each request's headers, names in lower case."""
         self.fail_with: int | None = None
@@ -72,9 +72,21 @@ class LoopbackJsonServer(BackgroundServer):
                 self._answer("GET")
 
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                self._answer_with_body("POST")
+
+            def do_PUT(self) -> None:  # noqa: N802 - http.server's naming
+                self._answer_with_body("PUT")
+
+            def do_PATCH(self) -> None:  # noqa: N802 - http.server's naming
+                self._answer_with_body("PATCH")
+
+            def do_DELETE(self) -> None:  # noqa: N802 - http.server's naming
+                self._answer("DELETE")
+
+            def _answer_with_body(self, method: str) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 server.bodies.append(self.rfile.read(length))
-                self._answer("POST")
+                self._answer(method)
 
             def _answer(self, method: str) -> None:
                 path, _, query = self.path.partition("?")

@@ -61,6 +61,7 @@ _UNDERSTOOD = frozenset(
         "pageToken",
         "ifGenerationMatch",  # below
         "ifGenerationNotMatch",  # below
+        "project",  # a bucket insert's project (the emulator has one)
     }
 )
 # The JSON API's paths; anything else (the emulator's own extras, a metadata-server probe sent

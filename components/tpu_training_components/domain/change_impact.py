@@ -262,6 +262,31 @@ def _parent_first(resources: Mapping[str, Mapping[str, Any]]) -> list[str]:
 # --- One resource --------------------------------------------------------------------------------
 
 
+def provider_replacements(
+    type_: str,
+    new_inputs: Mapping[str, Any],
+    changed: Sequence[str],
+    context: Optional[Mapping[str, Any]] = None,
+) -> list[tuple[str, str]]:
+    """The paths among ``changed`` (a resource's changed inputs) for which its provider answers
+    "replace", each with where that rule was read: what the provider's Diff decides, before the
+    engine adds its own reasons (triggers, replaceOnChanges, a replaced provider)."""
+    rules = rules_for(type_, new_inputs)
+    if rules is None or not changed:
+        return []
+    found = [
+        (path, rules.source)
+        for path in changed
+        if rules.replace_any
+        or any(_covers(path, rule) for rule in rules.replace)
+        or any(_components(path) == _components(rule) for rule in rules.replace_if_added_or_removed)
+    ]
+    found += [
+        (path, rules.source) for path in content_replacements(type_, new_inputs, changed, context or {})
+    ]
+    return found
+
+
 def classify(
     urn: str,
     type_: str,
@@ -307,18 +332,11 @@ def classify(
         because.append(f"its provider is replaced, and every resource on it with it [{_ENGINE}]")
 
     rules = rules_for(type_, new_inputs)
+    because.extend(
+        f"{path} changed [{source}]"
+        for path, source in provider_replacements(type_, new_inputs, changed, context)
+    )
     if rules is not None and changed:
-        for path in changed:
-            if (
-                rules.replace_any
-                or any(_covers(path, rule) for rule in rules.replace)
-                or any(_components(path) == _components(rule) for rule in rules.replace_if_added_or_removed)
-            ):
-                because.append(f"{path} changed [{rules.source}]")
-        because.extend(
-            f"{path} changed [{rules.source}]"
-            for path in content_replacements(type_, new_inputs, changed, context)
-        )
         for path in changed:
             for rule, note in rules.notes.items():
                 if _covers(path, rule) and note not in notes:

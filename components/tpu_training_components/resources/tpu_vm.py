@@ -58,6 +58,9 @@ class PreemptibleTpuVmArgs(TypedDict):
     node's metadata in place and reaches the trainer only at the node's next boot. Default 0."""
     external_ip: NotRequired[bool]
     """Give the workers external IPs (default False: reach the internet through Cloud NAT)."""
+    secret_metadata: NotRequired[bool]
+    """The startup script holds a secret (an ``environment`` value from secret config): keep the
+    node's metadata encrypted in the stack's state. Default False."""
     network: NotRequired[Optional[pulumi.Input[str]]]
     """VPC network (name or id, e.g. ``TrainingNetwork.network_id``); the project's ``default``
     network when omitted. Without external IPs, it must have Private Google Access (Cloud TPU API
@@ -212,7 +215,9 @@ class PreemptibleTpuVm(pulumi.ComponentResource):
                 else None
             ),
             labels=labels,
-            metadata=metadata,
+            # A secret in the environment would otherwise sit in the state as plain text: the
+            # engine encrypts only values the program marks secret.
+            metadata=pulumi.Output.secret(metadata) if args.get("secret_metadata") else metadata,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 # A new generation re-creates the node: that is how `pulumi up` recovers it, and

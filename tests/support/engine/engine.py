@@ -1,0 +1,161 @@
+"""The real Pulumi CLI, built by .ci/engine, run on a copy of this project with a file backend and
+the doubles as its plugins (``support.engine``). One ``EngineProject`` is one project folder, one
+backend and one set of loopback fakes; its ``pulumi(...)`` runs a CLI command there as a user
+would, and ``recover(...)`` runs ``python -m infra.recover`` there."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from tpu_training_components.live.endpoints import STORAGE_ENDPOINT_VARIABLE, TPU_ENDPOINT_VARIABLE
+
+REPO = Path(__file__).resolve().parents[3]
+ENGINE_BIN = REPO / ".engine" / "bin"
+PASSPHRASE = "engine-tests"
+COMMAND_TIMEOUT = 300
+"""Seconds any one CLI command may take on a loaded two-core machine before the test fails."""
+
+
+def engine_version() -> Optional[str]:
+    """The version .ci/engine built, or None when the engine is not built here."""
+    stamp = ENGINE_BIN / "VERSION"
+    if not (ENGINE_BIN / "pulumi").is_file() or not stamp.is_file():
+        return None
+    return stamp.read_text().strip()
+
+
+def _plugin(folder: Path, name: str, module: str, *args: str) -> None:
+    """An executable ``name`` in ``folder`` that runs ``python -m module args... "$@"`` with this
+    interpreter, as the engine starts a plugin found on PATH."""
+    script = folder / name
+    quoted = " ".join([sys.executable, "-m", module, *args])
+    script.write_text(f'#!/bin/sh\nexec {quoted} "$@"\n')
+    script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+class EngineProject:
+    """This project copied into ``folder`` (Pulumi.yaml, infra/, trainer/, the README's .venv), a
+    file backend beside it, and the CLI's environment pointing at the fakes' endpoints."""
+
+    def __init__(self, folder: Path, endpoints: dict[str, str]) -> None:
+        self.root = folder / "project"
+        self.root.mkdir(parents=True)
+        shutil.copy(REPO / "Pulumi.yaml", self.root / "Pulumi.yaml")
+        for part in ("infra", "trainer"):
+            shutil.copytree(REPO / part, self.root / part, ignore=shutil.ignore_patterns("__pycache__"))
+        # Pulumi.yaml's runtime names .venv: the README's, with the stack's pins installed.
+        (self.root / ".venv").symlink_to(Path(sys.executable).parent.parent)
+        plugins = folder / "plugins"
+        plugins.mkdir()
+        _plugin(plugins, "pulumi-resource-gcp", "support.engine.providers", "gcp")
+        _plugin(plugins, "pulumi-resource-kubernetes", "support.engine.providers", "kubernetes")
+        _plugin(plugins, "pulumi-language-python", "support.engine.language_host")
+        (folder / "state").mkdir()
+        self.env = {
+            # The program reads the live state here (conftest's TPU_TRAINING_OFFLINE keeps the
+            # other tests off it), from the fakes the endpoints below name.
+            **{
+                k: v
+                for k, v in os.environ.items()
+                if not k.startswith("PULUMI_") and k != "TPU_TRAINING_OFFLINE"
+            },
+            "PATH": os.pathsep.join([str(plugins), str(ENGINE_BIN), os.environ.get("PATH", "")]),
+            "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO)]),
+            "PULUMI_HOME": str(folder / "home"),
+            "PULUMI_BACKEND_URL": f"file://{folder / 'state'}",
+            "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
+            "PULUMI_SKIP_UPDATE_CHECK": "true",
+            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+            "PULUMI_LANGUAGE_PYTHON_EXEC": str(ENGINE_BIN / "pulumi-language-python-exec"),
+            **endpoints,
+        }
+
+    def pulumi(
+        self, *args: str, check: bool = True, timeout: float = COMMAND_TIMEOUT
+    ) -> subprocess.CompletedProcess:
+        """``pulumi ARGS --non-interactive`` in the project folder."""
+        done = subprocess.run(
+            [str(ENGINE_BIN / "pulumi"), *args, "--non-interactive"],
+            cwd=self.root,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(
+                f"`pulumi {' '.join(args)}` exited {done.returncode}:\n"
+                f"{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
+            )
+        return done
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.pulumi(*args, "--json").stdout)
+
+    def state(self, stack: str) -> Any:
+        """The stack's state as `pulumi stack export` writes it (a versioned deployment)."""
+        return json.loads(self.pulumi("stack", "export", "--stack", stack).stdout)
+
+    def resources(self, stack: str) -> dict[str, Any]:
+        """The resources in the stack's state, by URN."""
+        return {r["urn"]: r for r in self.state(stack)["deployment"].get("resources", [])}
+
+    def set_config(self, stack: str, key: str, value: Any) -> None:
+        """An edit of the stack file, as a user makes one (no `pulumi up`)."""
+        path = self.root / f"Pulumi.{stack}.yaml"
+        document = yaml.safe_load(path.read_text()) or {}
+        document.setdefault("config", {})[key] = value
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+
+    def init(self, stack: str, config: dict[str, Any]) -> None:
+        """``pulumi stack init`` and the stack's config as a user writes it: ``Pulumi.STACK.yaml``."""
+        self.pulumi("stack", "init", stack)
+        for key, value in config.items():
+            self.set_config(stack, key, value)
+
+    def recover(
+        self, stack: str, *args: str, timeout: float = COMMAND_TIMEOUT
+    ) -> subprocess.CompletedProcess:
+        """``python -m infra.recover --stack STACK --json ARGS`` in the project folder."""
+        return subprocess.run(
+            [sys.executable, "-m", "infra.recover", "--stack", stack, "--json", *args],
+            cwd=self.root,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def start_recover(self, stack: str, *args: str) -> subprocess.Popen:
+        """``recover`` started in the background; the caller waits for it."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "infra.recover", "--stack", stack, "--json", *args],
+            cwd=self.root,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def steps(self, preview_json: Any) -> list[tuple[str, str]]:
+        """(op, URN) of every step `preview --json` lists that changes something."""
+        return [
+            (step["op"], step["urn"])
+            for step in preview_json.get("steps", [])
+            if step["op"] not in ("same", "read", "refresh")
+        ]
+
+
+def endpoints(tpu: Any, storage: Any) -> dict[str, str]:
+    """The variables that point the program's readers and the provider doubles at the fakes."""
+    return {TPU_ENDPOINT_VARIABLE: tpu.endpoint, STORAGE_ENDPOINT_VARIABLE: storage.endpoint}

@@ -1,0 +1,52 @@
+"""The stacks the engine tier and the engine benchmark deploy: small, and each one the dev
+stack's own shape (Pulumi.dev.yaml), so what they pin holds for it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+PROJECT = "engine-test"
+ZONE = "europe-west4-a"
+VM = "demo-tpu"
+JOB = "train-v6e"
+POOL = "v6e-4x4"
+
+# A TPU VM stack: one preemptible v3-8 (the dev stack's), the default network, APIs and buckets.
+TPU_VM_CONFIG: dict[str, Any] = {
+    "gcp:project": PROJECT,
+    "tpu-training:tpuVms": [
+        {
+            "name": VM,
+            "zone": ZONE,
+            "acceleratorType": "v3-8",
+            "runtimeVersion": "tpu-vm-tf-2.16.1-pjrt",
+            "provisioning": "preemptible",
+            "trainCommand": "python3 /opt/trainer/train.py",
+        }
+    ],
+    "tpu-training:trainerCode": {"folder": "trainer", "files": ["train.py", "requirements.txt"]},
+}
+
+
+# A GKE stack: the dev stack's flex-start v6e 4x4 pool and its training Job.
+GKE_CONFIG: dict[str, Any] = {
+    "gcp:project": PROJECT,
+    "tpu-training:cluster": {"name": "tpu-engine", "location": "us-east5"},
+    "tpu-training:nodePools": [
+        {
+            "name": POOL,
+            "machineType": "ct6e-standard-4t",
+            "topology": "4x4",
+            "nodeLocations": ["us-east5-a"],
+        }
+    ],
+    "tpu-training:jobs": [
+        {
+            "name": JOB,
+            "nodePool": POOL,
+            "image": "us-docker.pkg.dev/cloud-tpu-images/jax-ai-image/tpu:latest",
+            "command": ["python3", "/tmp/trainer/train.py"],
+        }
+    ],
+    "tpu-training:trainerCode": TPU_VM_CONFIG["tpu-training:trainerCode"],
+}

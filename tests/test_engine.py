@@ -1,0 +1,414 @@
+"""The engine tier: the real Pulumi CLI (.ci/engine) deploys, recovers and destroys a stack of this
+project, with the provider and language-host doubles of ``support.engine`` as its plugins and the
+loopback fakes as the cloud. Every step, target, replacement, lock and output here is the real
+engine's; docs/engine-tests.md says what the doubles do not prove.
+
+Skipped, with the reason, where .ci/engine has not built the engine; never in CI (CI=true), where
+a missing engine fails every test here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from support.engine.engine import COMMAND_TIMEOUT, REPO, EngineProject, endpoints, engine_version
+from support.engine.fakes import CloudTpuApi, KubernetesApi
+from support.engine.providers import HOLD_VARIABLE, KUBERNETES_API_VARIABLE
+from support.engine.stacks import GKE_CONFIG, TPU_VM_CONFIG, VM, ZONE
+from support.loopback_gcs import LoopbackGcs
+from support.waiting import eventually
+
+pytestmark = pytest.mark.engine
+
+STACK = "engine"
+SECRET = "wandb-key-5f2c"
+URN = f"urn:pulumi:{STACK}::tpu-training::"
+STACK_URN = f"{URN}pulumi:pulumi:Stack::tpu-training-{STACK}"
+VM_URN_PREFIX = f"{URN}tpu-training:compute:PreemptibleTpuVm$gcp:tpu/v2Vm:V2Vm::"
+SECOND_VM_URN = f"{VM_URN_PREFIX}second-tpu-vm"
+JOB_URN = f"{URN}tpu-training:gke:TpuTrainingJob$kubernetes:batch/v1:Job::train-v6e-job"
+
+
+@pytest.fixture(scope="module")
+def engine() -> str:
+    version = engine_version()
+    if version is None:
+        reason = "the Pulumi engine is not built here: run `bash .ci/engine` (docs/engine-tests.md)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}; CI builds it first", pytrace=False)
+        pytest.skip(reason)
+    return version
+
+
+@pytest.fixture
+def cloud() -> Iterator[tuple[CloudTpuApi, LoopbackGcs]]:
+    with CloudTpuApi() as tpu, LoopbackGcs() as storage:
+        yield tpu, storage
+
+
+@pytest.fixture
+def project(engine: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path) -> EngineProject:
+    return EngineProject(tmp_path, endpoints(*cloud))
+
+
+def _urns(steps: list[tuple[str, str]], op: str) -> list[str]:
+    return sorted(urn for step_op, urn in steps if step_op == op)
+
+
+def test_the_readme_deploy_steps_preview_up_output_and_destroy(
+    project: EngineProject, cloud: tuple[CloudTpuApi, LoopbackGcs]
+) -> None:
+    tpu, storage = cloud
+    project.init(STACK, TPU_VM_CONFIG)
+    # A secret as a user sets one: an API key in the VM's environment, encrypted in the stack file.
+    project.pulumi(
+        "config",
+        "set",
+        "--stack",
+        STACK,
+        "--path",
+        "--secret",
+        "tpu-training:tpuVms[0].env.WANDB_API_KEY",
+        SECRET,
+    )
+    assert SECRET not in (project.root / f"Pulumi.{STACK}.yaml").read_text()
+    preview = project.json("preview", "--stack", STACK)
+    creates = _urns(project.steps(preview), "create")
+    assert f"{VM_URN_PREFIX}{VM}-vm" in creates, creates
+    assert tpu.nodes == {}, "a preview creates nothing"
+
+    project.pulumi("up", "--yes", "--stack", STACK)
+    node = tpu.node(ZONE, VM)
+    assert node is not None and node["state"] == "READY"
+    assert node["schedulingConfig"] == {"preemptible": True}
+    assert SECRET in node["metadata"]["startup-script"], "the program got the secret decrypted"
+    outputs = project.json("stack", "output", "--stack", STACK)
+    assert outputs["recoveryGenerations"] == {VM: int(node["labels"]["recovery-generation"])}, outputs
+    assert SECRET not in json.dumps(project.state(STACK)), "the state keeps it encrypted"
+
+    # The README's teardown: destroy is refused while the buckets are protected...
+    refused = project.pulumi("destroy", "--yes", "--stack", STACK, check=False)
+    assert refused.returncode != 0 and "because it is protected" in refused.stdout + refused.stderr
+    assert tpu.node(ZONE, VM) is not None, "a refused destroy deletes nothing"
+    # ...then protection is lifted in place, and destroy leaves the buckets (retainOnDelete).
+    project.pulumi("config", "set", "--path", "tpu-training:bucket.protect", "false", "--stack", STACK)
+    lifted = project.json("preview", "--stack", STACK)
+    assert _urns(project.steps(lifted), "delete") == [] and _urns(project.steps(lifted), "replace") == []
+    project.pulumi("up", "--yes", "--stack", STACK)
+    buckets = project.json("stack", "output", "checkpointBuckets", "--stack", STACK)
+    project.pulumi("destroy", "--yes", "--stack", STACK)
+    assert tpu.nodes == {ZONE: []}, "destroy deletes the VM"
+    kept = sorted(f"gs://{name}" for name in storage.storage.buckets)
+    assert kept == sorted(buckets.values()), "the checkpoint buckets outlive the stack"
+    assert project.resources(STACK) == {}
+    project.pulumi("stack", "rm", "--yes", "--stack", STACK)
+
+
+def _what_it_holds(resource: Any) -> Any:
+    """A state entry's id, inputs and outputs (not the engine's timestamps)."""
+    return resource and {key: resource.get(key) for key in ("id", "inputs", "outputs")}
+
+
+def _changed_in_the_cloud(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The URNs of the cloud and cluster resources whose id, inputs or outputs differ between two
+    states. Not compared: components, the stack's read of its own outputs, and providers (a
+    provider's secret kubeconfig is encrypted anew at every update)."""
+    return sorted(
+        urn
+        for urn, resource in after.items()
+        if resource.get("custom")
+        and resource["type"] != "pulumi:pulumi:StackReference"
+        and not resource["type"].startswith("pulumi:providers:")
+        and _what_it_holds(resource) != _what_it_holds(before.get(urn))
+    )
+
+
+def _deployed(project: EngineProject) -> EngineProject:
+    project.init(STACK, TPU_VM_CONFIG)
+    project.pulumi("up", "--yes", "--stack", STACK)
+    return project
+
+
+def test_a_preempted_vm_is_recreated_by_recover_and_nothing_else_changes(
+    project: EngineProject, cloud: tuple[CloudTpuApi, LoopbackGcs]
+) -> None:
+    tpu, _ = cloud
+    _deployed(project)
+    before = project.resources(STACK)
+    generation = int(tpu.node(ZONE, VM)["labels"]["recovery-generation"])  # type: ignore[index]
+    tpu.set_state(ZONE, VM, "PREEMPTED")
+
+    done = project.recover(STACK, "--once")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (round_,) = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    print(json.dumps(round_)[:3000])
+    node = tpu.node(ZONE, VM)
+    assert node is not None and node["state"] == "READY", "the engine re-created the node"
+    new_generation = int(node["labels"]["recovery-generation"])
+    assert new_generation > generation
+    assert node["labels"]["recovery-cause"] == "preempted"
+
+    # The engine's own account of the update: one replacement, everything else the same.
+    (last,) = project.json("stack", "history", "--stack", STACK, "--page-size", "1")
+    # (its one read: `--refresh` with `--target` refreshes the target alone)
+    assert {k: v for k, v in last["resourceChanges"].items() if k != "same"} == {"read": 1, "replace": 1}
+    after = project.resources(STACK)
+    assert _changed_in_the_cloud(before, after) == [f"{VM_URN_PREFIX}{VM}-vm"]
+    outputs = project.json("stack", "output", "--stack", STACK)
+    assert outputs["recoveryGenerations"] == {VM: new_generation}, "the outputs say what the state holds"
+
+    # A second round finds nothing to do and runs no update.
+    again = project.recover(STACK, "--once")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert len(project.json("stack", "history", "--stack", STACK)) == 2
+
+
+def test_a_round_that_finds_the_stack_locked_by_another_update_does_nothing_and_exits_75(
+    project: EngineProject, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
+) -> None:
+    tpu, _ = cloud
+    _deployed(project)
+    tpu.set_state(ZONE, VM, "PREEMPTED")
+    hold = tmp_path / "hold"
+    hold.touch()
+    project.env[HOLD_VARIABLE] = str(hold)
+    first = project.start_recover(STACK, "--once")
+    try:
+        assert eventually(lambda: Path(f"{hold}.started").exists(), 120), (
+            "the first update reaches the create"
+        )
+        second = project.recover(STACK, "--once")
+        assert second.returncode == 75, second.stdout + second.stderr
+        assert "another update holds the stack" in second.stderr, second.stderr
+    finally:
+        hold.unlink()
+        out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, out + err
+    # Nothing lost: the one update that ran re-created the node, and the state says so.
+    node = tpu.node(ZONE, VM)
+    assert node is not None and node["state"] == "READY"
+    outputs = project.json("stack", "output", "--stack", STACK)
+    assert outputs["recoveryGenerations"] == {VM: int(node["labels"]["recovery-generation"])}
+    assert len(project.json("stack", "history", "--stack", STACK)) == 2
+
+
+def test_a_pending_removal_does_not_fail_a_recovery_and_stays_pending(
+    project: EngineProject, cloud: tuple[CloudTpuApi, LoopbackGcs]
+) -> None:
+    tpu, _ = cloud
+    second = dict(TPU_VM_CONFIG["tpu-training:tpuVms"][0], name="second-tpu")
+    project.init(
+        STACK, {**TPU_VM_CONFIG, "tpu-training:tpuVms": [*TPU_VM_CONFIG["tpu-training:tpuVms"], second]}
+    )
+    project.pulumi("up", "--yes", "--stack", STACK)
+    assert tpu.node(ZONE, "second-tpu") is not None
+    # The user removes the second VM from the stack file, and before any `pulumi up` the first
+    # one is preempted: the round re-creates the first and leaves the removal to the user.
+    project.set_config(STACK, "tpu-training:tpuVms", TPU_VM_CONFIG["tpu-training:tpuVms"])
+    tpu.set_state(ZONE, VM, "PREEMPTED")
+
+    done = project.recover(STACK, "--once")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (round_,) = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    pending = [(change["op"], change["urn"]) for change in round_["pendingChanges"]]
+    assert ("delete", SECOND_VM_URN) in pending, pending
+    assert tpu.node(ZONE, VM)["state"] == "READY"  # type: ignore[index]
+    assert tpu.node(ZONE, "second-tpu") is not None, "a recovery round deletes nothing it did not decide"
+    assert SECOND_VM_URN in project.resources(STACK)
+
+    # The user's own `pulumi up` then applies the removal.
+    project.pulumi("up", "--yes", "--stack", STACK)
+    assert tpu.node(ZONE, "second-tpu") is None
+    assert SECOND_VM_URN not in project.resources(STACK)
+
+
+# (key, value) edits of the TPU VM stack that docs/offline-plan.md's table names, each applied
+# alone to the deployed stack.
+_VM = TPU_VM_CONFIG["tpu-training:tpuVms"][0]
+DOCUMENTED_EDITS: dict[str, tuple[str, Any]] = {
+    "trainCommand": ("tpu-training:tpuVms", [dict(_VM, trainCommand="python3 /opt/trainer/train.py --v2")]),
+    "env": ("tpu-training:tpuVms", [dict(_VM, env={"XLA_FLAGS": "--xla_dump_to=/tmp"})]),
+    "runtimeVersion": ("tpu-training:tpuVms", [dict(_VM, runtimeVersion="tpu-vm-tf-2.17.0-pjrt")]),
+    "provisioning": ("tpu-training:tpuVms", [dict(_VM, provisioning="spot")]),
+    "restartGeneration": ("tpu-training:tpuVms", [dict(_VM, restartGeneration=1)]),
+    "labels": ("tpu-training:labels", {"team": "research"}),
+    "bucket retention": ("tpu-training:bucket", {"noncurrentVersionRetentionDays": 14}),
+}
+_ENGINE_ACTIONS = {
+    "update": "update",
+    "replace": "replace",
+    "create-replacement": "replace",
+    "delete-replaced": "replace",
+    "create": "create",
+    "delete": "delete",
+}
+
+
+def _predicted(project: EngineProject, base: Path) -> dict[str, str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "infra.plan", "--stack", STACK, "--compare-to", str(base), "--json", "-"],
+        cwd=project.root,
+        env=project.env,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    changes = json.loads(done.stdout)["changes"]["resources"]
+    return {change["urn"]: change["action"] for change in changes if change["urn"] != STACK_URN}
+
+
+def _previewed(project: EngineProject) -> dict[str, str]:
+    steps = project.json("preview", "--stack", STACK).get("steps", [])
+    found: dict[str, str] = {}
+    for step in steps:
+        action = _ENGINE_ACTIONS.get(step["op"])
+        if action is not None and step["urn"] != STACK_URN:
+            found[step["urn"]] = action
+    return found
+
+
+def test_compare_to_predicts_what_the_engine_previews_for_each_documented_edit(
+    project: EngineProject, tmp_path: Path
+) -> None:
+    _deployed(project)
+    base = tmp_path / "base.json"
+    planned = subprocess.run(
+        [sys.executable, "-m", "infra.plan", "--stack", STACK, "--json", str(base)],
+        cwd=project.root,
+        env=project.env,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+        check=False,
+    )
+    assert planned.returncode in (0, 1), planned.stdout[-3000:] + planned.stderr[-3000:]
+    stack_file = project.root / f"Pulumi.{STACK}.yaml"
+    deployed = stack_file.read_text()
+    disagreements = {}
+    for edit, (key, value) in DOCUMENTED_EDITS.items():
+        project.set_config(STACK, key, value)
+        predicted, previewed = _predicted(project, base), _previewed(project)
+        assert predicted, f"{edit}: the plan predicts no change"
+        if predicted != previewed:
+            disagreements[edit] = {"--compare-to": predicted, "engine": previewed}
+        stack_file.write_text(deployed)
+    assert not disagreements, json.dumps(disagreements, indent=1)
+
+
+def test_the_policy_pack_is_enforced_by_the_real_cli(project: EngineProject, policy_python: Path) -> None:
+    project.init(STACK, TPU_VM_CONFIG)
+    pack = str(REPO / "policy")
+    clean = project.pulumi("preview", "--stack", STACK, "--policy-pack", pack, check=False)
+    assert clean.returncode == 0, clean.stdout[-4000:] + clean.stderr[-4000:]
+    assert "tpu-training" in clean.stdout and "Policies:" in clean.stdout, clean.stdout[-2000:]
+
+    project.set_config(STACK, "tpu-training:tpuVms", [dict(_VM, externalIp=True)])
+    refused = project.pulumi("preview", "--stack", STACK, "--policy-pack", pack, check=False)
+    assert refused.returncode != 0, refused.stdout[-4000:]
+    assert "tpu-vm-no-external-ip" in refused.stdout, refused.stdout[-4000:]
+    assert "mandatory" in refused.stdout, refused.stdout[-4000:]
+
+
+def test_a_failed_job_is_recreated_by_recover_and_nothing_else_changes(
+    engine: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
+) -> None:
+    with KubernetesApi() as kube:
+        project = EngineProject(
+            tmp_path,
+            {
+                **endpoints(*cloud),
+                KUBERNETES_API_VARIABLE: kube.endpoint,
+                "KUBECONFIG": str(kube.kubeconfig(tmp_path)),
+            },
+        )
+        project.init(STACK, GKE_CONFIG)
+        project.pulumi("up", "--yes", "--stack", STACK)
+        (deployed,) = kube.jobs["default"]
+        name, uid = deployed["metadata"]["name"], deployed["metadata"]["uid"]
+        before = project.resources(STACK)
+        kube.put(
+            "jobs",
+            "default",
+            dict(
+                deployed,
+                status={
+                    "failed": 5,
+                    "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}],
+                },
+            ),
+        )
+
+        done = project.recover(STACK, "--once")
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        (job,) = kube.jobs["default"]
+        assert job["metadata"]["name"] == name and job["metadata"]["uid"] != uid, (
+            "the engine re-created the Job"
+        )
+        assert "status" not in job or not job["status"].get("conditions")
+        (last,) = project.json("stack", "history", "--stack", STACK, "--page-size", "1")
+        assert {k: v for k, v in last["resourceChanges"].items() if k != "same"} == {"read": 1, "replace": 1}
+        after = project.resources(STACK)
+        assert _changed_in_the_cloud(before, after) == [JOB_URN]
+
+
+def _predicted_and_previewed(project: EngineProject, base: Path) -> tuple[dict[str, str], dict[str, str]]:
+    return _predicted(project, base), _previewed(project)
+
+
+def _write_base_plan(project: EngineProject, base: Path) -> None:
+    planned = subprocess.run(
+        [sys.executable, "-m", "infra.plan", "--stack", STACK, "--json", str(base)],
+        cwd=project.root,
+        env=project.env,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+        check=False,
+    )
+    assert planned.returncode in (0, 1), planned.stdout[-3000:] + planned.stderr[-3000:]
+
+
+def test_a_job_becomes_a_jobset_and_back_without_re_creating_the_runs_objects(
+    engine: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
+) -> None:
+    with KubernetesApi() as kube:
+        project = EngineProject(
+            tmp_path,
+            {
+                **endpoints(*cloud),
+                KUBERNETES_API_VARIABLE: kube.endpoint,
+                "KUBECONFIG": str(kube.kubeconfig(tmp_path)),
+            },
+        )
+        pool = dict(GKE_CONFIG["tpu-training:nodePools"][0], slices=2)
+        job = GKE_CONFIG["tpu-training:jobs"][0]
+        project.init(STACK, {**GKE_CONFIG, "tpu-training:nodePools": [pool]})
+        project.pulumi("up", "--yes", "--stack", STACK)
+        kept = {path: o["metadata"]["uid"] for path, o in kube.objects.items()}
+        assert any("/configmaps/" in path for path in kept) and any(
+            "/serviceaccounts/" in path for path in kept
+        )
+
+        for slices, workloads in ((2, "jobsets"), (1, "jobs")):
+            base = tmp_path / f"base-{slices}.json"
+            _write_base_plan(project, base)
+            project.set_config(STACK, "tpu-training:jobs", [dict(job, slices=slices)])
+            predicted, previewed = _predicted_and_previewed(project, base)
+            assert predicted == previewed, (
+                f"slices -> {slices}: --compare-to {predicted}, the engine {previewed}"
+            )
+            replaced = sorted(urn.rsplit("::", 1)[-1] for urn, op in previewed.items() if op == "replace")
+            assert replaced == [f"train-v6e-{'jobset' if slices > 1 else 'job'}"], previewed
+            project.pulumi("up", "--yes", "--stack", STACK)
+            assert [w["metadata"]["name"] for w in getattr(kube, workloads)["default"]] == ["train-v6e"]
+            other = kube.jobs if workloads == "jobsets" else kube.jobsets
+            assert not other.get("default"), "the old workload is gone"
+            # The run's ServiceAccount, ConfigMap and Service are the ones first deployed.
+            assert {path: o["metadata"]["uid"] for path, o in kube.objects.items()} == kept
