@@ -99,7 +99,8 @@ class LoopbackJsonServer(BackgroundServer):
                 else:
                     status, body = server.route(method, path, query, dict(self.headers.items()))
                     if server.raw_body is None and not isinstance(body, Streamed):
-                        sent = server.bodies[-1] if method in ("POST", "PUT", "PATCH") and server.bodies else b""
+                        with_body = method in ("POST", "PUT", "PATCH") and server.bodies
+                        sent = server.bodies[-1] if with_body else b""
                         server.answered(method, path, status, body, sent)
                 if isinstance(body, Streamed):
                     self._stream(status, body)
