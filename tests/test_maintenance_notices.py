@@ -1,16 +1,16 @@
-"""Maintenance notices (issue 27, item 1): read from the Cloud TPU API's v2alpha1 node list and
+"""Maintenance notices (issue 27, item 1): read from the Cloud TPU API's v2 node list and
 from GKE node labels and taints, named, and turned into a save request the reference trainer
 reads, once per notice; bad input is a warning naming the node and the value; a notice never
 changes a recovery decision.
 
 Sources:
-- google-cloud-tpu 1.28.0 (requirements.txt): ``tpu_v2alpha1.Node.upcoming_maintenance``,
-  ``UpcomingMaintenance`` {type_, can_reschedule, window_start_time, window_end_time,
-  latest_window_start_time, maintenance_status}, ``MaintenanceType`` UNKNOWN_TYPE | SCHEDULED |
-  UNSCHEDULED, ``MaintenanceStatus`` UNKNOWN | PENDING | ONGOING; and the REST shape of
-  https://cloud.google.com/tpu/docs/reference/rest/v2alpha1/projects.locations.nodes
-  (``upcomingMaintenance`` {type, canReschedule, windowStartTime, windowEndTime,
-  latestWindowStartTime, maintenanceStatus}; times RFC 3339).
+- the Cloud TPU v2 REST discovery document, revision 20261001 (``tpu.v2.json`` in
+  google-api-python-client 2.202.0, requirements-dev.txt): ``Node.upcomingMaintenance``
+  {type, canReschedule, windowStartTime, windowEndTime, latestWindowStartTime,
+  maintenanceStatus}, ``type`` UNKNOWN_TYPE | SCHEDULED | UNSCHEDULED, ``maintenanceStatus``
+  UNKNOWN | PENDING | ONGOING, times RFC 3339 text; the fake's answers are validated against it
+  in tests/test_fidelity.py. google-cloud-tpu 1.28.0's ``tpu_v2`` messages (from the v2 proto)
+  lack the field, so it is read from the answer's JSON.
 - GKE: Google's "Manage GKE node disruption for GPUs and TPUs",
   https://cloud.google.com/kubernetes-engine/docs/concepts/handle-disruption-gpu-tpu, and "Manage
   AI-optimized GKE clusters", https://cloud.google.com/ai-hypercomputer/docs/manage/manage-gke-clusters
@@ -60,7 +60,7 @@ def rfc3339(moment: datetime) -> str:
 
 
 def upcoming(start: datetime = START, **changes: Any) -> dict[str, Any]:
-    """``upcomingMaintenance`` as the v2alpha1 REST API writes it."""
+    """``upcomingMaintenance`` as the v2 REST API writes it."""
     return {
         "type": "SCHEDULED",
         "canReschedule": True,
@@ -75,55 +75,48 @@ def upcoming(start: datetime = START, **changes: Any) -> dict[str, Any]:
 # --- the client library: what this code relies on ---------------------------------------------
 
 
-def test_the_pinned_client_has_upcoming_maintenance_in_v2alpha1_only_and_no_rest_transport_for_it():
+def test_the_v2_rest_node_has_upcoming_maintenance_and_the_v2_message_drops_it():
+    """Why nodes are listed through v2 and the notice is read from the answer's JSON: the v2 REST
+    API's ``Node`` has ``upcomingMaintenance`` (its discovery document, the published schema),
+    while google-cloud-tpu's ``tpu_v2`` messages, made from the v2 proto, have no such field."""
     from importlib.metadata import version
 
-    from google.cloud import tpu_v2, tpu_v2alpha1
-    from google.cloud.tpu_v2alpha1.services.tpu.client import TpuClient
+    from google.cloud import tpu_v2
+    from support.discovery import discovery_document
 
+    document = discovery_document("tpu", "v2")
+    assert document["revision"] == "20261001"
+    schemas = document["schemas"]
+    assert schemas["Node"]["properties"]["upcomingMaintenance"]["$ref"] == "UpcomingMaintenance"
+    maintenance = schemas["UpcomingMaintenance"]["properties"]
+    assert sorted(maintenance) == sorted(upcoming())
+    assert maintenance["type"]["enum"] == ["UNKNOWN_TYPE", "SCHEDULED", "UNSCHEDULED"]
+    assert maintenance["maintenanceStatus"]["enum"] == ["UNKNOWN", "PENDING", "ONGOING"]
+    # Times are RFC 3339 *text* (no google-datetime format): one that does not parse reaches
+    # maintenance_notices, which warns.
+    assert maintenance["windowStartTime"] == {
+        "description": maintenance["windowStartTime"]["description"],
+        "type": "string",
+    }
+    # The same node states and health as the library's message: the decision table reads them.
+    assert schemas["Node"]["properties"]["state"]["enum"] == [s.name for s in tpu_v2.Node.State]
+    assert schemas["Node"]["properties"]["health"]["enum"] == [h.name for h in tpu_v2.Node.Health]
     assert version("google-cloud-tpu") == "1.28.0"
-    assert "upcoming_maintenance" in tpu_v2alpha1.Node.meta.fields
     assert "upcoming_maintenance" not in tpu_v2.Node.meta.fields
-    assert list(tpu_v2alpha1.UpcomingMaintenance.meta.fields) == [
-        "type_",
-        "can_reschedule",
-        "window_start_time",
-        "window_end_time",
-        "latest_window_start_time",
-        "maintenance_status",
-    ]
-    assert [m.name for m in tpu_v2alpha1.UpcomingMaintenance.MaintenanceType] == [
-        "UNKNOWN_TYPE",
-        "SCHEDULED",
-        "UNSCHEDULED",
-    ]
-    assert [m.name for m in tpu_v2alpha1.UpcomingMaintenance.MaintenanceStatus] == [
-        "UNKNOWN",
-        "PENDING",
-        "ONGOING",
-    ]
-    # The same node states as v2: the decision table reads them unchanged.
-    assert [s.name for s in tpu_v2alpha1.Node.State] == [s.name for s in tpu_v2.Node.State]
-    assert [h.name for h in tpu_v2alpha1.Node.Health] == [h.name for h in tpu_v2.Node.Health]
-    # Why live/endpoints.TpuNodesClient makes the REST call itself.
-    assert "rest" not in TpuClient._transport_registry  # noqa: SLF001 - the fact, not a use
 
 
-def test_the_rest_shape_parses_into_the_librarys_message():
-    from google.cloud import tpu_v2alpha1
+def test_the_rest_shape_parses_into_the_librarys_message_without_the_notice():
+    from google.cloud import tpu_v2
 
     answer = {
         "nodes": [
             {"name": "projects/p/locations/z/nodes/a", "state": "READY", "upcomingMaintenance": upcoming()}
         ]
     }
-    (node,) = tpu_v2alpha1.ListNodesResponse.from_json(json.dumps(answer)).nodes
-    assert node.upcoming_maintenance.maintenance_status.name == "PENDING"
-    assert node.upcoming_maintenance.type_.name == "SCHEDULED"
-    # Times are RFC 3339 *text* in this message (proto strings, not Timestamps): the library takes
-    # any string, so a time that does not parse reaches maintenance_notices, which warns.
-    assert node.upcoming_maintenance.window_start_time == "2026-11-26T12:00:00Z"
-    assert tpu_v2alpha1.UpcomingMaintenance.meta.fields["window_start_time"].proto_type == 9  # TYPE_STRING
+    (node,) = tpu_v2.ListNodesResponse.from_json(json.dumps(answer), ignore_unknown_fields=True).nodes
+    assert node.state.name == "READY"
+    # Dropped by the message: live/tpu_api reads it from the answer itself.
+    assert "upcoming_maintenance" not in type(node).meta.fields
 
 
 # --- TPU notices through the loopback API ------------------------------------------------------
@@ -136,7 +129,7 @@ def test_one_list_call_per_zone_gives_states_and_notices_and_the_decision_is_unc
         live = list_live_nodes("p", [ZONE], endpoint=api.endpoint)
         (decision,) = reconcile.reconcile_tpu_vms("p", [("demo-tpu", ZONE)], live=live, now=NOW)
     assert len(api.calls) == 1 and live.calls == 1
-    assert api.calls[0].split("?")[0].startswith("/v2alpha1/projects/p/locations/")
+    assert api.calls[0].split("?")[0].startswith("/v2/projects/p/locations/")
     node = live.nodes[(ZONE, "demo-tpu")]
     assert node.maintenance == upcoming()
     assert live.nodes[(ZONE, "other")].maintenance == {}
@@ -154,6 +147,7 @@ def test_one_list_call_per_zone_gives_states_and_notices_and_the_decision_is_unc
 
 def test_a_time_that_does_not_parse_is_a_warning_and_the_decision_stands():
     with FakeTpuApi() as api:
+        api.allow_off_schema = True  # a status the published enum lacks, on purpose
         api.add(
             ZONE,
             "demo-tpu",

@@ -17,11 +17,13 @@ import random
 import shutil
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, Mapping
 
 import numpy as np
 import pytest
+from support.fake_metadata import MAINTENANCE_EVENT, PREEMPTED, FakeMetadataServer
 from support.sandbox import (
     CheckpointStore,
     Event,
@@ -34,6 +36,7 @@ from support.sandbox import (
     job_pod,
     load_final_state,
 )
+from support.waiting import eventually
 
 pytestmark = pytest.mark.usefixtures("jax_compilation_cache")
 
@@ -200,6 +203,63 @@ def test_sigterm_to_one_host_saves_on_every_host_at_one_step(tmp_path, reference
     assert boots[0].finish(timeout=DEADLINE) == 0, boots[0].text()
     assert again.finish(timeout=DEADLINE) == 0, again.text()
     assert_same_state(load_final_state(store), want)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [(MAINTENANCE_EVENT, "TERMINATE_ON_HOST_MAINTENANCE"), (PREEMPTED, "TRUE")],
+    ids=["maintenance-event", "preempted"],
+)
+def test_a_terminate_or_preemption_on_one_hosts_metadata_saves_before_its_sigterm(
+    tmp_path, key, value, capsys
+):
+    """Compute Engine decides to stop host 1's VM: its metadata server's ``maintenance-event``
+    (or ``preempted``) changes the moment that is decided, before the VM's shutdown script sends
+    the trainer SIGTERM. Host 1's trainer, watching the key with a hanging GET, asks for a save
+    at once; both hosts agree on it and save one step, with SIGTERM not yet sent. Then the
+    shutdown script runs: both stop at 143, with no second save when no step came between.
+    Measured: the time from the change to both saves under way (printed; docs/trainer.md): on a
+    real VM the save starts that much after the change, and the shutdown script's SIGTERM comes
+    when the guest's shutdown reaches it."""
+    store = LocalStore(tmp_path / "checkpoints")
+    servers = [FakeMetadataServer().__enter__() for _ in range(HOSTS)]
+    try:
+        # No save by time: the one save before SIGTERM is the notice's.
+        hosts = new_slice(
+            tmp_path, store, TRAINER_METADATA_WAIT_SECONDS="30", CHECKPOINT_INTERVAL_SECONDS="3600"
+        )
+        # Each host reads its own VM's metadata server (the startup script's default URL, here
+        # the host's loopback fake).
+        hosts.members = [
+            replace(member, environment={**member.environment, "TRAINER_MAINTENANCE_URL": server.url})
+            for member, server in zip(hosts.members, servers, strict=True)
+        ]
+        boots = hosts.boot()
+        wait_for_step(boots[0], 10, deadline())
+        until = deadline()
+        assert eventually(lambda: servers[1].waits(key) >= 1, DEADLINE), f"host 1 never waited on {key}"
+        changed = time.monotonic()
+        servers[1].set(key, value)
+        saves = [wait_for(boot, "saving", until) for boot in boots]
+        assert {event.fields["reason"] for event in saves} == {"requested"}, [b.text() for b in boots]
+        [step] = {event.int("step") for event in saves}
+        signalled = time.monotonic()
+        done = hosts.members[1].run_shutdown_script()
+        assert done.returncode == 0, done.stdout + done.stderr
+        stopped = [wait_for(boot, "stopped", until) for boot in boots]
+        assert {event.fields["exit"] for event in stopped} == {"143"}
+        for boot in boots:
+            assert [e.int("step") for e in events_named(boot, "saving")][0] == step
+        assert f"metadata-event key={key.rsplit('/', 1)[1]} value={value} save=now" in boots[1].text()
+        assert "short-notice-saved" in boots[1].text()
+        # Both hosts' saves were under way (their log lines read) before SIGTERM was sent.
+        started = max(event.at for event in saves)
+        assert changed < started < signalled
+        with capsys.disabled():
+            print(f"\n{key}: both hosts saving {started - changed:.3f} s after the change, before SIGTERM")
+    finally:
+        for server in servers:
+            server.__exit__(None, None, None)
 
 
 def test_sigterm_to_every_pod_150ms_apart_saves_once(tmp_path, reference):

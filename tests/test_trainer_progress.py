@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import Any, Iterator
 
 import pytest
-from support.loopback import LoopbackJsonServer
+from support.fake_metadata import EXAMPLE_NOTICE, MAINTENANCE_EVENT, PREEMPTED, FakeMetadataServer
 from support.sandbox import LocalStore, Output, Pod, gang, job_pod, trainer_module
 from tpu_training_components.domain.progress import read_record as parse_record
 
@@ -156,7 +156,10 @@ def test_the_beacon_publishes_progress_and_reads_requests_once(
     assert "save-requested" not in capsys.readouterr().out
 
 
-NOTICE = {
+NOTICE = dict(EXAMPLE_NOTICE)
+"""The metadata server's upcoming-maintenance answer as Compute Engine's host-maintenance page
+shows it: snake_case, ``can_reschedule`` a string (tests/test_fidelity.py pins the shape)."""
+CAMEL_NOTICE = {
     "type": "SCHEDULED",
     "windowStartTime": "2026-11-26T04:00:00Z",
     "windowEndTime": "2026-11-26T08:00:00Z",
@@ -164,8 +167,7 @@ NOTICE = {
     "canReschedule": True,
     "maintenanceStatus": "PENDING",
 }
-"""The metadata server's upcoming-maintenance answer, in the shape of Google's "View maintenance
-notifications" page for Cloud TPU (its Cloud Logging example's metadata)."""
+"""The same notice in the Cloud TPU API's spelling (``Node.upcomingMaintenance``), also read."""
 BEFORE_NOTICE = datetime(2026, 11, 26, 3, 0, tzinfo=timezone.utc).timestamp()
 
 
@@ -174,17 +176,23 @@ BEFORE_NOTICE = datetime(2026, 11, 26, 3, 0, tzinfo=timezone.utc).timestamp()
     [
         ("<html>", "not JSON"),
         ("[]", "not a JSON object"),
-        (json.dumps({**NOTICE, "windowStartTime": "soon"}), "windowStartTime='soon' is not an RFC 3339 time"),
+        (json.dumps({**NOTICE, "window_start_time": "soon"}), "window_start_time='soon' is not an RFC 3339"),
         (
-            json.dumps({**NOTICE, "windowStartTime": "2026-11-26T04:00:00"}),
+            json.dumps({**CAMEL_NOTICE, "windowStartTime": "2026-11-26T04:00:00"}),
             "windowStartTime='2026-11-26T04:00:00'",
         ),
-        (json.dumps({**NOTICE, "windowEndTime": 5}), "windowEndTime=5 is not an RFC 3339 time"),
+        (json.dumps({**NOTICE, "window_end_time": 5}), "window_end_time=5 is not an RFC 3339 time"),
         (
-            json.dumps({**NOTICE, "windowEndTime": "2026-11-26T03:00:00Z"}),
+            json.dumps({**NOTICE, "window_end_time": "2026-11-26T03:00:00Z"}),
             "the window 2026-11-26T04:00:00Z to 2026-11-26T03:00:00Z ends before it starts",
         ),
-        (json.dumps({**NOTICE, "maintenanceStatus": "DONE"}), "maintenanceStatus='DONE' is neither PENDING"),
+        (
+            json.dumps({**NOTICE, "maintenance_status": "DONE"}),
+            "maintenance_status='DONE' is neither PENDING",
+        ),
+        (json.dumps({**CAMEL_NOTICE, "maintenanceStatus": "DONE"}), "maintenanceStatus='DONE' is neither"),
+        # An object with no window in either spelling is not "nothing scheduled": it is said.
+        (json.dumps({"windowstart": "2026-11-26T04:00:00Z"}), "no window_start_time or windowStartTime"),
     ],
 )
 def test_a_bad_maintenance_notice_is_ignored_with_the_reason(
@@ -194,74 +202,103 @@ def test_a_bad_maintenance_notice_is_ignored_with_the_reason(
     assert found is None and why is not None and why.startswith(problem), why
 
 
-def test_a_maintenance_notice_is_a_request_to_save_before_its_window(train: ModuleType) -> None:
-    found, why = train.read_maintenance_notice(json.dumps(NOTICE), BEFORE_NOTICE)
+@pytest.mark.parametrize("notice", [NOTICE, CAMEL_NOTICE], ids=["metadata-server", "tpu-api"])
+def test_a_maintenance_notice_is_a_request_to_save_before_its_window(
+    train: ModuleType, notice: dict[str, Any]
+) -> None:
+    status = "maintenance_status" if "maintenance_status" in notice else "maintenanceStatus"
+    found, why = train.read_maintenance_notice(json.dumps(notice), BEFORE_NOTICE)
     start = datetime(2026, 11, 26, 4, tzinfo=timezone.utc).timestamp()
     assert why is None
     assert found == train.SaveRequest("maintenance SCHEDULED 2026-11-26T04:00:00Z", "maintenance", start)
-    # Under way: save at once. Over: nothing to do, said why. None coming: nothing, nothing said.
-    ongoing, _ = train.read_maintenance_notice(
-        json.dumps({**NOTICE, "maintenanceStatus": "ONGOING"}), start + 60
-    )
+    # Under way: save at once. Over: nothing to do, said why.
+    ongoing, _ = train.read_maintenance_notice(json.dumps({**notice, status: "ONGOING"}), start + 60)
     assert ongoing is not None and ongoing.before is None
-    assert train.read_maintenance_notice(json.dumps(NOTICE), start + 5 * 3600) == (
+    assert train.read_maintenance_notice(json.dumps(notice), start + 5 * 3600) == (
         None,
         "its window ended at 2026-11-26T08:00:00Z",
     )
-    none = json.dumps({"error": "no notifications have been received yet, try again later"})
-    assert train.read_maintenance_notice(none, BEFORE_NOTICE) == (None, None)
+    assert train.notice_can_reschedule(json.dumps(notice)) == ("false" if notice is NOTICE else "true")
 
 
-class MetadataServer(LoopbackJsonServer):
-    """A TPU VM's metadata server on loopback: the ``upcoming-maintenance`` key answers
-    ``answer`` (none coming, until a test sets a notice)."""
-
-    PATH = "/computeMetadata/v1/instance/upcoming-maintenance"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.answer: Any = {"error": "no notifications have been received yet, try again later"}
-        self.flavors: list[str] = []
-
-    def route(self, method: str, path: str, query: str, headers: dict[str, str]) -> tuple[int, Any]:
-        self.flavors.append(headers.get("Metadata-Flavor", ""))
-        return (200, self.answer) if path == self.PATH else (404, {})
+@pytest.mark.parametrize(
+    "answer",
+    ["", "{}", "NONE", json.dumps({"error": "no notifications have been received yet, try again later"})],
+)
+def test_nothing_scheduled_is_no_notice_and_nothing_said(train: ModuleType, answer: str) -> None:
+    assert train.read_maintenance_notice(answer, BEFORE_NOTICE) == (None, None)
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "save", "problem"),
+    [
+        ("maintenance-event", "NONE", False, None),
+        ("maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE", False, None),
+        ("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE", True, None),
+        ("maintenance-event", "TERMINATE", False, "maintenance-event='TERMINATE' is none of NONE, MIGRATE"),
+        ("preempted", "FALSE", False, None),
+        ("preempted", "TRUE\n", True, None),
+        ("preempted", "true", False, "preempted='true' is none of TRUE, FALSE"),
+    ],
+)
+def test_a_short_notice_saves_now_only_for_a_terminate_or_a_preemption(
+    train: ModuleType, key: str, value: str, save: bool, problem: str | None
+) -> None:
+    said, why = train.read_short_notice(key, value)
+    assert said is save
+    assert why == problem if problem is None else why is not None and why.startswith(problem)
+
+
+def beacon_settings(train: ModuleType, tmp_path: Path, server: FakeMetadataServer) -> Any:
+    return train.read_settings(
+        {
+            "CHECKPOINT_DIR": str(tmp_path),
+            "TRAIN_STEPS": "10",
+            "TRAINER_PROGRESS_SECONDS": "0.02",
+            "TRAINER_METADATA_WAIT_SECONDS": "2",
+            "TRAINER_MAINTENANCE_URL": server.url,
+        }
+    )
+
+
+def upcoming_reads(server: FakeMetadataServer) -> list[tuple[str, dict[str, list[str]], str]]:
+    return [r for r in list(server.requests) if r[0].endswith("/upcoming-maintenance")]
+
+
+@pytest.mark.parametrize("nothing", [503, 200], ids=["503-error", "empty-object"])
 def test_the_beacon_turns_the_metadata_servers_notice_into_one_save(
-    train: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    train: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str], nothing: int
 ) -> None:
     from etils import epath
 
-    # The key the fake serves is the one a TPU VM's startup script gives the trainer.
-    assert train.MAINTENANCE_METADATA_URL.endswith(MetadataServer.PATH)
-    with MetadataServer() as server:
-        settings = train.read_settings(
-            {
-                "CHECKPOINT_DIR": str(tmp_path),
-                "TRAIN_STEPS": "10",
-                "TRAINER_PROGRESS_SECONDS": "0.02",
-                "TRAINER_MAINTENANCE_URL": server.endpoint + MetadataServer.PATH,
-            }
+    with FakeMetadataServer() as server:
+        # The key the fake serves is the one a TPU VM's startup script gives the trainer.
+        assert server.url.endswith(
+            train.MAINTENANCE_METADATA_URL.removeprefix("http://metadata.google.internal")
         )
-        beacon = train.Beacon(epath.Path(tmp_path), settings, 0, 1)
+        server.none_status = nothing
+        beacon = train.Beacon(epath.Path(tmp_path), beacon_settings(train, tmp_path, server), 0, 1)
         beacon.start()
-        wait_until("two reads", lambda: len(server.flavors) >= 2)
-        assert beacon.requested() == 0 and set(server.flavors) == {"Google"}
+        wait_until("two reads", lambda: len(upcoming_reads(server)) >= 2)
+        assert beacon.requested() == 0
+        # Asked as Google's examples ask: ?alt=json, with the header.
+        assert {(tuple(q.get("alt", [])), flavor) for _, q, flavor in upcoming_reads(server)} == {
+            (("json",), "Google")
+        }
         # A window days ahead waits; one within the lead is saved for once.
         far = train.utc_text(time.time() + 3 * 86400)
-        server.answer = {
+        server.upcoming = {
             **NOTICE,
-            "windowStartTime": far,
-            "windowEndTime": train.utc_text(time.time() + 4 * 86400),
+            "window_start_time": far,
+            "window_end_time": train.utc_text(time.time() + 4 * 86400),
         }
         wait_until("the far notice read", lambda: beacon.notice is not None)
         assert beacon.requested() == 0
         near = train.utc_text(time.time() + 300)
-        server.answer = {
+        server.upcoming = {
             **NOTICE,
-            "windowStartTime": near,
-            "windowEndTime": train.utc_text(time.time() + 3600),
+            "window_start_time": near,
+            "window_end_time": train.utc_text(time.time() + 3600),
         }
         token = wait_until("the near notice", beacon.requested)
         assert token == train.request_token(f"maintenance SCHEDULED {near}")
@@ -269,13 +306,77 @@ def test_the_beacon_turns_the_metadata_servers_notice_into_one_save(
         beacon.saved_for(token)
         assert beacon.requested() == 0
         # Not what the key answers (a JSON string): said once, nothing breaks.
-        server.answer = "garbage"
-        reads = len(server.flavors)
-        wait_until("garbage read twice", lambda: len(server.flavors) >= reads + 2)
+        server.allow_off_schema = True
+        server.upcoming = "garbage"
+        reads = len(upcoming_reads(server))
+        wait_until("garbage read twice", lambda: len(upcoming_reads(server)) >= reads + 2)
+        # Nothing scheduled again: no notice, nothing said.
+        server.upcoming = None
+        wait_until("the notice gone", lambda: beacon.notice is None)
         beacon.stop("complete")
     said = capsys.readouterr().out
     assert said.count("maintenance-notice ") == 2 and said.count("maintenance-saved") == 1
     assert said.count("maintenance-notice-ignored") == 1 and '"not a JSON object"' in said
+    assert "can_reschedule=false" in said
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [(MAINTENANCE_EVENT, "TERMINATE_ON_HOST_MAINTENANCE"), (PREEMPTED, "TRUE")]
+)
+def test_the_beacon_watches_the_short_notice_keys_and_asks_for_a_save_at_once(
+    train: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, value: str
+) -> None:
+    from etils import epath
+
+    with FakeMetadataServer() as server:
+        beacon = train.Beacon(epath.Path(tmp_path), beacon_settings(train, tmp_path, server), 0, 1)
+        beacon.start()
+        # The first read has the value and its ETag; then a hanging GET waits for a change.
+        wait_until("a hanging GET", lambda: server.waits(key) >= 1)
+        assert beacon.requested() == 0
+        server.set(key, "MIGRATE_ON_HOST_MAINTENANCE" if key == MAINTENANCE_EVENT else "FALSE")
+        server.set(key, value)
+        token = wait_until("the save asked for", beacon.requested)
+        beacon.saving_for(token)
+        beacon.saved_for(token)
+        assert beacon.requested() == 0
+        waiting = [q for p, q, _ in list(server.requests) if p == key and "wait_for_change" in q]
+        beacon.stop("stopped")
+    assert all(
+        q["wait_for_change"] == ["true"] and q["timeout_sec"] == ["2"] and q["last_etag"] for q in waiting
+    )
+    said = capsys.readouterr().out
+    name = key.rsplit("/", 1)[1]
+    assert f"metadata-event key={name} value={value} save=now" in said
+    assert said.count("short-notice-saved") == 1
+
+
+def test_a_metadata_watch_that_cannot_connect_says_so_once_and_never_asks_for_a_save(
+    train: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from etils import epath
+
+    with FakeMetadataServer() as server:
+        url = server.url
+    # The server is gone: every read is refused.
+    settings = train.read_settings(
+        {
+            "CHECKPOINT_DIR": str(tmp_path),
+            "TRAIN_STEPS": "10",
+            "TRAINER_PROGRESS_SECONDS": "0.02",
+            "TRAINER_MAINTENANCE_URL": url,
+        }
+    )
+    beacon = train.Beacon(epath.Path(tmp_path), settings, 0, 1)
+    for watch in beacon.watches:
+        watch.retry_seconds = 0.01
+    beacon.start()
+    wait_until("each watch tried three times", lambda: all(w.failures >= 3 for w in beacon.watches))
+    assert beacon.requested() == 0
+    beacon.stop("complete")
+    said = capsys.readouterr().out
+    assert said.count("metadata-watch-failed key=maintenance-event ") == 1
+    assert said.count("metadata-watch-failed key=preempted ") == 1 and "Connection refused" in said
 
 
 def test_a_maintenance_url_that_is_no_url_is_refused(train: ModuleType, tmp_path: Path) -> None:
@@ -316,12 +417,20 @@ def test_two_hosts_save_once_for_a_request_and_a_stopped_host_shows_as_stalled(t
         "TRAINER_PROGRESS_SECONDS": "0.05",
         "TRAINER_LOG_EVERY": "10",
     }
-    metadata = MetadataServer().__enter__()
+    # Each TPU VM host reads its own metadata server. Nothing scheduled: host 0's answers 503
+    # {"error": ...}, host 1's {}; neither is a notice, and neither is said.
+    metadata = [FakeMetadataServer().__enter__() for _ in range(HOSTS)]
+    metadata[1].none_status = 200
+    # Host 1's will announce in the TPU API's camelCase, which a VM's server does not write: the
+    # trainer reads it all the same.
+    metadata[1].allow_off_schema = True
     pods: list[Pod] = gang(job_pod(store, run), HOSTS)
-    # Only host 0's metadata server will announce maintenance: each TPU VM host reads its own.
-    pods[0] = replace(
-        pods[0], env={**pods[0].env, "TRAINER_MAINTENANCE_URL": metadata.endpoint + metadata.PATH}
-    )
+    pods = [
+        replace(
+            pod, env={**pod.env, "TRAINER_MAINTENANCE_URL": server.url, "TRAINER_METADATA_WAIT_SECONDS": "5"}
+        )
+        for pod, server in zip(pods, metadata, strict=True)
+    ]
     outputs = [pod.start(tmp_path / f"pod-{index}") for index, pod in enumerate(pods)]
     try:
         until = time.monotonic() + DEADLINE
@@ -341,16 +450,29 @@ def test_two_hosts_save_once_for_a_request_and_a_stopped_host_shows_as_stalled(t
                 lambda path=path: read_record(path)["request_done"] == "maintenance-node-a",
             )
 
-        # A maintenance notice that host 0 alone reads from its metadata server, its window
-        # within the lead: the hosts agree on it and both save once more, at one step.
-        window = datetime.fromtimestamp(time.time() + 120, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        window_end = datetime.fromtimestamp(time.time() + 3600, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        metadata.answer = {**NOTICE, "windowStartTime": window, "windowEndTime": window_end}
-        noticed = [wait_for(output, "saving", until, reason="requested") for output in outputs]
-        [notice_step] = {event.int("step") for event in noticed}
-        assert notice_step > step
-        for output in outputs:
-            wait_for(output, "committed", until, step=str(notice_step))
+        # A maintenance notice that host 0 alone reads from its metadata server (snake_case, as
+        # the server writes it), its window within the lead: the hosts agree on it and both save
+        # once more, at one step. Then one in the TPU API's camelCase on host 1 alone: the same.
+        notice_steps = [step]
+        for index, notice in ((0, NOTICE), (1, CAMEL_NOTICE)):
+            start, end = (
+                ("window_start_time", "window_end_time")
+                if index == 0
+                else ("windowStartTime", "windowEndTime")
+            )
+            window = datetime.fromtimestamp(time.time() + 120 + index, timezone.utc).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            )
+            window_end = datetime.fromtimestamp(time.time() + 3600, timezone.utc).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            )
+            metadata[index].upcoming = {**notice, start: window, end: window_end}
+            noticed = [wait_for(output, "saving", until, reason="requested") for output in outputs]
+            [notice_step] = {event.int("step") for event in noticed}
+            assert notice_step > notice_steps[-1]
+            notice_steps.append(notice_step)
+            for output in outputs:
+                wait_for(output, "committed", until, step=str(notice_step))
 
         # Host 1 stops (SIGSTOP: a host stuck in I/O). Host 0 waits for it in the next exchange;
         # its record goes on being written, and says its step stopped advancing.
@@ -373,10 +495,14 @@ def test_two_hosts_save_once_for_a_request_and_a_stopped_host_shows_as_stalled(t
             requested = [
                 e for e in output.events if e.event == "saving" and e.fields["reason"] == "requested"
             ]
-            assert [e.int("step") for e in requested] == [step, notice_step], output.text()
-        assert "maintenance-saved" in outputs[0].text() and "maintenance-notice " in outputs[0].text()
+            assert [e.int("step") for e in requested] == notice_steps, output.text()
+            # Nothing scheduled (503, {}) was never said to be ignored.
+            assert "maintenance-notice-ignored" not in output.text(), output.text()
+        for output in outputs:
+            assert "maintenance-saved" in output.text() and "maintenance-notice " in output.text()
     finally:
-        metadata.__exit__(None, None, None)
+        for server in metadata:
+            server.__exit__(None, None, None)
         for output in outputs:
             if output.process.poll() is None:
                 output.process.kill()

@@ -60,6 +60,7 @@ import os  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 import urllib.error  # noqa: E402
+import urllib.parse  # noqa: E402
 import urllib.request  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from enum import IntEnum  # noqa: E402
@@ -162,6 +163,10 @@ class Settings:
     maintenance_url: str
     """``TRAINER_MAINTENANCE_URL``: the metadata server's ``upcoming-maintenance`` key, read every
     progress period on a TPU VM (its startup script sets it); "" (the default) reads none."""
+    metadata_wait_seconds: int
+    """``TRAINER_METADATA_WAIT_SECONDS``: how long one hanging GET of the metadata server's
+    ``maintenance-event`` and ``preempted`` keys waits for a change (its ``timeout_sec``); they
+    are watched on a TPU VM, where ``TRAINER_MAINTENANCE_URL`` is set, beside it."""
     node_name: str
     """``TRAINER_NODE_NAME``: the TPU VM's node name (its startup script sets it), which names a
     maintenance notice as recovery's save request for the same window does; "" off a TPU VM."""
@@ -298,6 +303,7 @@ def read_settings(env: Mapping[str, str]) -> Settings:
         progress_seconds=_number(env, "TRAINER_PROGRESS_SECONDS", "30", positive=False),
         save_lead_seconds=_number(env, "TRAINER_SAVE_LEAD_SECONDS", "600", positive=False),
         maintenance_url=_maintenance_url(env),
+        metadata_wait_seconds=_integer(env, "TRAINER_METADATA_WAIT_SECONDS", "60", minimum=1, maximum=3600),
         node_name=env.get("TRAINER_NODE_NAME", "").strip(),
     )
 
@@ -757,12 +763,62 @@ def read_save_request(text: str, now: float) -> tuple[Optional[SaveRequest], Opt
     return SaveRequest(identity, reason, before), None
 
 
+# -- What the VM's metadata server says ----------------------------------------------------------
+# Read apart from everything else: the keys, their spellings and their values are Compute Engine's
+# (docs/fidelity.md), and tests/test_fidelity.py pins the fake that stands in for the server.
+
 MAINTENANCE_URL_VARIABLE = "TRAINER_MAINTENANCE_URL"
 MAINTENANCE_METADATA_URL = "http://metadata.google.internal/computeMetadata/v1/instance/upcoming-maintenance"
-"""Where a TPU VM's metadata server says what maintenance is coming (Google's "View maintenance
-notifications" for Cloud TPU): windowStartTime, windowEndTime, latestWindowStartTime, the type
-(SCHEDULED, UNSCHEDULED), maintenanceStatus (PENDING, ONGOING), canReschedule; {"error": ...}
-when there is none."""
+"""Where a TPU VM's metadata server says what maintenance is coming (Compute Engine's "Monitor and
+plan for a host maintenance event", asked with ``?alt=json``). The server writes snake_case
+(``window_start_time``, ``window_end_time``, ``latest_window_start_time``, ``maintenance_status``
+PENDING | ONGOING, ``type``, ``can_reschedule`` as the string "true"/"false"); the Cloud TPU API's
+``upcomingMaintenance`` spells the same fields in camelCase. Either is read. Nothing scheduled:
+``{}``, or HTTP 503 with ``{"error": ...}``."""
+METADATA_HEADERS = {"Metadata-Flavor": "Google"}
+"""The metadata server refuses a request without it (and sends it back on every answer)."""
+SHORT_NOTICE_KEYS = ("maintenance-event", "preempted")
+"""The keys beside ``upcoming-maintenance`` that change the moment a terminate or a preemption is
+decided (``?wait_for_change=true`` waits for that)."""
+_NOTICE_FIELDS = {
+    "window_start": ("window_start_time", "windowStartTime"),
+    "window_end": ("window_end_time", "windowEndTime"),
+    "status": ("maintenance_status", "maintenanceStatus"),
+    "type": ("type", "maintenance_type", "maintenanceType"),
+    "can_reschedule": ("can_reschedule", "canReschedule"),
+}
+_NO_NOTICE_TEXTS = ("", "{}", "NONE")
+
+
+def metadata_key_url(maintenance_url: str, key: str) -> str:
+    """The URL of ``key``, a sibling of ``upcoming-maintenance`` under the same ``instance/``."""
+    base, _, _ = maintenance_url.partition("?")
+    return base.rsplit("/", 1)[0] + "/" + key
+
+
+def with_query(url: str, **parameters: object) -> str:
+    """``url`` with ``parameters`` added to its query (None values left out)."""
+    pairs = "&".join(
+        f"{name}={urllib.parse.quote(str(value))}" for name, value in parameters.items() if value is not None
+    )
+    return f"{url}{'&' if '?' in url else '?'}{pairs}" if pairs else url
+
+
+def _notice_field(found: Mapping[str, Any], field: str) -> tuple[Optional[str], Any]:
+    """The key ``found`` spells ``field`` with (snake_case first), and its value."""
+    for key in _NOTICE_FIELDS[field]:
+        if key in found:
+            return key, found[key]
+    return None, None
+
+
+def _boolean(value: Any) -> Optional[bool]:
+    """True or False from a JSON boolean or the metadata server's "true"/"false"; else None."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return None
 
 
 def read_maintenance_notice(
@@ -773,33 +829,118 @@ def read_maintenance_notice(
     and why the answer is ignored. With the VM's ``node`` name, the request's id is the one
     recovery gives its request for the same window (``maintenance-tpu-NODE-START``, START in
     epoch seconds): the run saves once for both."""
+    if text.strip() in _NO_NOTICE_TEXTS:
+        return None, None
     try:
         found = json.loads(text)
     except ValueError:
         return None, "not JSON"
     if not isinstance(found, dict):
         return None, "not a JSON object"
-    if "windowStartTime" not in found:
-        return None, None  # {"error": "no notifications have been received yet..."}: none coming
-    start = parse_utc(found["windowStartTime"])
+    start_key, start_text = _notice_field(found, "window_start")
+    if start_key is None:
+        if not found or set(found) == {"error"}:
+            return None, None  # {} or {"error": "no notifications have been received yet..."}
+        return None, f"no window_start_time or windowStartTime among the keys {sorted(found)}"
+    start = parse_utc(start_text)
     if start is None:
-        return None, f"windowStartTime={found['windowStartTime']!r} is not an RFC 3339 time with a zone"
-    end = parse_utc(found.get("windowEndTime"))
-    if found.get("windowEndTime") is not None and end is None:
-        return None, f"windowEndTime={found['windowEndTime']!r} is not an RFC 3339 time with a zone"
+        return None, f"{start_key}={start_text!r} is not an RFC 3339 time with a zone"
+    end_key, end_text = _notice_field(found, "window_end")
+    end = parse_utc(end_text)
+    if end_text is not None and end is None:
+        return None, f"{end_key}={end_text!r} is not an RFC 3339 time with a zone"
     if end is not None and end < start:
-        window = f"{found['windowStartTime']} to {found['windowEndTime']}"
-        return None, f"the window {window} ends before it starts"
-    status = found.get("maintenanceStatus")
+        return None, f"the window {start_text} to {end_text} ends before it starts"
+    status_key, status = _notice_field(found, "status")
     if status not in ("PENDING", "ONGOING"):
-        return None, f"maintenanceStatus={status!r} is neither PENDING nor ONGOING"
+        return None, f"{status_key or 'maintenance_status'}={status!r} is neither PENDING nor ONGOING"
     if end is not None and end < now:
-        return None, f"its window ended at {found['windowEndTime']}"
-    kind = found.get("type") or found.get("maintenanceType") or "maintenance"
-    identity = (
-        f"maintenance-tpu-{node}-{int(start)}" if node else f"maintenance {kind} {found['windowStartTime']}"
-    )[:_REQUEST_ID_LIMIT]
+        return None, f"its window ended at {end_text}"
+    kind = _notice_field(found, "type")[1] or "maintenance"
+    identity = (f"maintenance-tpu-{node}-{int(start)}" if node else f"maintenance {kind} {start_text}")[
+        :_REQUEST_ID_LIMIT
+    ]
     return SaveRequest(identity, "maintenance", start if start > now else None), None
+
+
+def notice_can_reschedule(text: str) -> str:
+    """``can_reschedule`` of an upcoming-maintenance answer for the log: true, false or unknown."""
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return "unknown"
+    value = _boolean(_notice_field(found, "can_reschedule")[1]) if isinstance(found, dict) else None
+    return "unknown" if value is None else str(value).lower()
+
+
+def read_short_notice(key: str, value: str) -> tuple[bool, Optional[str]]:
+    """Whether the value of ``maintenance-event`` or ``preempted`` means the VM stops soon (save
+    now), and None; or False and why the value is not understood (nothing is done on it)."""
+    value = value.strip()
+    if key == "maintenance-event":
+        if value in ("NONE", "MIGRATE_ON_HOST_MAINTENANCE"):
+            return False, None  # a live migration keeps the VM running: nothing to save for
+        if value == "TERMINATE_ON_HOST_MAINTENANCE":
+            return True, None
+        allowed = "NONE, MIGRATE_ON_HOST_MAINTENANCE, TERMINATE_ON_HOST_MAINTENANCE"
+    else:
+        if value in ("TRUE", "FALSE"):
+            return value == "TRUE", None
+        allowed = "TRUE, FALSE"
+    return False, f"{key}={value[:80]!r} is none of {allowed}"
+
+
+class MetadataWatch:
+    """A thread that watches one metadata key as Compute Engine documents it: one plain GET for
+    the value and its ETag, then hanging GETs (``?wait_for_change=true&last_etag=E&timeout_sec=T``)
+    that return when the value changes or after T seconds. Each value read goes to ``seen``. A
+    failed read is said once (until a read works again) and retried after ``retry_seconds``."""
+
+    def __init__(
+        self,
+        url: str,
+        key: str,
+        wait_seconds: int,
+        seen: Callable[[str, str], None],
+        stopping: threading.Event,
+        retry_seconds: float = 5.0,
+    ) -> None:
+        self.url = url
+        self.key = key
+        self.wait_seconds = wait_seconds
+        self.seen = seen
+        self.stopping = stopping
+        self.retry_seconds = retry_seconds
+        self.problem: Optional[str] = None
+        self.failures = 0
+        self.thread = threading.Thread(target=self._run, name=f"watch-{key}", daemon=True)
+
+    def _run(self) -> None:
+        etag: Optional[str] = None
+        while not self.stopping.is_set():
+            url = self.url
+            if etag is not None:
+                url = with_query(url, wait_for_change="true", last_etag=etag, timeout_sec=self.wait_seconds)
+            request = urllib.request.Request(url, headers=METADATA_HEADERS)
+            try:
+                # A hanging GET answers within timeout_sec; the margin is the server's, not ours.
+                with urllib.request.urlopen(request, timeout=self.wait_seconds + 10) as answer:
+                    value = answer.read(4096).decode("utf-8", errors="replace")
+                    etag = answer.headers.get("ETag")
+            except Exception as error:  # noqa: BLE001 - said once; the watch goes on
+                self.failures += 1
+                if self.problem is None:
+                    self.problem = describe(error)
+                    log("metadata-watch-failed", key=self.key, reason=quoted(self.problem))
+                etag = None
+                self.stopping.wait(self.retry_seconds)
+                continue
+            self.problem = None
+            self.seen(self.key, value)
+            if etag is None:
+                # No ETag to wait on: without one a wait_for_change GET could miss a change
+                # between two reads, so read again after a pause instead.
+                self.stopping.wait(self.retry_seconds)
 
 
 def request_token(identity: str) -> int:
@@ -855,8 +996,21 @@ class Beacon:
         self.notice: Optional[SaveRequest] = None
         """The maintenance the metadata server announced, as a request."""
         self.notice_problem: Optional[str] = None
+        self.short_notice: Optional[SaveRequest] = None
+        """A terminate or a preemption the watched keys announced: save now."""
+        self.short_values: dict[str, str] = {}
         self.stopping = threading.Event()
         self.thread: Optional[threading.Thread] = None
+        self.watches = [
+            MetadataWatch(
+                metadata_key_url(self.maintenance_url, key),
+                key,
+                settings.metadata_wait_seconds,
+                self._short_notice_seen,
+                self.stopping,
+            )
+            for key in (SHORT_NOTICE_KEYS if self.maintenance_url else ())
+        ]
         if self.period > 0:
             previous = self._read_own_record()
             if isinstance(previous.get("request_done"), str):
@@ -864,6 +1018,8 @@ class Beacon:
                 self.done_tokens.add(request_token(previous["request_done"]))
 
     def start(self) -> None:
+        for watch in self.watches:
+            watch.thread.start()
         if self.period <= 0:
             return
         self.thread = threading.Thread(target=self._run, name="progress", daemon=True)
@@ -889,11 +1045,12 @@ class Beacon:
             self.record.update(saved_step=step, saved_at=utc_text(time.time()))
 
     def requested(self) -> int:
-        """The token of a request this process read (the file's, then the maintenance notice's),
+        """The token of a request this process read (a terminate or preemption the watched keys
+        announced, the file's, then the maintenance notice's),
         has not saved for, and whose ``before`` is within the lead; or 0."""
         now = time.time()
         with self.lock:
-            for request in (self.pending, self.notice):
+            for request in (self.short_notice, self.pending, self.notice):
                 if request is None or (request.before is not None and request.before - now > self.lead):
                     continue
                 token = request_token(request.id)
@@ -915,13 +1072,16 @@ class Beacon:
                 self.record["request_done"] = self.pending.id
             if self.notice is not None and request_token(self.notice.id) == token:
                 log("maintenance-saved", id=quoted(self.notice.id))
+            if self.short_notice is not None and request_token(self.short_notice.id) == token:
+                log("short-notice-saved", id=quoted(self.short_notice.id))
 
     def stop(self, phase: str) -> None:
-        """The last record (``complete``, ``stopped``, ``exited``), written now, within the period."""
+        """The last record (``complete``, ``stopped``, ``exited``), written now, within the period.
+        The watches end with their hanging GET (daemon threads: nothing waits for them)."""
+        self.stopping.set()
         if self.thread is None:
             return
         self.phase(phase)
-        self.stopping.set()
         self.thread.join(timeout=max(5.0, self.period))
 
     def _run(self) -> None:
@@ -965,17 +1125,20 @@ class Beacon:
     def _read_maintenance(self) -> None:
         if not self.maintenance_url:
             return
-        request = urllib.request.Request(self.maintenance_url, headers={"Metadata-Flavor": "Google"})
+        request = urllib.request.Request(
+            with_query(self.maintenance_url, alt="json"), headers=METADATA_HEADERS
+        )
         try:
             # Bounded well inside the period: the beacon must keep writing records.
             with urllib.request.urlopen(request, timeout=min(5.0, max(self.period / 2, 0.5))) as answer:
                 text = answer.read(64 * 1024).decode("utf-8", errors="replace")
         except urllib.error.HTTPError as error:
-            # The key answers 404 with a body where no notice was ever received on some images.
-            text = error.read(64 * 1024).decode("utf-8", errors="replace") if error.code == 404 else ""
-            if error.code != 404:
+            # 503 with {"error": ...} is how the server says nothing is scheduled; some images
+            # answer 404 with a body where no notice was ever received.
+            if error.code not in (404, 503):
                 self._notice_problem(f"HTTP {error.code}")
                 return
+            text = "" if error.code == 503 else error.read(64 * 1024).decode("utf-8", errors="replace")
         except Exception as error:  # noqa: BLE001 - unread now, read again next period
             self._notice_problem(f"could not be read: {describe(error)}")
             return
@@ -986,8 +1149,30 @@ class Beacon:
         with self.lock:
             if notice is not None and (self.notice is None or self.notice.id != notice.id):
                 before = utc_text(notice.before) if notice.before is not None else "now"
-                log("maintenance-notice", id=quoted(notice.id), save_before=before)
+                log(
+                    "maintenance-notice",
+                    id=quoted(notice.id),
+                    save_before=before,
+                    can_reschedule=notice_can_reschedule(text),
+                )
             self.notice = notice
+            self.notice_problem = None
+
+    def _short_notice_seen(self, key: str, value: str) -> None:
+        """A value of ``maintenance-event`` or ``preempted`` (each change said once)."""
+        value = value.strip()
+        with self.lock:
+            if self.short_values.get(key) == value:
+                return
+            self.short_values[key] = value
+            save, problem = read_short_notice(key, value)
+            if problem is not None:
+                log("metadata-event-ignored", key=key, reason=quoted(problem))
+                return
+            log("metadata-event", key=key, value=value[:80], save="now" if save else "no")
+            if save:
+                node = f" {self.node_name}" if self.node_name else ""
+                self.short_notice = SaveRequest(f"{key} {value}{node} {utc_text(time.time())}", key, None)
 
     def _notice_problem(self, problem: str) -> None:
         if problem != self.notice_problem:

@@ -6,8 +6,9 @@ built-in schemas ``kubernetes_validate`` checks the rest against."""
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import jsonschema
 import yaml
@@ -78,3 +79,73 @@ def kueue_objects(run: Any) -> list[dict[str, Any]]:
         for r in run.registrations
         if r.type.startswith(KUEUE)
     ]
+
+
+KUEUE_WORKLOAD_CRD = KUEUE_CRDS / "kueue.x-k8s.io_workloads.yaml"
+_CRD_OF_KIND = {"JobSet": JOBSET_CRD, "Workload": KUEUE_WORKLOAD_CRD}
+"""Objects of these kinds are checked against their CRD; every other kind against Kubernetes'."""
+
+
+def _status_validator() -> Any:
+    # meta/v1's Status is served as apiVersion v1, and kubernetes-validate files its schema under
+    # "meta" (status-meta-v1.json), where validate() does not look: checked with that file, with
+    # the shared definitions, as validate() checks the others.
+    import kubernetes_validate
+    from referencing import Registry, Resource
+
+    folder = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
+    folder = folder / f"v{KUBERNETES_VERSION}-local-strict"
+    schema = json.loads((folder / "status-meta-v1.json").read_text())
+    definitions = json.loads((folder / "_definitions.json").read_text())
+    registry = Resource.from_contents(definitions) @ (Resource.from_contents(schema) @ Registry())
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+_STATUS = functools.cache(_status_validator)
+
+
+def kubernetes_errors(item: Any) -> list[str]:
+    """What the published schemas find wrong with an object the API server would send: a
+    built-in kind (or its list) against Kubernetes' OpenAPI (kubernetes-validate, strict, at
+    ``KUBERNETES_VERSION``), a ``Status`` against meta/v1's, a JobSet or Kueue Workload (or
+    their lists' items) against the CRD. [] when it conforms."""
+    import kubernetes_validate
+
+    if not isinstance(item, dict) or not isinstance(item.get("kind"), str):
+        return [f"(top): not a Kubernetes object: {str(item)[:80]}"]
+    kind = item["kind"]
+    if kind == "Status":
+        return sorted(
+            f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in _STATUS().iter_errors(item)
+        )
+    base = kind.removesuffix("List")
+    if base in _CRD_OF_KIND:
+        if base == kind:
+            return schema_errors(item, _CRD_OF_KIND[base])
+        extra = sorted(set(item) - {"apiVersion", "kind", "metadata", "items"})
+        errors = [f"(top): a list has no field {key!r}" for key in extra]
+        for index, each in enumerate(item.get("items", [])):
+            errors.extend(f"items/{index}/{error}" for error in kubernetes_errors(each))
+        return errors
+    try:
+        kubernetes_validate.validate(item, KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as error:
+        return [f"{'/'.join(map(str, error.caught_exc.absolute_path))}: {error.caught_exc.message}"]
+    except kubernetes_validate.SchemaNotFoundError:
+        return [f"(top): no published schema for {item.get('apiVersion')} {kind}"]
+    return []
+
+
+class CheckedAgainstKubernetes:
+    """A fake Kubernetes API server (mixed into a ``LoopbackJsonServer``) whose every JSON answer
+    is checked with ``kubernetes_errors``, watch events through ``check_object``. What does not
+    conform fails the test when the server closes (``BackgroundServer.off_schema_found``)."""
+
+    off_schema_found: Callable[[str, Iterable[str]], None]  # BackgroundServer's
+
+    def check_object(self, where: str, item: Any) -> None:
+        self.off_schema_found(where, kubernetes_errors(item))
+
+    def answered(self, http_method: str, path: str, status: int, body: Any, sent: bytes) -> None:
+        if isinstance(body, dict) and "kind" in body:  # (a Google-shaped 404 has none: not ours)
+            self.check_object(f"{http_method} {path} {status}", body)

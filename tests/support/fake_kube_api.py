@@ -35,6 +35,8 @@ from urllib.parse import parse_qs
 from tpu_training_components.domain.job_manifests import KUEUE_QUEUE_LABEL, PART_OF, PART_OF_LABEL
 from tpu_training_components.domain.kueue_recovery import KUEUE_JOB_UID_LABEL, KUEUE_WORKLOAD_API_VERSION
 
+from support.crds import CheckedAgainstKubernetes
+from support.discovery import CheckedAgainstDiscovery
 from support.loopback import LoopbackJsonServer, Streamed, not_found
 
 _JOBS = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs$")
@@ -58,7 +60,14 @@ def pod(owner: str, started: str, *, index: int = 0) -> dict[str, Any]:
             "phase": "Running",
             "startTime": started,
             "containerStatuses": [
-                {"name": "trainer", "ready": True, "state": {"running": {"startedAt": started}}}
+                {
+                    "name": "trainer",
+                    "ready": True,
+                    "restartCount": 0,
+                    "image": "trainer:1",
+                    "imageID": "trainer@sha256:" + "0" * 64,
+                    "state": {"running": {"startedAt": started}},
+                }
             ],
         },
     }
@@ -271,6 +280,7 @@ class _Watches:
             item["metadata"]["resourceVersion"] = str(self.revision)
             if resource != "nodes":
                 item["metadata"]["namespace"] = namespace
+            self.check_object(f"a watched {resource} object", item)  # type: ignore[attr-defined]
             items = self._collection(resource, namespace)
             names = [i["metadata"]["name"] for i in items]
             name = item["metadata"]["name"]
@@ -380,7 +390,7 @@ class _Watches:
                 return
 
 
-class FakeKubernetesApi(_Watches, LoopbackJsonServer):
+class FakeKubernetesApi(CheckedAgainstKubernetes, _Watches, LoopbackJsonServer):
     def __init__(self, tls: Optional[tuple[Path, Path]] = None) -> None:
         super().__init__(tls)
         self.jobs: dict[str, list[dict[str, Any]]] = {}
@@ -433,7 +443,7 @@ class FakeKubernetesApi(_Watches, LoopbackJsonServer):
             }
         match = _JOBS.match(path)
         if match is None:
-            return not_found()
+            return _kubernetes_not_found()
         self.selectors.append(selector)
         items = [i for i in self.jobs.get(match.group(1), []) if _selected(i, selector)]
         return 200, {
@@ -476,12 +486,27 @@ def jobset(
         "spec": {"replicatedJobs": [{"name": "slice-job", "replicas": 2, "template": {}}]},
         "status": {
             "conditions": [
-                {"type": kind, "status": "True", "reason": reason, "message": f"{reason} happened"}
+                {
+                    "type": kind,
+                    "status": "True",
+                    "reason": reason,
+                    "message": f"{reason} happened",
+                    "lastTransitionTime": "2026-11-21T10:00:00Z",
+                }
                 for kind, reason in conditions
             ],
             "restarts": restarts,
             "restartsCountTowardsMax": restarts,
-            "replicatedJobsStatus": [{"name": "slice-job", "ready": ready, "active": 2}],
+            "replicatedJobsStatus": [
+                {
+                    "name": "slice-job",
+                    "ready": ready,
+                    "active": 2,
+                    "failed": 0,
+                    "succeeded": 0,
+                    "suspended": 0,
+                }
+            ],
         },
     }
 
@@ -502,10 +527,10 @@ class FakeJobSetApi(FakeKubernetesApi):
         if not path.startswith(_JOBSETS):
             return super().route(method, path, query, headers)
         if not self.crd_installed:
-            return not_found()
+            return _kubernetes_not_found()
         namespace, _, plural = path[len(_JOBSETS) :].partition("/")
         if plural != "jobsets":
-            return not_found()
+            return _kubernetes_not_found()
         if _watching(query):
             return self.serve("jobsets", namespace, query)
         terms = filter(None, parse_qs(query).get("labelSelector", [""])[0].split(","))
@@ -748,7 +773,12 @@ current-context: fake
     return path
 
 
-class FakeGkeApi(LoopbackJsonServer):
+class FakeGkeApi(CheckedAgainstDiscovery, LoopbackJsonServer):
+    """GKE's ``projects.locations.clusters.get``; every answer checked against container v1's
+    discovery document."""
+
+    APIS = (("container", "v1"),)
+
     def __init__(self) -> None:
         super().__init__()
         self.clusters: dict[str, dict[str, Any]] = {}

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import parse_qs
 
+from support.discovery import CheckedAgainstDiscovery
 from support.loopback import LoopbackJsonServer, not_found
 
 TOKEN = "loopback-access-token"
@@ -36,8 +37,12 @@ def _forbidden(what: str) -> tuple[int, Any]:
     }
 
 
-class FakeProjectApis(LoopbackJsonServer):
-    """A project as the APIs describe it; tests change its fields to make a check fail."""
+class FakeProjectApis(CheckedAgainstDiscovery, LoopbackJsonServer):
+    """A project as the APIs describe it; tests change its fields to make a check fail. Every
+    answer and request body is checked against the APIs' discovery documents."""
+
+    APIS = (("cloudresourcemanager", "v3"), ("serviceusage", "v1"), ("tpu", "v2"), ("container", "v1"))
+    UNCHECKED_PATHS = ("/token",)  # OAuth 2.0's token endpoint (RFC 6749), in no discovery document
 
     def __init__(self, project: str = "tpu-training-dev", tls: Optional[tuple[Path, Path]] = None) -> None:
         super().__init__(tls)

@@ -1,9 +1,10 @@
 """A local stand-in for the Cloud TPU REST API's node list, on loopback, for the real client to
 talk to.
 
-Serves ``GET /v2alpha1/projects/P/locations/ZONE/nodes`` (the surface ``live/tpu_api`` lists
-nodes with, for their ``upcomingMaintenance``) in the API's JSON shape and counts calls. Nothing
-answers at /v2/: a client that lists nodes through v2 would find no nodes there, and fail.
+Serves ``GET /v2/projects/P/locations/ZONE/nodes`` in the API's JSON shape, each node's
+``upcomingMaintenance`` included, and counts calls. Nothing answers at /v2alpha1/: a client that
+lists nodes through the pre-GA surface would find no nodes there, and fail. Every answer is
+checked against the v2 discovery document by tests/test_fidelity.py.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
+from support.discovery import CheckedAgainstDiscovery
 from support.loopback import LoopbackJsonServer, not_found
 
-_LIST = re.compile(r"^/v2alpha1/projects/([^/]+)/locations/([^/]+)/nodes$")
+_LIST = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/nodes$")
 
 
-class FakeTpuApi(LoopbackJsonServer):
+class FakeTpuApi(CheckedAgainstDiscovery, LoopbackJsonServer):
+    APIS = (("tpu", "v2"),)
+
     def __init__(self, tls: Optional[tuple[Path, Path]] = None) -> None:
         super().__init__(tls)
         self.nodes: dict[str, list[dict[str, Any]]] = {}

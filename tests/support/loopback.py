@@ -20,9 +20,18 @@ class BackgroundServer:
     ``_serve_in_background`` with it."""
 
     server: socketserver.BaseServer
+    allow_off_schema = False
+    """A fake that checks what it serves against a published schema fails the test that made
+    it serve something off that schema, when it closes; a test that does so on purpose sets this."""
+
+    def off_schema_found(self, where: str, errors: Iterable[str]) -> None:
+        """Keep ``errors`` (what a published schema found wrong at ``where``) for the close."""
+        self.off_schema.extend(f"{where}: {error}" for error in errors)
 
     def _serve_in_background(self, server: socketserver.BaseServer) -> None:
         self.server = server
+        self.off_schema: list[str] = []
+        """What a published schema found wrong in what this fake served (``off_schema_found``)."""
         # A short poll: shutdown() waits for the loop to notice, up to this long (default 0.5 s).
         self._thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
 
@@ -33,6 +42,10 @@ class BackgroundServer:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+        if exc[0] is None and self.off_schema and not self.allow_off_schema:
+            raise AssertionError(
+                "the fake served outside its published schema:\n" + "\n".join(self.off_schema)
+            )
 
 
 class LoopbackJsonServer(BackgroundServer):
@@ -85,6 +98,10 @@ class LoopbackJsonServer(BackgroundServer):
                     status, body = server.fail_with, {"error": {"code": server.fail_with, "message": "boom"}}
                 else:
                     status, body = server.route(method, path, query, dict(self.headers.items()))
+                    if server.raw_body is None and not isinstance(body, Streamed):
+                        with_body = method in ("POST", "PUT", "PATCH") and server.bodies
+                        sent = server.bodies[-1] if with_body else b""
+                        server.answered(method, path, status, body, sent)
                 if isinstance(body, Streamed):
                     self._stream(status, body)
                     return
@@ -142,6 +159,10 @@ class LoopbackJsonServer(BackgroundServer):
 
     def route(self, method: str, path: str, query: str, headers: dict[str, str]) -> tuple[int, Any]:
         raise NotImplementedError
+
+    def answered(self, method: str, path: str, status: int, body: Any, sent: bytes) -> None:
+        """Told of every answer ``route`` gave (and the request's body): a fake checked against a
+        published schema overrides it (``support.discovery.CheckedAgainstDiscovery``)."""
 
 
 class Streamed:

@@ -3,7 +3,7 @@ read into one shape, and when the affected training should have saved by.
 
 Pure Python. Two sources (docs/tpu-vms-and-recovery.md, "Maintenance notices"):
 
-- a TPU VM's ``upcomingMaintenance`` (Cloud TPU API v2alpha1, ``Node.upcoming_maintenance``):
+- a TPU VM's ``upcomingMaintenance`` (Cloud TPU API v2 REST, ``Node.upcomingMaintenance``):
   type SCHEDULED | UNSCHEDULED, ``windowStartTime``, ``windowEndTime``,
   ``latestWindowStartTime``, ``maintenanceStatus`` PENDING | ONGOING, ``canReschedule``;
 - a GKE node's labels and taints (GKE 1.31.1-gke.2008000 and later, Google's "Manage GKE node

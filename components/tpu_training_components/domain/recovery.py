@@ -99,7 +99,7 @@ class LiveNode:
     labels: Mapping[str, str] = field(default_factory=dict)
     create_time: str = ""
     maintenance: Mapping[str, object] = field(default_factory=dict)
-    """Its ``upcomingMaintenance`` as the API sent it (v2alpha1 JSON, camelCase); empty when none
+    """Its ``upcomingMaintenance`` as the API sent it (v2 REST JSON, camelCase); empty when none
     is announced. Read by ``maintenance_notices``, never by the decision table."""
 
     @property

@@ -47,9 +47,9 @@ def tpu_client(endpoint: Optional[str] = None, credentials: Any = None) -> Any:
 
 
 def tpu_nodes_client(endpoint: Optional[str] = None, credentials: Any = None) -> TpuNodesClient:
-    """Lists a zone's TPU nodes through the Cloud TPU API's v2alpha1 surface, which gives each
-    node's ``upcoming_maintenance`` beside what v2 gives (``tpu_api``). Preflight keeps
-    ``tpu_client`` (v2) for accelerator types and runtime versions."""
+    """Lists a zone's TPU nodes through the Cloud TPU API's v2 REST surface, whose ``Node``
+    carries ``upcomingMaintenance`` (``tpu_api``). Preflight keeps ``tpu_client`` (the generated
+    v2 client) for accelerator types and runtime versions."""
     from google.auth.credentials import AnonymousCredentials
     from google.auth.transport.requests import AuthorizedSession
 
@@ -69,15 +69,15 @@ CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 
 class TpuNodesClient:
-    """``GET /v2alpha1/projects/P/locations/Z/nodes`` over REST, each page parsed by the client
-    library's own message (``tpu_v2alpha1.ListNodesResponse``, ignoring unknown fields, as its
+    """``GET /v2/projects/P/locations/Z/nodes`` over REST, each page parsed by the client
+    library's own message (``tpu_v2.ListNodesResponse``, ignoring unknown fields, as its
     generated REST transports do).
 
-    google-cloud-tpu 1.28.0 (the pinned one, the newest) serves ``tpu_v2alpha1`` over gRPC only
-    (its ``TpuClient`` has the ``grpc`` and ``grpc_asyncio`` transports; v2 has ``rest`` too):
-    this is the REST call its v2 transport makes, at the v2alpha1 path. The session is this
-    object's own, so the answer checks (``http_answers.checking_answers``) hook it without any
-    private name of the library."""
+    The v2 REST API's ``Node`` has ``upcomingMaintenance`` (discovery document ``tpu.v2.json``,
+    revision 20261001; docs/fidelity.md), but google-cloud-tpu 1.28.0's ``tpu_v2`` messages, made
+    from the v2 proto, do not: the message drops it, and ``tpu_api`` reads it from the raw body.
+    So the call is made here, with a session that is this object's own, and the answer checks
+    (``http_answers.checking_answers``) hook it without any private name of the library."""
 
     def __init__(self, base_url: str, session: Any) -> None:
         self.base_url = base_url
@@ -85,20 +85,20 @@ class TpuNodesClient:
         """A `requests` session (google-auth's ``AuthorizedSession``)."""
 
     def list_nodes_page(self, parent: str, page_token: str, timeout: float) -> Any:
-        """One page of ``parent``'s nodes (a ``tpu_v2alpha1.ListNodesResponse``); raises the
+        """One page of ``parent``'s nodes (a ``tpu_v2.ListNodesResponse``); raises the
         ``google.api_core`` exception of an HTTP error, as the generated clients do."""
         from google.api_core import exceptions
-        from google.cloud import tpu_v2alpha1
+        from google.cloud import tpu_v2
 
         response = self.session.get(
-            f"{self.base_url}/v2alpha1/{parent}/nodes",
+            f"{self.base_url}/v2/{parent}/nodes",
             params={"pageToken": page_token} if page_token else None,
             timeout=timeout,
             allow_redirects=False,
         )
         if response.status_code >= 400:
             raise exceptions.from_http_response(response)
-        return tpu_v2alpha1.ListNodesResponse.from_json(response.content, ignore_unknown_fields=True)
+        return tpu_v2.ListNodesResponse.from_json(response.content, ignore_unknown_fields=True)
 
 
 def container_client(endpoint: Optional[str] = None, credentials: Any = None) -> Any:

@@ -1,6 +1,7 @@
-"""Read live TPU nodes through the Cloud TPU API (``google-cloud-tpu``, REST transport), in its
-v2alpha1 surface: the same node list as v2 (name, state, health, labels) and each node's
-``upcomingMaintenance``, which v2 does not carry (``domain.maintenance_notices``).
+"""Read live TPU nodes through the Cloud TPU API's v2 REST surface: each node's name, state,
+health and labels (parsed by google-cloud-tpu's ``tpu_v2`` messages) and its
+``upcomingMaintenance`` (read from the answer itself: the v2 REST ``Node`` has it, the v2 proto
+the library is made from does not; ``domain.maintenance_notices``).
 
 One ``list`` call per zone in use, never one call per VM: a 64-VM stack in one zone costs one
 request. Any failure (no credentials, HTTP error, time-out, refused connection) is reported per
@@ -33,7 +34,7 @@ class LiveNodes:
 
 
 make_client = tpu_nodes_client
-"""A ``tpu_v2alpha1.TpuClient`` (``endpoints.tpu_nodes_client``)."""
+"""An ``endpoints.TpuNodesClient`` (``endpoints.tpu_nodes_client``)."""
 
 
 def list_live_nodes(

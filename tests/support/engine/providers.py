@@ -63,7 +63,8 @@ PACKAGES = {"gcp": "pulumi_gcp", "kubernetes": "pulumi_kubernetes"}
 TPU_VM = "gcp:tpu/v2Vm:V2Vm"
 BUCKET = "gcp:storage/bucket:Bucket"
 BUCKET_OBJECT = "gcp:storage/bucketObject:BucketObject"
-# The Node fields of the Cloud TPU v2 REST API that a V2Vm's inputs carry under the same names.
+# The Node fields of the Cloud TPU v2 REST API that a V2Vm's inputs carry under the same names
+# (one nested field is renamed: ``_node_body``).
 _NODE_FIELDS = (
     "acceleratorType",
     "runtimeVersion",
@@ -88,6 +89,17 @@ HOLD_VARIABLE = "ENGINE_TPU_CREATE_HOLD"
 """A file: while it exists, a TPU node's create waits (writing FILE.started first), so a test can
 hold an update in the middle, with the stack locked. At most ``HOLD_SECONDS``."""
 HOLD_SECONDS = 120.0
+
+
+def _node_body(inputs: dict[str, Any]) -> dict[str, Any]:
+    """The REST ``Node`` a V2Vm's inputs make: pulumi-gcp's ``serviceAccount.scopes`` is the API's
+    ``serviceAccount.scope`` (tpu.v2.json's ``ServiceAccount``; the fake checks the body)."""
+    body = {key: _unwrapped(inputs[key]) for key in _NODE_FIELDS if key in inputs}
+    account = body.get("serviceAccount")
+    if isinstance(account, dict) and "scopes" in account:
+        body["serviceAccount"] = {**account, "scope": account["scopes"]}
+        del body["serviceAccount"]["scopes"]
+    return body
 
 
 def _hold_while(path: Optional[str]) -> None:
@@ -212,7 +224,7 @@ class TpuVms(Backend):
             inputs.get("zone") or provider.config.get("gcp:config:zone"),
             inputs.get("name") or name,
         )
-        body = {key: _unwrapped(inputs[key]) for key in _NODE_FIELDS if key in inputs}
+        body = _node_body(inputs)
         status, answer = _http(
             "POST", f"{self._base()}/v2/projects/{project}/locations/{zone}/nodes?nodeId={node_id}", body
         )
