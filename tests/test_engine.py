@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from support.engine.engine import COMMAND_TIMEOUT, REPO, EngineProject, endpoints, engine_version
+from support.engine.engine import REPO, EngineProject, endpoints, engine_version
 from support.engine.fakes import CloudTpuApi, KubernetesApi
 from support.engine.providers import HOLD_VARIABLE, KUBERNETES_API_VARIABLE
 from support.engine.stacks import GKE_CONFIG, TPU_VM_CONFIG, VM, ZONE
@@ -262,15 +260,7 @@ _ENGINE_ACTIONS = {
 
 
 def _predicted(project: EngineProject, base: Path) -> dict[str, str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "infra.plan", "--stack", STACK, "--compare-to", str(base), "--json", "-"],
-        cwd=project.root,
-        env=project.env,
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_TIMEOUT,
-        check=False,
-    )
+    done = project.python("-m", "infra.plan", "--stack", STACK, "--compare-to", str(base), "--json", "-")
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
     changes = json.loads(done.stdout)["changes"]["resources"]
     return {change["urn"]: change["action"] for change in changes if change["urn"] != STACK_URN}
@@ -419,15 +409,7 @@ def _predicted_and_previewed(project: EngineProject, base: Path) -> tuple[dict[s
 
 
 def _write_base_plan(project: EngineProject, base: Path) -> None:
-    planned = subprocess.run(
-        [sys.executable, "-m", "infra.plan", "--stack", STACK, "--json", str(base)],
-        cwd=project.root,
-        env=project.env,
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_TIMEOUT,
-        check=False,
-    )
+    planned = project.python("-m", "infra.plan", "--stack", STACK, "--json", str(base))
     assert planned.returncode in (0, 1), planned.stdout[-3000:] + planned.stderr[-3000:]
 
 

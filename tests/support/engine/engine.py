@@ -78,25 +78,26 @@ class EngineProject:
             **endpoints,
         }
 
+    def _run(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            argv, cwd=self.root, env=self.env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+
     def pulumi(
         self, *args: str, check: bool = True, timeout: float = COMMAND_TIMEOUT
     ) -> subprocess.CompletedProcess:
         """``pulumi ARGS --non-interactive`` in the project folder."""
-        done = subprocess.run(
-            [str(ENGINE_BIN / "pulumi"), *args, "--non-interactive"],
-            cwd=self.root,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        done = self._run([str(ENGINE_BIN / "pulumi"), *args, "--non-interactive"], timeout)
         if check and done.returncode != 0:
             raise AssertionError(
                 f"`pulumi {' '.join(args)}` exited {done.returncode}:\n"
                 f"{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
             )
         return done
+
+    def python(self, *args: str, timeout: float = COMMAND_TIMEOUT) -> subprocess.CompletedProcess:
+        """``python ARGS`` with the README's interpreter in the project folder (``-m infra.plan``)."""
+        return self._run([sys.executable, *args], timeout)
 
     def json(self, *args: str) -> Any:
         return json.loads(self.pulumi(*args, "--json").stdout)
@@ -126,15 +127,7 @@ class EngineProject:
         self, stack: str, *args: str, timeout: float = COMMAND_TIMEOUT
     ) -> subprocess.CompletedProcess:
         """``python -m infra.recover --stack STACK --json ARGS`` in the project folder."""
-        return subprocess.run(
-            [sys.executable, "-m", "infra.recover", "--stack", stack, "--json", *args],
-            cwd=self.root,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        return self.python("-m", "infra.recover", "--stack", stack, "--json", *args, timeout=timeout)
 
     def start_recover(self, stack: str, *args: str) -> subprocess.Popen:
         """``recover`` started in the background; the caller waits for it."""

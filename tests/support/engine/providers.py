@@ -153,6 +153,14 @@ def _has_unknowns(value: Any) -> bool:
     return value == UNKNOWN
 
 
+def _endpoint(variable: str, double: str) -> str:
+    """The loopback fake the variable names, for the ``double`` to call."""
+    endpoint = os.environ.get(variable)
+    if not endpoint:
+        raise ProviderError(f"{variable} is not set: the {double} double has nothing to call")
+    return endpoint.rstrip("/")
+
+
 def _http(method: str, url: str, body: Optional[Any] = None) -> tuple[int, Any]:
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(
@@ -202,10 +210,7 @@ class TpuVms(Backend):
 
     @staticmethod
     def _base() -> str:
-        endpoint = os.environ.get(TPU_ENDPOINT_VARIABLE)
-        if not endpoint:
-            raise ProviderError(f"{TPU_ENDPOINT_VARIABLE} is not set: the TPU double has no API to call")
-        return endpoint.rstrip("/")
+        return _endpoint(TPU_ENDPOINT_VARIABLE, "TPU")
 
     def _node_url(self, identifier: str) -> str:
         return f"{self._base()}/v2/{identifier}"
@@ -271,11 +276,7 @@ class Storage(Backend):
         from google.auth.credentials import AnonymousCredentials
         from google.cloud import storage
 
-        endpoint = os.environ.get(STORAGE_ENDPOINT_VARIABLE)
-        if not endpoint:
-            raise ProviderError(
-                f"{STORAGE_ENDPOINT_VARIABLE} is not set: the storage double has no API to call"
-            )
+        endpoint = _endpoint(STORAGE_ENDPOINT_VARIABLE, "storage")
         return storage.Client(
             project=provider.project(),
             credentials=AnonymousCredentials(),
@@ -327,7 +328,7 @@ class Storage(Backend):
 
 
 class KubernetesObjects(Backend):
-    """Objects in the Kubernetes API server fake named by the provider's kubeconfig: created with
+    """Objects in the Kubernetes API server fake ``ENGINE_KUBERNETES_API`` names: created with
     POST to their collection, read with GET, replaced with PUT and deleted with DELETE, at the
     paths the real API server serves (``/api/v1/...`` for the core group, ``/apis/G/V/...``)."""
 
@@ -335,12 +336,7 @@ class KubernetesObjects(Backend):
     def _server(provider: ProviderDouble) -> str:
         # The API server fake, named by the test: the provider's kubeconfig names the cluster's
         # endpoint as the gcp double made it up, which no server answers at.
-        endpoint = os.environ.get(KUBERNETES_API_VARIABLE)
-        if not endpoint:
-            raise ProviderError(
-                f"{KUBERNETES_API_VARIABLE} is not set: the Kubernetes double has no API server"
-            )
-        return endpoint.rstrip("/")
+        return _endpoint(KUBERNETES_API_VARIABLE, "Kubernetes")
 
     @staticmethod
     def _collection(inputs: Mapping[str, Any]) -> str:
