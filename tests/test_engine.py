@@ -29,6 +29,8 @@ URN = f"urn:pulumi:{STACK}::tpu-training::"
 STACK_URN = f"{URN}pulumi:pulumi:Stack::tpu-training-{STACK}"
 VM_URN_PREFIX = f"{URN}tpu-training:compute:PreemptibleTpuVm$gcp:tpu/v2Vm:V2Vm::"
 SECOND_VM_URN = f"{VM_URN_PREFIX}second-tpu-vm"
+# A Job's status once its controller gave up on it.
+FAILED = {"failed": 5, "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}
 JOB_URN = f"{URN}tpu-training:gke:TpuTrainingJob$kubernetes:batch/v1:Job::train-v6e-job"
 
 
@@ -144,38 +146,46 @@ def _deployed(project: EngineProject) -> EngineProject:
     return project
 
 
-def test_a_preempted_vm_is_recreated_by_recover_and_nothing_else_changes(
-    project: EngineProject, cloud: tuple[CloudTpuApi, LoopbackGcs]
+def test_a_preempted_vm_and_a_failed_job_are_recreated_in_one_round_and_nothing_else_changes(
+    engine: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
 ) -> None:
     tpu, _ = cloud
-    _deployed(project)
-    before = project.resources(STACK)
-    generation = int(tpu.node(ZONE, VM)["labels"]["recovery-generation"])  # type: ignore[index]
-    tpu.set_state(ZONE, VM, "PREEMPTED")
+    with KubernetesApi() as kube:
+        project = _gke_project(tmp_path, cloud, kube)
+        project.init(STACK, {**GKE_CONFIG, "tpu-training:tpuVms": TPU_VM_CONFIG["tpu-training:tpuVms"]})
+        project.pulumi("up", "--yes", "--stack", STACK)
+        before = project.resources(STACK)
+        generation = int(tpu.node(ZONE, VM)["labels"]["recovery-generation"])  # type: ignore[index]
+        (deployed,) = kube.jobs["default"]
+        tpu.set_state(ZONE, VM, "PREEMPTED")
+        kube.put("jobs", "default", dict(deployed, status=FAILED))
 
-    done = project.recover(STACK, "--once")
-    assert done.returncode == 0, done.stdout + done.stderr
-    (round_,) = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    print(json.dumps(round_)[:3000])
-    node = tpu.node(ZONE, VM)
-    assert node is not None and node["state"] == "READY", "the engine re-created the node"
-    new_generation = int(node["labels"]["recovery-generation"])
-    assert new_generation > generation
-    assert node["labels"]["recovery-cause"] == "preempted"
+        done = project.recover(STACK, "--once")
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        node = tpu.node(ZONE, VM)
+        assert node is not None and node["state"] == "READY", "the engine re-created the node"
+        new_generation = int(node["labels"]["recovery-generation"])
+        assert new_generation > generation
+        assert node["labels"]["recovery-cause"] == "preempted"
+        (job,) = kube.jobs["default"]
+        assert job["metadata"]["uid"] != deployed["metadata"]["uid"], "the engine re-created the Job"
 
-    # The engine's own account of the update: one replacement, everything else the same.
-    (last,) = project.json("stack", "history", "--stack", STACK, "--page-size", "1")
-    # (its one read: `--refresh` with `--target` refreshes the target alone)
-    assert {k: v for k, v in last["resourceChanges"].items() if k != "same"} == {"read": 1, "replace": 1}
-    after = project.resources(STACK)
-    assert _changed_in_the_cloud(before, after) == [f"{VM_URN_PREFIX}{VM}-vm"]
-    outputs = project.json("stack", "output", "--stack", STACK)
-    assert outputs["recoveryGenerations"] == {VM: new_generation}, "the outputs say what the state holds"
+        # The engine's own account of the update: those two replaced, everything else the same
+        # (its one read is the program's read of the stack's own last outputs, a StackReference).
+        (last,) = project.json("stack", "history", "--stack", STACK, "--page-size", "1")
+        assert {k: v for k, v in last["resourceChanges"].items() if k != "same"} == {"read": 1, "replace": 2}
+        after = project.resources(STACK)
+        assert _changed_in_the_cloud(before, after) == sorted([f"{VM_URN_PREFIX}{VM}-vm", JOB_URN])
+        outputs = project.json("stack", "output", "--stack", STACK)
+        assert outputs["recoveryGenerations"] == {VM: new_generation}, "the outputs say what the state holds"
+        assert outputs["jobRecoveryGenerations"]["train-v6e"] == int(
+            job["metadata"]["labels"]["recovery-generation"]
+        )
 
-    # A second round finds nothing to do and runs no update.
-    again = project.recover(STACK, "--once")
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert len(project.json("stack", "history", "--stack", STACK)) == 2
+        # A second round finds nothing to do and runs no update.
+        again = project.recover(STACK, "--once")
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        assert len(project.json("stack", "history", "--stack", STACK)) == 2
 
 
 def test_a_round_that_finds_the_stack_locked_by_another_update_does_nothing_and_exits_75(
@@ -367,13 +377,7 @@ def test_a_failed_job_waits_for_a_pending_pool_edit_then_is_recreated_alone_by_r
         kube.put(
             "jobs",
             "default",
-            dict(
-                deployed,
-                status={
-                    "failed": 5,
-                    "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}],
-                },
-            ),
+            dict(deployed, status=FAILED),
         )
 
         # First with an edit of the Job's pool in the stack file, not yet deployed: the Job is not
