@@ -46,6 +46,13 @@ def test_unknown_accelerator_type(config):
     assert "must be one of 8, 32, 64" in message
 
 
+def test_a_generation_name_for_an_accelerator_type_gets_the_api_name(config):
+    config[VMS][0]["acceleratorType"] = "v5e-8"
+    message = _refused(config)
+    assert 'tpu-training:tpuVms[0].acceleratorType = "v5e-8"' in message
+    assert "(did you mean 'v5litepod-8'?)" in message
+
+
 def test_zone_that_is_not_a_zone(config):
     config[VMS][0]["zone"] = "europe-west4"
     message = _refused(config)
