@@ -279,3 +279,16 @@ def pulumi_sdk_version() -> str:
     from importlib.metadata import version
 
     return version("pulumi")
+
+
+def test_running_the_program_outside_pulumi_names_the_commands_instead():
+    """`python -m infra` is the Pulumi program run by hand: a message and the usage status, not
+    the traceback of a program that needs the engine."""
+    done = subprocess.run(
+        [sys.executable, "-m", "infra"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 64
+    assert "Traceback" not in done.stderr
+    assert "Pulumi program" in done.stderr
+    for command in ("python -m infra.plan", "python -m infra.cost", "python -m infra.status"):
+        assert command in done.stderr
