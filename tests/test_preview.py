@@ -139,3 +139,30 @@ def test_a_preview_says_what_it_costs_per_hour():
     planned = preview(_one_vm())
     assert planned.cost.total("training") == (pytest.approx(2.244), [])
     assert planned.cost.to_json()["whileTraining"]["usdPerHour"] == pytest.approx(2.244)
+
+
+def test_a_jobs_grace_and_a_spot_pools_notice_are_judged_as_the_stack_judges_them():
+    """declared_warnings over recorded resources: a Job's Pods' grace against the save with its
+    margin (none asked: Kubernetes' 30 s), a Spot TPU pool's 15 s, a flex-start pool's zones."""
+    from tpu_training_components.domain.declared_warnings import declared_warnings
+    from tpu_training_components.preview import PreviewedResource
+
+    def job(grace):
+        pod = {} if grace is None else {"terminationGracePeriodSeconds": grace}
+        return PreviewedResource(
+            "kubernetes:batch/v1:Job", "train", {"spec": {"template": {"spec": pod}}}, True
+        )
+
+    def pool(**node_config):
+        inputs = {
+            "nodeConfig": {"machineType": "ct6e-standard-4t", **node_config},
+            "nodeLocations": ["us-east5-a"],
+        }
+        return PreviewedResource("gcp:container/nodePool:NodePool", "v6e", inputs, True)
+
+    assert declared_warnings([job(120), pool(flexStart=True)], 60) == []
+    (grace,) = declared_warnings([job(None)], 60)
+    assert grace.startswith("train: a checkpoint takes 60 s") and "the Pods' grace is 30 s" in grace
+    (spot,) = declared_warnings([pool(spot=True)], 20)
+    assert spot.startswith("v6e: a checkpoint takes 20 s") and "Spot GKE node gives its Pods 15 s" in spot
+    assert declared_warnings([job(None), pool(spot=True)]) == []  # no save cost given: nothing to judge
