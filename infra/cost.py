@@ -10,6 +10,13 @@ program). Exit status: 0; 2 invalid configuration or project file; 64 invalid co
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:
+    # Run from inside infra/ (`python cost.py`, `python -m cost`), where `from infra import`
+    # fails: run as `python -m infra.cost` from the project folder (infra/from_inside.py).
+    import importlib
+
+    importlib.import_module("from_inside").run_from_project("infra.cost")
+
 import json
 import os
 import sys

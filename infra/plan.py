@@ -26,6 +26,13 @@ reason is always on stderr, on one line.
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:
+    # Run from inside infra/ (`python plan.py`, `python -m plan`), where `from infra import`
+    # fails: run as `python -m infra.plan` from the project folder (infra/from_inside.py).
+    import importlib
+
+    importlib.import_module("from_inside").run_from_project("infra.plan")
+
 import gc
 import os
 import signal

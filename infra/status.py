@@ -29,6 +29,13 @@ read the rest.
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:
+    # Run from inside infra/ (`python status.py`, `python -m status`), where `from infra import`
+    # fails: run as `python -m infra.status` from the project folder (infra/from_inside.py).
+    import importlib
+
+    importlib.import_module("from_inside").run_from_project("infra.status")
+
 import gc
 
 if __name__ == "__main__":
