@@ -114,7 +114,7 @@ def _pool_model(node_config: dict[str, Any]) -> Model:
     return "reserved" if affinity == "SPECIFIC_RESERVATION" else "on-demand"
 
 
-def _pool_nodes(inputs: dict[str, Any], *, most: bool) -> int:
+def _pool_nodes(inputs: Mapping[str, Any], *, most: bool) -> int:
     """The pool's largest (or smallest) node count: autoscaling's limits per zone times its zones,
     or its whole-pool limits."""
     scaling = inputs.get("autoscaling") or {}
