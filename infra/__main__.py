@@ -9,6 +9,19 @@ parts after it use; ``main`` calls them. The Pulumi language host runs this file
 from __future__ import annotations
 
 import os
+import sys
+
+if __name__ == "__main__" and __package__ == "infra":
+    # `python -m infra`: the language host runs this file by its path (no package; see the end of
+    # the file), so this is someone running the program outside Pulumi, where it cannot work.
+    print(
+        "infra/ is the Pulumi program of this project: `pulumi preview` and `pulumi up` run it, in a "
+        "stack's context. Without the Pulumi CLI: `python -m infra.plan [--stack NAME]` shows what "
+        "`pulumi up` would do, `python -m infra.cost` what the stack costs, `python -m infra.status` "
+        "how training is doing and `python -m infra.recover` re-creates what was lost (README.md)",
+        file=sys.stderr,
+    )
+    sys.exit(64)  # sysexits.h EX_USAGE: the command line is wrong
 from dataclasses import dataclass, field
 from typing import Any, Optional, TypeVar, Union
 

@@ -1,254 +1,82 @@
-"""What a planned stack costs per hour, from the resources the program registers and the pinned
-price table (``tpu_training_components.domain.prices``): per resource and kind, split into what
-bills only while training runs (TPU VMs, TPU node pools at full size) and what bills always (the
-cluster's fee, its system nodes, the NAT addresses). A price the table lacks is unknown, and a
-total with an unknown part says so: never a 0 in its place."""
+"""What a planned stack costs per hour: the resources the program registers, priced by
+``tpu_training_components.domain.cost_estimate`` (which ``preview`` uses too) from the pinned
+table. A price the table lacks is unknown, and a total with an unknown part says so: never a 0.
+
+    python -m infra.cost [--stack NAME] [--json]
+
+prints the stack's cost section of ``python -m infra.plan`` alone (offline, as the plan runs the
+program). Exit status: 0; 2 invalid configuration or project file; 64 invalid command line.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+if __name__ == "__main__" and not __package__:
+    # Run from inside infra/ (`python cost.py`, `python -m cost`), where `from infra import`
+    # fails: run as `python -m infra.cost` from the project folder (infra/from_inside.py).
+    import importlib
 
-from tpu_training_components.domain import catalogue, prices
-from tpu_training_components.domain.prices import Model, Price
+    importlib.import_module("from_inside").run_from_project("infra.cost")
+
+import json
+import os
+import sys
+from typing import Optional, Sequence
+
+from tpu_training_components.domain import cost_estimate
+from tpu_training_components.domain.cost_estimate import CostLine, Estimate, render
 
 from infra import offline
 
-When = Literal["training", "always"]
-
-# Kinds Google does not bill by the hour (networks, subnets, routers, firewall rules without
-# logging, service accounts, IAM bindings, enabled APIs, Kubernetes objects on the nodes).
-NO_HOURLY_CHARGE_PREFIXES = (
-    "gcp:compute/network:",
-    "gcp:compute/subnetwork:",
-    "gcp:compute/router:",
-    "gcp:compute/firewall:",
-    "gcp:serviceaccount/",
-    "gcp:projects/",
-    "gcp:storage/bucketIAMMember:",
-    "kubernetes:",
-    "pulumi:providers:",
-)
-NOT_HOURLY = {
-    "gcp:storage/bucket:Bucket": "per GiB stored and per operation",
-    "gcp:storage/bucketObject:BucketObject": "per GiB stored",
-}
-
-
-@dataclass(frozen=True)
-class CostLine:
-    type: str
-    name: str
-    what: str
-    when: When
-    price: Price
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": self.type,
-            "name": self.name,
-            "what": self.what,
-            "when": self.when,
-            "usdPerHour": None if self.price.usd_per_hour is None else round(self.price.usd_per_hour, 5),
-            "source": self.price.source,
-        }
-
-
-@dataclass
-class Estimate:
-    lines: list[CostLine] = field(default_factory=list)
-    not_hourly: dict[str, int] = field(default_factory=dict)
-    """kind -> how many, for what is billed otherwise (storage)."""
-    unpriced: list[str] = field(default_factory=list)
-    """Kinds this estimate does not know at all."""
-
-    def total(self, when: When) -> tuple[float, list[str]]:
-        """The known part of the hourly total, and the names of the lines whose price is unknown."""
-        lines = [line for line in self.lines if line.when == when]
-        known = sum(line.price.usd_per_hour or 0.0 for line in lines if line.price.known)
-        return known, [line.name for line in lines if not line.price.known]
-
-    def to_json(self) -> dict[str, Any]:
-        def part(when: When) -> dict[str, Any]:
-            known, unknown = self.total(when)
-            return {
-                "usdPerHour": None if unknown else round(known, 4),
-                "knownUsdPerHour": round(known, 4),
-                "unknown": unknown,
-            }
-
-        by_kind: dict[str, dict[str, Any]] = {}
-        for line in self.lines:
-            kind = by_kind.setdefault(line.type, {"knownUsdPerHour": 0.0, "unknown": []})
-            if line.price.usd_per_hour is None:
-                kind["unknown"].append(line.name)
-            else:
-                kind["knownUsdPerHour"] = round(kind["knownUsdPerHour"] + line.price.usd_per_hour, 5)
-        return {
-            "currency": "USD",
-            "pricesAsOf": prices.AS_OF,
-            "whileTraining": part("training"),
-            "alwaysOn": part("always"),
-            "byKind": dict(sorted(by_kind.items())),
-            "lines": [line.to_json() for line in self.lines],
-            "notHourly": dict(sorted(self.not_hourly.items())),
-            "unpriced": sorted(self.unpriced),
-        }
-
-
-def _region(location: str) -> str:
-    return catalogue.region_of_zone(location) if not catalogue.is_region(location) else location
-
-
-def _vm_model(scheduling: dict[str, Any]) -> Model:
-    if scheduling.get("preemptible") or scheduling.get("spot"):
-        return "spot"
-    return "reserved" if scheduling.get("reserved") else "on-demand"
-
-
-def _pool_model(node_config: dict[str, Any]) -> Model:
-    if node_config.get("flexStart"):
-        return "flex-start"
-    if node_config.get("spot"):
-        return "spot"
-    affinity = (node_config.get("reservationAffinity") or {}).get("consumeReservationType")
-    return "reserved" if affinity == "SPECIFIC_RESERVATION" else "on-demand"
-
-
-def _pool_nodes(inputs: dict[str, Any], *, most: bool) -> int:
-    """The pool's largest (or smallest) node count: autoscaling's limits per zone times its zones,
-    or its whole-pool limits."""
-    scaling = inputs.get("autoscaling") or {}
-    total = scaling.get("totalMaxNodeCount" if most else "totalMinNodeCount")
-    if total is not None:
-        return int(total)
-    per_zone = scaling.get("maxNodeCount" if most else "minNodeCount")
-    if per_zone is None:
-        per_zone = inputs.get("nodeCount", inputs.get("initialNodeCount", 0))
-    return int(per_zone) * max(1, len(inputs.get("nodeLocations") or []))
+__all__ = ["CostLine", "Estimate", "estimate", "main", "render"]
 
 
 def estimate(result: offline.ProgramRun) -> Estimate:
-    """The hourly cost of every resource the plan declares."""
-    found = Estimate()
-    nat_regions = {str(r.inputs.get("region")): r for r in result.by_type("gcp:compute/routerNat:RouterNat")}
-    nat_vms: dict[tuple[str, When], int] = {}
-
-    for r in result.registrations:
-        if not r.custom:
-            continue
-        inputs = r.inputs
-        if r.type == "gcp:tpu/v2Vm:V2Vm":
-            accelerator = catalogue.accelerator_type(str(inputs["acceleratorType"]))
-            region = _region(str(inputs["zone"]))
-            model = _vm_model(inputs.get("schedulingConfig") or {})
-            shown = "preemptible" if (inputs.get("schedulingConfig") or {}).get("preemptible") else model
-            price = prices.tpu_vm_hour(
-                accelerator.generation, region, accelerator.chips, accelerator.cores, model
-            )
-            found.lines.append(
-                CostLine(r.type, r.name, f"TPU {accelerator.name}, {shown}, {region}", "training", price)
-            )
-            nat_vms[(region, "training")] = nat_vms.get((region, "training"), 0) + accelerator.hosts
-        elif r.type == "gcp:container/nodePool:NodePool":
-            node_config = inputs.get("nodeConfig") or {}
-            machine = str(node_config.get("machineType"))
-            region = _region(str(inputs.get("location")))
-            if machine in catalogue.MACHINE_TYPES:
-                tpu = catalogue.MACHINE_TYPES[machine]
-                nodes = _pool_nodes(inputs, most=True)
-                model = _pool_model(node_config)
-                chips = tpu.chips_per_vm
-                node = prices.tpu_vm_hour(
-                    tpu.generation.name, region, chips, chips * tpu.generation.cores_per_chip, model
-                )
-                found.lines.append(
-                    CostLine(
-                        r.type,
-                        r.name,
-                        f"{nodes} x {machine}, {model}, {region}",
-                        "training",
-                        node.times(nodes),
-                    )
-                )
-                nat_vms[(region, "training")] = nat_vms.get((region, "training"), 0) + nodes
-            else:
-                nodes = _pool_nodes(inputs, most=False)
-                found.lines.append(
-                    CostLine(
-                        r.type,
-                        r.name,
-                        f"{nodes} x {machine} (its least), {region}",
-                        "always",
-                        prices.machine_hour(machine, region).times(nodes),
-                    )
-                )
-                nat_vms[(region, "always")] = nat_vms.get((region, "always"), 0) + nodes
-        elif r.type == "gcp:container/cluster:Cluster":
-            found.lines.append(
-                CostLine(r.type, r.name, "cluster management fee", "always", prices.GKE_CLUSTER_HOUR)
-            )
-        elif r.type in NOT_HOURLY:
-            found.not_hourly[r.type] = found.not_hourly.get(r.type, 0) + 1
-        elif not r.type.startswith(NO_HOURLY_CHARGE_PREFIXES) and r.type != "gcp:compute/routerNat:RouterNat":
-            found.unpriced.append(r.type)
-
-    for region, nat in sorted(nat_regions.items()):
-        whens: tuple[When, ...] = ("always", "training")
-        for when in whens:
-            vms = nat_vms.get((region, when), 0)
-            if vms:
-                found.lines.append(
-                    CostLine(
-                        nat.type,
-                        nat.name,
-                        f"{vms} VM(s) through Cloud NAT, {region}",
-                        when,
-                        prices.NAT_VM_HOUR.times(vms),
-                    )
-                )
-        # A gateway in use holds at least one external address (AUTO_ONLY allocates them).
-        when_used: Optional[When] = (
-            "always"
-            if nat_vms.get((region, "always"))
-            else ("training" if nat_vms.get((region, "training")) else None)
-        )
-        if when_used:
-            found.lines.append(
-                CostLine(nat.type, nat.name, f"1 NAT address, {region}", when_used, prices.NAT_ADDRESS_HOUR)
-            )
-    return found
+    """The hourly cost of every resource the plan declares (``domain/cost_estimate.py``)."""
+    return cost_estimate.estimate(result.registrations)
 
 
-def _usd(value: Optional[float]) -> str:
-    if value is None:
-        return "unknown"
-    return f"${value:.2f}" if value >= 0.1 else f"${value:.4f}"
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m infra.cost``: the stack's hourly cost, as the plan shows it, without the rest of
+    the plan. Runs the program offline, as ``python -m infra.plan`` does (no cloud, no CLI)."""
+    import pulumi
+
+    from infra import plan  # the plan's own command-line rules (and SDK imports: only when run)
+
+    parser = plan.CommandLineParser(
+        prog="python -m infra.cost",
+        description="Show what the stack costs per hour (list prices; docs/cost.md), offline.",
+        epilog="Exit status: 0 shown; 2 invalid configuration; 64 invalid command line.",
+    )
+    parser.add_argument("--stack", default="dev", help="stack name: reads Pulumi.<stack>.yaml (default: dev)")
+    parser.add_argument("--json", action="store_true", help="print the estimate as JSON (the plan's `cost`)")
+    args = parser.parse_args(argv)
+    os.environ["TPU_TRAINING_OFFLINE"] = "1"
+    try:
+        stack, stack_project = plan.stack_name(args.stack)
+        project = plan.load_project_for(args.stack, stack_project)
+    except plan.UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return plan.EXIT_USAGE
+    except offline.ProjectFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return plan.EXIT_CONFIG_ERROR
+    try:
+        result = offline.run_program(project, stack)
+    except (offline.ProjectFileError, pulumi.RunError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return plan.EXIT_CONFIG_ERROR
+    found = estimate(result)
+    if args.json:
+        print(json.dumps(found.to_json(), indent=2, sort_keys=True))
+    else:
+        print(f"Stack {project.name}/{stack}")
+        print(render(found))
+    for message in result.warnings:
+        print(f"warning: {message}", file=sys.stderr)
+    return plan.EXIT_OK
 
 
-def render(found: Estimate) -> str:
-    """The cost section of the plan's text."""
-    lines = [f"Cost per hour (list prices in USD read {prices.AS_OF}; docs/cost.md):"]
-    parts: tuple[tuple[When, str], ...] = (("always", "always on"), ("training", "while training, on top"))
-    for when, title in parts:
-        known, unknown = found.total(when)
-        total = (
-            _usd(known)
-            if not unknown
-            else f"at least {_usd(known)} ({len(unknown)} unknown: {', '.join(unknown)})"
-        )
-        lines.append(f"  {title}: {total}")
-        for line in found.lines:
-            if line.when == when:
-                reason = "" if line.price.known else f" ({line.price.source})"
-                lines.append(
-                    f"    {_usd(line.price.usd_per_hour):>9}  {line.type}  {line.name}: {line.what}{reason}"
-                )
-    if found.not_hourly:
-        counted = ", ".join(
-            f"{count} {kind} ({NOT_HOURLY[kind]})" for kind, count in sorted(found.not_hourly.items())
-        )
-        lines.append(f"  not by the hour: {counted}; and network traffic (NAT $0.045/GiB, egress)")
-    if found.unpriced:
-        lines.append(f"  no price known for: {', '.join(sorted(set(found.unpriced)))}")
-    return "\n".join(lines)
+if __name__ == "__main__":
+    from infra.plan import exit_quickly
+
+    exit_quickly(main())

@@ -122,6 +122,9 @@ def _said(save: SaveAsked) -> str:
 class NoticeRound:
     notices: list[NoticeReport] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    unread: list[tuple[str, str]] = field(default_factory=list)
+    """(what, why) for each listing that could not be read: the notices of its nodes are unknown,
+    so no notice is not "none"."""
 
     def to_json(self) -> list[dict[str, Any]]:
         return [report.to_json() for report in self.notices]
@@ -171,14 +174,33 @@ def read_notices(
                 warnings += read.warnings
     if pool_nodes is not None:
         if pool_nodes.failure is not None:
-            warnings.append(
-                f"GKE nodes not read, so their maintenance notices are unknown: {pool_nodes.failure}"
-            )
+            warnings.append(unread_warning("GKE nodes", pool_nodes.failure))
         for pool_node in sorted(pool_nodes.nodes, key=lambda n: n.name):
             read = gke_notice(pool_node, now)
             notices += read.notices
             warnings += read.warnings
     return notices, warnings
+
+
+def unread_warning(what: str, why: str) -> str:
+    return f"{what} not read, so their maintenance notices are unknown: {why}"
+
+
+def unread_listings(
+    settings: stack_config.StackConfig, tpu_nodes: Optional[LiveNodes], pool_nodes: Optional[PoolNodes]
+) -> list[tuple[str, str]]:
+    """(what, why) for each listing of the stack's nodes that could not be read."""
+    zones = sorted({vm.zone for vm in settings.tpu_vms})
+    unread = []
+    if zones and tpu_nodes is None:
+        unread.append(("TPU nodes", "not listed this round"))
+    elif tpu_nodes is not None:
+        unread += [
+            (f"TPU nodes in {zone}", tpu_nodes.failures[zone]) for zone in zones if zone in tpu_nodes.failures
+        ]
+    if pool_nodes is not None and pool_nodes.failure is not None:
+        unread.append(("GKE nodes", pool_nodes.failure))
+    return unread
 
 
 def request_saves(
@@ -268,12 +290,12 @@ class NoticeStep:
     said: set[str] = field(default_factory=set)
 
     def __call__(self, settings: stack_config.StackConfig, now: datetime) -> NoticeRound:
-        notices, warnings = read_notices(
-            settings, self.tpu_nodes(), pool_nodes(settings, self.read_pool_nodes), now
-        )
+        tpu_nodes, pools = self.tpu_nodes(), pool_nodes(settings, self.read_pool_nodes)
+        notices, warnings = read_notices(settings, tpu_nodes, pools, now)
         result = request_saves(
             settings, notices, now, storage=lambda: self.storage(settings), write=self.write
         )
+        result.unread = unread_listings(settings, tpu_nodes, pools)
         fresh = [w for w in [*warnings, *result.warnings] if w not in self.said]
         self.said.update(fresh)
         result.warnings = fresh
@@ -295,5 +317,10 @@ def name_notices(
 ) -> NoticeRound:
     """The notices and the runs each affects, read and named only: what the plan shows (it asks
     for no save, and reads no bucket)."""
-    notices, warnings = read_notices(settings, tpu_nodes, pool_nodes(settings), now)
-    return NoticeRound([NoticeReport(n, affected_runs(settings, n)) for n in notices], warnings)
+    pools = pool_nodes(settings)
+    notices, warnings = read_notices(settings, tpu_nodes, pools, now)
+    return NoticeRound(
+        [NoticeReport(n, affected_runs(settings, n)) for n in notices],
+        warnings,
+        unread_listings(settings, tpu_nodes, pools),
+    )

@@ -26,6 +26,13 @@ reason is always on stderr, on one line.
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:
+    # Run from inside infra/ (`python plan.py`, `python -m plan`), where `from infra import`
+    # fails: run as `python -m infra.plan` from the project folder (infra/from_inside.py).
+    import importlib
+
+    importlib.import_module("from_inside").run_from_project("infra.plan")
+
 import gc
 import os
 import signal
@@ -81,11 +88,12 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence  # noqa: E402
 
 import pulumi  # noqa: E402
 import yaml  # noqa: E402
+from tpu_training_components.domain import cost_estimate  # noqa: E402
 from tpu_training_components.domain.naming import generation_problem  # noqa: E402
 from tpu_training_components.domain.recovery import UNKNOWN_KEPT  # noqa: E402
 from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT  # noqa: E402
 
-from infra import cost, json_file, offline, plan_diff  # noqa: E402
+from infra import json_file, offline, plan_diff  # noqa: E402
 
 if TYPE_CHECKING:
     from infra.maintenance import NoticeRound
@@ -293,7 +301,7 @@ def plan_document(result: offline.ProgramRun) -> dict[str, Any]:
         "resources": [r.to_json() for r in result.registrations],
         "outputs": result.outputs,
         "warnings": result.warnings,
-        "cost": cost.estimate(result).to_json(),
+        "cost": cost_estimate.estimate(result.registrations).to_json(),
     }
 
 
@@ -592,7 +600,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(render_tree(result))
         if changes is not None:
             print(plan_diff.render(args.compare_to, changes, document))
-        print(cost.render(cost.estimate(result)))
+        print(cost_estimate.render(cost_estimate.estimate(result.registrations)))
         print(render_summary(result, live=args.live, compared=changes is not None))
         if notices is not None:
             print("maintenance notices:" if notices.notices else "maintenance notices: none")

@@ -29,6 +29,13 @@ Every call has a deadline, and the whole run at most --timeout seconds of them.
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:
+    # Run from inside infra/ (`python preflight.py`, `python -m preflight`), where `from infra import`
+    # fails: run as `python -m infra.preflight` from the project folder (infra/from_inside.py).
+    import importlib
+
+    importlib.import_module("from_inside").run_from_project("infra.preflight")
+
 import gc
 
 if __name__ == "__main__":

@@ -31,6 +31,13 @@ later); 130 a Ctrl-C while it started.
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:
+    # Run from inside infra/ (`python recover.py`, `python -m recover`), where `from infra import`
+    # fails: run as `python -m infra.recover` from the project folder (infra/from_inside.py).
+    import importlib
+
+    importlib.import_module("from_inside").run_from_project("infra.recover")
+
 import signal
 import sys
 

@@ -15,7 +15,8 @@ For each TPU VM and Job of the stack:
 Then the maintenance notices of the stack's TPU VMs and GKE node pools (``infra.maintenance``:
 from the probe's own TPU listing, and one Kubernetes call for the pools' nodes), each with the
 training it affects and whether its save request stands; status reads, it writes none (a
-recover round does). A notice that cannot be read is a warning, not an unread item.
+recover round does). A notice that cannot be read is a warning, not an unread item; when a
+listing could not be read the notices are "unknown", never "none", and the listing is named.
 
 Whatever cannot be read (offline, no credentials, no Pulumi CLI, an API down) is said, per item,
 and the rest is still shown. Endpoints: TPU_API_ENDPOINT, GKE_API_ENDPOINT, KUBECONFIG and
@@ -28,6 +29,13 @@ read the rest.
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:
+    # Run from inside infra/ (`python status.py`, `python -m status`), where `from infra import`
+    # fails: run as `python -m infra.status` from the project folder (infra/from_inside.py).
+    import importlib
+
+    importlib.import_module("from_inside").run_from_project("infra.status")
+
 import gc
 
 if __name__ == "__main__":
@@ -37,20 +45,21 @@ import argparse  # noqa: E402 - after the collector is off, on purpose
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Optional, Sequence
 
-from tpu_training_components.domain.recovery import Decision, failure_summary
+from tpu_training_components.domain.recovery import UNKNOWN_KEPT, Decision, failure_summary
 from tpu_training_components.live import endpoints
 from tpu_training_components.live.checkpoints import CheckpointState, read_checkpoints
 from tpu_training_components.live.progress_records import ProgressReading, read_progress
 from tpu_training_components.resources.reconcile import RECOVERIES_OUTPUT
 
 from infra import offline, stack_config
-from infra.maintenance import NoticeRound
+from infra.maintenance import NoticeRound, unread_warning
 from infra.plan import (
     CommandLineParser,
     UsageError,
@@ -78,7 +87,7 @@ class RunStatus:
     """What is known of one TPU VM or Job."""
 
     kind: str
-    """``tpuVm`` or ``job``."""
+    """``tpuVm``, ``job`` or ``jobset`` (a Job entry declared as a JobSet)."""
     name: str
     where: str
     checkpoint_dir: str
@@ -89,6 +98,11 @@ class RunStatus:
     """The trainer's progress records (docs/trainer.md), one per process."""
     last_recovery: Optional[dict[str, Any]] = None
     unread: list[str] = field(default_factory=list)
+
+    @property
+    def probe_kind(self) -> str:
+        """The kind the probe and the stack outputs file it under: a JobSet is a ``jobs`` entry."""
+        return "tpuVm" if self.kind == "tpuVm" else "job"
 
     def to_json(self) -> dict[str, Any]:
         checkpoint = self.checkpoints
@@ -152,7 +166,7 @@ def runs_of(settings: stack_config.StackConfig) -> list[RunStatus]:
         ),
         *(
             (
-                "job",
+                job.kind.lower(),
                 job.name,
                 job.namespace,
                 derived.job_checkpoint_dir(settings, job),
@@ -214,7 +228,7 @@ def gather(
     except Exception as exc:  # noqa: BLE001 - no credentials: the buckets cannot be read
         client_error = failure_summary(exc)
     for run in runs:
-        run.decision = decisions.get((run.kind, run.name))
+        run.decision = decisions.get((run.probe_kind, run.name))
         if run.decision is None or run.decision.unavailable:
             why = run.decision.reason if run.decision else "not probed"
             run.unread.append(f"live state: {why}")
@@ -235,7 +249,7 @@ def gather(
             run.unread.append(f"last recovery: {outputs_unread}")
         else:
             by_kind = (
-                recoveries.get("tpuVms" if run.kind == "tpuVm" else "jobs")
+                recoveries.get("tpuVms" if run.probe_kind == "tpuVm" else "jobs")
                 if isinstance(recoveries, dict)
                 else None
             )
@@ -273,12 +287,35 @@ def _training(progress: ProgressReading, now: datetime) -> str:
     )
 
 
+_SHOWN_KIND = {"tpuVm": "TPU VM", "job": "Job", "jobset": "JobSet"}
+
+# A failure as ``failure_summary`` words it ("DefaultCredentialsError: Your default ..."), in an
+# unread item: after its topic, or in a probe's "... unavailable (...); nothing is replaced ...".
+_FAILURE = re.compile(
+    r"(?:^\s*[^:]+: |unavailable \()([A-Z][A-Za-z0-9_.]*: .+?)(?:\); " + re.escape(UNKNOWN_KEPT) + "|$)"
+)
+
+
+def _said_once(lines: list[str]) -> list[str]:
+    """The lines with each failure's full text kept where it first appears and named by its type
+    after that: no credentials is one error, said once, not once per VM, Job and read."""
+    said: set[str] = set()
+    folded = []
+    for line in lines:
+        for failure in _FAILURE.findall(line.split(":", 1)[1] if line.startswith("  not read:") else line):
+            if failure in said:
+                line = line.replace(failure, f"{failure.split(':', 1)[0]} (as above)")
+            said.add(failure)
+        folded.append(line)
+    return folded
+
+
 def render(
     stack: str, project: str, runs: Sequence[RunStatus], now: datetime, notices: Optional[NoticeRound] = None
 ) -> str:
     lines = [f"Status of stack {stack} (project {project}), {_time(now)}:"]
     for run in runs:
-        lines.append(f"{'TPU VM' if run.kind == 'tpuVm' else 'Job'} {run.name} ({run.where})")
+        lines.append(f"{_SHOWN_KIND[run.kind]} {run.name} ({run.where})")
         if run.decision is not None and not run.decision.unavailable:
             lines.append(f"  live:          {run.decision.message.split(': ', 1)[1]}")
         checkpoint = run.checkpoints
@@ -322,10 +359,16 @@ def render(
     if not runs:
         lines.append("  the stack declares no TPU VM and no Job")
     if notices is not None:
-        lines.append("Maintenance notices:" if notices.notices else "Maintenance notices: none")
+        # Nothing found is "none" only when every listing was read; otherwise it is not known.
+        header = "Maintenance notices:" if notices.notices else "Maintenance notices: none"
+        if notices.unread and not notices.notices:
+            header = "Maintenance notices: unknown (not every node could be listed)"
+        lines.append(header)
         lines.extend(f"  {report.line()}" for report in notices.notices)
-        lines.extend(f"  warning: {warning}" for warning in notices.warnings)
-    return "\n".join(lines)
+        lines.extend(f"  not read:      {what}: {why}" for what, why in notices.unread)
+        said = {unread_warning(what, why) for what, why in notices.unread}
+        lines.extend(f"  warning: {warning}" for warning in notices.warnings if warning not in said)
+    return "\n".join(_said_once(lines))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -393,6 +436,7 @@ def main(
             "runs": [run.to_json() for run in runs],
             "notices": notices.to_json(),
             "noticeWarnings": notices.warnings,
+            "noticesUnread": [f"{what}: {why}" for what, why in notices.unread],
         }
         print(json.dumps(document, indent=2))
     else:

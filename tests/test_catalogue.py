@@ -59,6 +59,54 @@ def test_unknown_accelerator_types_say_what_is_allowed(name, fragment):
 
 
 @pytest.mark.parametrize(
+    ("name", "meant"),
+    [
+        ("v5e-8", "v5litepod-8"),  # the generation's name, where the API says v5litepod
+        ("v5lite-8", "v5litepod-8"),
+        ("V3-8", "v3-8"),
+        ("v3_8", "v3-8"),
+        ("v38", "v3-8"),
+        ("v6e8", "v6e-8"),
+        ("v4-4", "v4-8"),  # chips where the suffix counts cores
+    ],
+)
+def test_near_misses_of_accelerator_types_get_a_suggestion(name, meant):
+    with pytest.raises(CatalogueError) as err:
+        catalogue.accelerator_type(name)
+    assert f"(did you mean {meant!r}" in str(err.value)
+    catalogue.accelerator_type(meant)  # and the suggestion is valid
+
+
+@pytest.mark.parametrize("name", ["v9-8", "v5e-3", "v5litepod-3", "tpu"])
+def test_no_suggestion_for_what_is_nothing_like_a_valid_type(name):
+    with pytest.raises(CatalogueError) as err:
+        catalogue.accelerator_type(name)
+    assert "did you mean" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [
+        ("ct6e-standard-4", "ct6e-standard-4t"),
+        ("CT6E-STANDARD-4T", "ct6e-standard-4t"),
+        ("ct6e-hightpu-4t", "ct6e-standard-4t"),  # v5e's naming on v6e
+        ("ct5lp-hightpu-4", "ct5lp-hightpu-4t"),
+    ],
+)
+def test_near_misses_of_machine_types_get_a_suggestion(name, meant):
+    with pytest.raises(CatalogueError) as err:
+        catalogue.machine_type(name)
+    assert f"(did you mean {meant!r}?)" in str(err.value)
+    assert "allowed: ct4p-hightpu-4t" in str(err.value)
+
+
+def test_no_machine_type_suggestion_for_another_generation():
+    with pytest.raises(CatalogueError) as err:
+        catalogue.machine_type("ct9-hightpu-4t")
+    assert "did you mean" not in str(err.value)
+
+
+@pytest.mark.parametrize(
     ("machine", "chips_per_vm", "label"),
     [
         ("ct4p-hightpu-4t", 4, "tpu-v4-podslice"),

@@ -111,3 +111,26 @@ def test_the_plan_shows_the_cost_and_writes_it_in_its_json(tmp_path):
     document = json.loads((tmp_path / "plan.json").read_text())
     assert document["cost"]["alwaysOn"]["usdPerHour"] == pytest.approx(0.2404, abs=1e-4)
     assert document["cost"]["byKind"]["gcp:tpu/v2Vm:V2Vm"] == {"knownUsdPerHour": 2.244, "unknown": []}
+
+
+def test_the_cost_command_prints_the_stacks_hourly_cost(capsys):
+    """`python -m infra.cost`: the plan's cost section alone, for the dev stack by default."""
+    assert cost.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Stack tpu-training/dev\nCost per hour (list prices in USD read ")
+    assert "always on: $0.24" in out
+    assert "$2.24  gcp:tpu/v2Vm:V2Vm  demo-tpu-vm: TPU v3-8, preemptible, europe-west4" in out
+
+
+def test_the_cost_command_as_json_is_the_plans_cost(capsys):
+    assert cost.main(["--json", "--stack", "dev"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["alwaysOn"]["usdPerHour"] == pytest.approx(0.2404)
+    assert document["whileTraining"]["unknown"] == ["v6e-4x4-pool"]
+
+
+def test_the_cost_command_refuses_a_bad_stack_name_or_a_missing_stack(capsys):
+    assert cost.main(["--stack", "a/b/c/d"]) == 64
+    assert "--stack 'a/b/c/d': a stack name is" in capsys.readouterr().err
+    assert cost.main(["--stack", "nosuchstack"]) == 2
+    assert "Pulumi.nosuchstack.yaml does not exist" in capsys.readouterr().err

@@ -102,23 +102,24 @@ def test_defaults_and_their_adjustments():
 
 def test_dev_stack_passes_each_run_its_interval(config):
     run = run_stack(config)
-    assert run.outputs["trainingEnvironments"]["demo-tpu"]["CHECKPOINT_INTERVAL_SECONDS"] == "2277"
-    # The v6e Job runs on flex-start (7 days): sqrt(2 * 60 * 604800) = 8518.9...
-    assert run.outputs["jobs"]["train-v6e"]["environment"]["CHECKPOINT_INTERVAL_SECONDS"] == "8519"
-    # Young's 5.27% and the default restart of 300 s per 12 h, over wall time:
-    # (60/2277 + 2277/86400 + 300/43200) / (1 + 300/43200) = 5.92%.
+    assert run.outputs["trainingEnvironments"]["demo-tpu"]["CHECKPOINT_INTERVAL_SECONDS"] == "1315"
+    # Its 20 s checkpoint, preemptible (12 h): sqrt(2 * 20 * 43200) = 1314.5...; the v6e Job runs on
+    # flex-start (7 days): sqrt(2 * 20 * 604800) = 4918.5...
+    assert run.outputs["jobs"]["train-v6e"]["environment"]["CHECKPOINT_INTERVAL_SECONDS"] == "4919"
+    # Young's and the default restart of 300 s per 12 h, over wall time:
+    # (20/1315 + 1315/86400 + 300/43200) / (1 + 300/43200) = 3.71%.
     assert run.outputs["checkpointing"]["demo-tpu"] == {
-        "intervalSeconds": 2277,
+        "intervalSeconds": 1315,
         "meanHoursBetweenInterruptions": 12,
-        "expectedLostPercent": 5.92,
+        "expectedLostPercent": 3.71,
     }
     # The Job's Pods read it from their run parameters (a ConfigMap), so a new interval never
     # changes the Job's Pod template.
     run_parameters = run.one("kubernetes:core/v1:ConfigMap", "train-v6e-run-parameters").inputs["data"]
-    assert run_parameters["CHECKPOINT_INTERVAL_SECONDS"] == "8519"
+    assert run_parameters["CHECKPOINT_INTERVAL_SECONDS"] == "4919"
     script = run.one("gcp:tpu/v2Vm:V2Vm", "demo-tpu-vm").inputs["metadata"]["startup-script"]
-    assert "\n  CHECKPOINT_INTERVAL_SECONDS=2277\n" in script  # the trainer's environment
-    assert any("demo-tpu: checkpoint every 2277 s" in line for line in run.infos)
+    assert "\n  CHECKPOINT_INTERVAL_SECONDS=1315\n" in script  # the trainer's environment
+    assert any("demo-tpu: checkpoint every 1315 s" in line for line in run.infos)
 
 
 def test_overrides_and_slice_size_change_the_interval(config):

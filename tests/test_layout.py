@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,30 @@ def run(): ...
 class Fake: ...
 """
     assert conftest_helpers(source) == ["X", "run", "Fake"]
+
+
+def test_building_the_library_leaves_the_clone_as_it_was(tmp_path):
+    """`pip install ..` builds the wheel in the folder it is given: setuptools' build/ and
+    *.egg-info go to a temporary folder instead (components/build_outside.py). Offline: the
+    venv's own setuptools (requirements-dev.txt), no build isolation, no index."""
+    source = tmp_path / "clone"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    shutil.copytree(
+        REPO / "components", source / "components", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+    )
+    before = sorted(str(p.relative_to(source)) for p in source.rglob("*"))
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q"]
+        + ["-w", str(tmp_path / "wheels"), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(str(p.relative_to(source)) for p in source.rglob("*")) == before
+    (wheel,) = (tmp_path / "wheels").glob("tpu_training_components-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "tpu_training_components/domain/catalogue.py" in names
+    assert not [name for name in names if name.startswith("build_outside")]  # the backend is not shipped

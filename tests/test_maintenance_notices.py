@@ -374,18 +374,18 @@ def test_a_notice_is_asked_once_and_the_trainer_accepts_the_request(settings, gc
     assert report.save_requested and [s.status for s in report.saves] == [maintenance.REQUESTED]
     assert first.warnings == []
     written = _request(client, VM_RUN)
-    # The stack's checkpointing.costSeconds (60) before the window.
+    # The stack's checkpointing.costSeconds (20) before the window.
     assert written == {
         "format": "tpu-training-save-request/1",
         "id": f"maintenance-tpu-demo-tpu-{int(START.timestamp())}",
         "reason": "maintenance",
-        "before": rfc3339(START - timedelta(seconds=60)),
+        "before": rfc3339(START - timedelta(seconds=20)),
     }
     with trainer_module() as trainer:
         request, problem = trainer.read_save_request(json.dumps(written), NOW.timestamp())
     assert problem is None
     assert request == trainer.SaveRequest(
-        written["id"], "maintenance", (START - timedelta(seconds=60)).timestamp()
+        written["id"], "maintenance", (START - timedelta(seconds=20)).timestamp()
     )
 
     writes = len(_writes(server))
@@ -539,7 +539,7 @@ def test_status_names_the_notices_and_writes_nothing(gcs, tmp_path, monkeypatch,
         "Maintenance notices:\n  TPU VM demo-tpu: SCHEDULED maintenance PENDING, window 2026-11-26T12:00:00Z"
         in text
     )
-    assert "affects demo-tpu; demo-tpu: save not requested (before 2026-11-26T11:59:00Z)" in text
+    assert "affects demo-tpu; demo-tpu: save not requested (before 2026-11-26T11:59:40Z)" in text
     assert (
         "  GKE node n-1 (pool v6e-4x4): maintenance ONGOING, window unknown start; affects train-v6e" in text
     )

@@ -26,9 +26,9 @@ def test_the_documented_example_runs_as_written_and_prints_what_it_says():
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         exec(compile(block, "docs/using-the-components.md", "exec"), {})  # noqa: S102 - the page's own example
-    expected = re.search(r"^# (demo-tpu-vm .*)$", block, re.M)
-    assert expected is not None
-    assert printed.getvalue().strip() == expected.group(1)
+    expected = re.findall(r"^# (.*)$", block, re.M)[1:]  # after the block's own "# preview example"
+    assert expected and expected[0].startswith("demo-tpu-vm ")
+    assert printed.getvalue().strip().splitlines() == expected
 
 
 def test_it_records_components_and_cloud_resources_with_their_inputs():
@@ -97,3 +97,72 @@ def test_it_runs_on_a_thread_whose_event_loop_was_closed():
     asyncio.set_event_loop(None)
     planned = preview(lambda: CheckpointBucket("ckpt", {"region": "us-east5", "bucket_name": "acme-ckpt"}))
     assert len(planned.resources) == 2
+
+
+def _one_vm(zone: str = "europe-west4-a", provisioning: str = "preemptible"):
+    def program() -> None:
+        PreemptibleTpuVm(
+            "demo-tpu",
+            {
+                "zone": zone,
+                "accelerator_type": "v3-8",
+                "runtime_version": "tpu-ubuntu2204-base",
+                "provisioning": provisioning,
+                "train_command": "python3 train.py",
+                "checkpoint_dir": "gs://acme-ckpt/checkpoints/demo-tpu",
+                "service_account_email": "trainer@acme.iam.gserviceaccount.com",
+            },
+        )
+
+    return program
+
+
+def test_a_preview_warns_of_a_zone_the_tables_do_not_list_for_the_generation():
+    assert preview(_one_vm()).warnings == []
+    (warning,) = preview(_one_vm(zone="us-west1-a")).warnings
+    assert warning.startswith("demo-tpu-vm: zone us-west1-a is not listed for TPU v3 in our table of ")
+
+
+def test_a_preview_warns_of_a_save_that_does_not_fit_a_preemptible_vms_notice():
+    """As the stack's plan does (checks.warnings): the same domain rule, given the save's cost."""
+    assert preview(_one_vm(), checkpoint_cost_seconds=20).warnings == []
+    (warning,) = preview(_one_vm(), checkpoint_cost_seconds=60).warnings
+    assert warning.startswith(
+        "demo-tpu-vm: a checkpoint takes 60 s (checkpointing.costSeconds), but a preemptible or Spot "
+        "TPU VM gives its trainer 25 s of its 30 s notice"
+    )
+    assert preview(_one_vm(provisioning="on-demand"), checkpoint_cost_seconds=60).warnings == []
+
+
+def test_a_preview_says_what_it_costs_per_hour():
+    """The plan's estimate (domain/cost_estimate.py): a preemptible v3-8 in europe-west4."""
+    planned = preview(_one_vm())
+    assert planned.cost.total("training") == (pytest.approx(2.244), [])
+    assert planned.cost.to_json()["whileTraining"]["usdPerHour"] == pytest.approx(2.244)
+
+
+def test_a_jobs_grace_and_a_spot_pools_notice_are_judged_as_the_stack_judges_them():
+    """declared_warnings over recorded resources: a Job's Pods' grace against the save with its
+    margin (none asked: Kubernetes' 30 s), a Spot TPU pool's 15 s, a flex-start pool's zones."""
+    from tpu_training_components.domain.declared_warnings import declared_warnings
+    from tpu_training_components.preview import PreviewedResource
+
+    def job(grace):
+        pod = {} if grace is None else {"terminationGracePeriodSeconds": grace}
+        return PreviewedResource(
+            "kubernetes:batch/v1:Job", "train", {"spec": {"template": {"spec": pod}}}, True
+        )
+
+    def pool(**node_config):
+        inputs = {
+            "nodeConfig": {"machineType": "ct6e-standard-4t", **node_config},
+            "nodeLocations": ["us-east5-a"],
+        }
+        return PreviewedResource("gcp:container/nodePool:NodePool", "v6e", inputs, True)
+
+    assert declared_warnings([job(120), pool(flexStart=True)], 60) == []
+    (grace,) = declared_warnings([job(None)], 60)
+    assert grace.startswith("train: a checkpoint takes 60 s") and "the Pods' grace is 30 s" in grace
+    (spot,) = declared_warnings([pool(spot=True)], 20)
+    assert spot.startswith("v6e: a checkpoint takes 20 s") and "Spot GKE node gives its Pods 15 s" in spot
+    assert declared_warnings([job(None), pool(spot=True)]) == []  # no save cost given: nothing to judge

@@ -279,3 +279,36 @@ def pulumi_sdk_version() -> str:
     from importlib.metadata import version
 
     return version("pulumi")
+
+
+def test_running_the_program_outside_pulumi_names_the_commands_instead():
+    """`python -m infra` is the Pulumi program run by hand: a message and the usage status, not
+    the traceback of a program that needs the engine."""
+    done = subprocess.run(
+        [sys.executable, "-m", "infra"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 64
+    assert "Traceback" not in done.stderr
+    assert "Pulumi program" in done.stderr
+    for command in ("python -m infra.plan", "python -m infra.cost", "python -m infra.status"):
+        assert command in done.stderr
+
+
+def test_a_command_run_from_inside_infra_runs_for_the_project_above():
+    """In infra/, `python -m cost` or `python plan.py` used to stop at `from infra import ...`
+    (ModuleNotFoundError): each runs as `python -m infra.<command>` from the project folder."""
+    done = subprocess.run(
+        [sys.executable, "-m", "cost", "--json"], cwd=INFRA, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["alwaysOn"]["usdPerHour"] == 0.2404
+    assert f"note: running `python -m infra.cost` in {REPO}, the project folder" in done.stderr
+    done = subprocess.run(
+        [sys.executable, "plan.py", "--stack", "a/b/c/d"],
+        cwd=INFRA,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 64, done.stderr
+    assert "Traceback" not in done.stderr and "error: --stack 'a/b/c/d'" in done.stderr

@@ -180,12 +180,61 @@ def test_offline_it_says_what_it_could_not_read_and_exits_75(capsys, tmp_path, m
     code, text = run(capsys, "--stack", "dev")
     assert code == status.EXIT_UNREAD
     vm = text.split("TPU VM demo-tpu (europe-west4-a)\n", 1)[1].split("Job ", 1)[0].splitlines()
-    assert vm[0].startswith("  not read:      live state: TPU API unavailable")
-    assert vm[1].startswith("  not read:      checkpoints: DefaultCredentialsError")
+    assert vm[0].startswith("  not read:      live state: TPU API unavailable (DefaultCredentialsError: ")
+    assert vm[1] == "  not read:      checkpoints: DefaultCredentialsError (as above)"
     assert vm[2] == (
         "  not read:      last recovery: no Pulumi CLI on PATH; pass --outputs FILE "
         "(`pulumi stack output --json > FILE`)"
     )
+    # No credentials is one error: its text is said once, the other reads name it.
+    assert text.count("DefaultCredentialsError: ") == 1, text
+    # Nothing could be listed, so there is no knowing whether a notice stands: not "none".
+    notices = text.split("Maintenance notices:", 1)[1].splitlines()
+    assert notices[0] == " unknown (not every node could be listed)", text
+    assert notices[1] == "  not read:      TPU nodes in europe-west4-a: DefaultCredentialsError (as above)"
+    assert notices[2].startswith("  not read:      GKE nodes: ")
+    assert "Maintenance notices: none" not in text
+
+
+def test_notices_none_only_when_every_listing_was_read(world, capsys):
+    _, _, outputs = world
+    code, text = run(capsys, "--stack", "dev", "--outputs", str(outputs))
+    assert code == status.EXIT_OK, text
+    assert "\nMaintenance notices: none\n" in text + "\n"
+    code, text = run(capsys, "--stack", "dev", "--outputs", str(outputs), "--json")
+    assert json.loads(text)["noticesUnread"] == []
+
+
+def test_the_tpu_listing_failing_makes_the_notices_unknown(world, capsys, monkeypatch):
+    _, _, outputs = world
+    monkeypatch.setenv("TPU_API_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: refused
+    code, text = run(capsys, "--stack", "dev", "--outputs", str(outputs))
+    assert code == status.EXIT_UNREAD
+    assert "Maintenance notices: unknown (not every node could be listed)" in text
+    assert "  not read:      TPU nodes in europe-west4-a: " in text
+    code, text = run(capsys, "--stack", "dev", "--outputs", str(outputs), "--json")
+    (unread,) = json.loads(text)["noticesUnread"]
+    assert unread.startswith("TPU nodes in europe-west4-a: ")
+
+
+def test_a_jobset_is_shown_as_a_jobset(world, capsys, scratch_project, monkeypatch):
+    """A jobs entry declared as a JobSet (workload: jobset) is shown as one."""
+    _, _, outputs = world
+    dev = (status.offline.REPO_ROOT / "Pulumi.dev.yaml").read_text()
+    (scratch_project / "Pulumi.dev.yaml").write_text(
+        dev.replace("nodePool: v6e-4x4\n", "nodePool: v6e-4x4\n      workload: jobset\n")
+    )
+    (scratch_project / "trainer").symlink_to(status.offline.REPO_ROOT / "trainer", target_is_directory=True)
+    monkeypatch.chdir(scratch_project)
+    code = status.main(["--stack", "dev", "--outputs", str(outputs)], now=NOW)
+    captured = capsys.readouterr()
+    text = captured.out
+    assert code in (status.EXIT_OK, status.EXIT_UNREAD), captured.err
+    assert "\nJobSet train-v6e (default)\n" in text, text
+    assert "\nJob train-v6e" not in text
+    _, text = run(capsys, "--stack", "dev", "--outputs", str(outputs), "--json")
+    kinds = [(r["kind"], r["name"]) for r in json.loads(text)["runs"]]
+    assert kinds == [("tpuVm", "demo-tpu"), ("jobset", "train-v6e")]
 
 
 def test_bad_input_exits_2_or_64(world, capsys, scratch_project, monkeypatch):

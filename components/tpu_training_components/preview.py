@@ -14,6 +14,12 @@ the cloud computes (a bucket's URL, a service account's email, a cluster's endpo
 stand-ins, so the program's ``apply`` callbacks run. A bad argument raises here as it would in
 `pulumi preview` (``InvalidArgument``, naming the argument, the value and what is allowed).
 
+The result also says what the stack's own plan says of the same resources: ``warnings`` (a TPU
+VM's or node pool's zone our tables do not list for its generation; with
+``checkpoint_cost_seconds``, a save that does not fit a preemptible VM's or Spot pool's stop notice,
+or a Job's grace) and ``cost``, the hourly estimate from the pinned price table, judged by the
+same domain functions (``domain/declared_warnings.py``, ``domain/cost_estimate.py``).
+
 Give ``TrainingRecovery`` ``"read_live_state": False`` in a preview: with it on, the preview asks
 the Cloud TPU and Kubernetes APIs what is live, with your credentials.
 """
@@ -26,6 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 import pulumi
+
+from .domain.cost_estimate import Estimate, estimate
+from .domain.declared_warnings import declared_warnings
 
 OFFLINE_CLUSTER_ENDPOINT = "192.0.2.1"
 """A documentation address (RFC 5737): nothing offline can reach it."""
@@ -67,9 +76,15 @@ class PreviewedResource:
 
 @dataclass
 class Preview:
-    """Every resource the program declared, in the order it declared them."""
+    """Every resource the program declared, in the order it declared them, with the warnings and
+    the hourly cost the stack's plan would show for them."""
 
     resources: list[PreviewedResource] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """Valid, but may not work: each starts with the resource's name (``declared_warnings``)."""
+    cost: Estimate = field(default_factory=Estimate)
+    """What the declared resources cost per hour: ``domain.cost_estimate.render(cost)`` for the
+    plan's text, ``cost.to_json()`` for its JSON."""
 
     def of_type(self, type_: str) -> list[PreviewedResource]:
         return [r for r in self.resources if r.type == type_]
@@ -132,12 +147,15 @@ def preview(
     stack: str = "preview",
     config: Optional[Mapping[str, Any]] = None,
     previous_outputs: Optional[Mapping[str, Any]] = None,
+    checkpoint_cost_seconds: Optional[float] = None,
 ) -> Preview:
     """Run ``program`` (a function that declares resources) under Pulumi's mocks and return what
     it declared. ``config`` holds the stack config it reads (``{"my-project:key": value}``;
     objects and lists as Python values); ``previous_outputs`` the stack's outputs as of its last
-    update (``pulumi stack output --json``; default none: never deployed). Raises whatever the
-    program raises."""
+    update (``pulumi stack output --json``; default none: never deployed);
+    ``checkpoint_cost_seconds`` what one save takes to be committed (the stack's
+    ``checkpointing.costSeconds``), for the warnings about saves that do not fit. Raises whatever
+    the program raises."""
     _ensure_an_event_loop()
     found = Preview()
     mocks = PreviewMocks(previous_outputs, found)
@@ -151,4 +169,6 @@ def preview(
         pulumi.runtime.test(program)()
     finally:
         pulumi.runtime.set_all_config({}, [])
+    found.warnings = declared_warnings(found.resources, checkpoint_cost_seconds)
+    found.cost = estimate(found.resources)
     return found

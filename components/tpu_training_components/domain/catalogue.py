@@ -7,6 +7,7 @@ disagree (the largest slice of a generation) the value is data in one table here
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from dataclasses import dataclass
@@ -107,16 +108,47 @@ def allowed_accelerator_types() -> str:
 _ACCELERATOR_PATTERN = re.compile(r"^([a-z0-9]+)-([0-9]+)$")
 
 
+def _did_you_mean(suggestion: str | None) -> str:
+    return f" (did you mean {suggestion!r}?)" if suggestion else ""
+
+
+def suggest_accelerator_type(name: str) -> str | None:
+    """The accelerator type ``name`` most likely meant, or None: a generation's name for its
+    prefix (``v5e-8`` -> ``v5litepod-8``: the API names v5e ``v5litepod``), another case or
+    separator (``V3_8``), or a close spelling of a valid type."""
+    written = re.sub(r"[\s_]+", "-", name.strip().lower())
+    match = re.fullmatch(r"([a-z0-9]*?[a-z][a-z0-9]*?)-?([0-9]+)", written)
+    if match:
+        prefix, size = match.group(1), int(match.group(2))
+        for family in ACCELERATOR_FAMILIES.values():
+            if prefix in (family.prefix, family.generation) and size in family.sizes:
+                candidate = f"{family.prefix}-{size}"
+                return candidate if candidate != name else None
+    valid = [f"{family.prefix}-{size}" for family in ACCELERATOR_FAMILIES.values() for size in family.sizes]
+    close = difflib.get_close_matches(written, valid, n=1, cutoff=0.8)
+    return close[0] if close and close[0] != name else None
+
+
 def accelerator_type(name: str) -> AcceleratorType:
     """Resolve a TPU VM accelerator type such as ``v3-8`` or ``v5litepod-16``."""
     match = _ACCELERATOR_PATTERN.fullmatch(name)
     family = ACCELERATOR_FAMILIES.get(match.group(1)) if match else None
     if match is None or family is None:
-        raise CatalogueError(f"unknown accelerator type {name!r}; allowed: {allowed_accelerator_types()}")
+        raise CatalogueError(
+            f"unknown accelerator type {name!r}{_did_you_mean(suggest_accelerator_type(name))}; "
+            f"allowed: {allowed_accelerator_types()}"
+        )
     size = int(match.group(2))
     if size not in family.sizes:
+        # A chip count where the suffix counts cores (v4-4 for 4 chips) is the common slip.
+        cores = size * family.cores_per_chip
+        hint = (
+            f" (did you mean {f'{family.prefix}-{cores}'!r}, {size} chips?)"
+            if family.suffix_counts == "cores" and cores in family.sizes
+            else ""
+        )
         raise CatalogueError(
-            f"accelerator type {name!r} is not a valid {family.prefix} size; the suffix counts "
+            f"accelerator type {name!r} is not a valid {family.prefix} size{hint}; the suffix counts "
             f"{family.suffix_counts} and must be one of {_describe_sizes(family.sizes)}"
         )
     if family.suffix_counts == "cores":
@@ -194,13 +226,26 @@ _SMALL_TOPOLOGIES_3D = ("1x1x1", "2x2x1", "2x2x2", "2x2x4", "2x4x4")
 _TOPOLOGY_PATTERN = re.compile(r"^[1-9][0-9]*(x[1-9][0-9]*)+$")
 
 
+def suggest_machine_type(name: str) -> str | None:
+    """The machine type ``name`` most likely meant, or None: the closest spelling, among those of
+    its generation's prefix when it has a known one (``ct6e-hightpu-4t`` -> ``ct6e-standard-4t``)."""
+    written = name.strip().lower()
+    same_prefix = [known for known in MACHINE_TYPES if known.split("-")[0] == written.split("-")[0]]
+    close = difflib.get_close_matches(
+        written, same_prefix or list(MACHINE_TYPES), n=1, cutoff=0.5 if same_prefix else 0.9
+    )
+    return close[0] if close and close[0] != name else None
+
+
 def machine_type(name: str) -> MachineType:
     """Resolve a GKE TPU machine type such as ``ct6e-standard-4t``."""
     try:
         return MACHINE_TYPES[name]
     except KeyError:
+        suggestion = suggest_machine_type(name)
         raise CatalogueError(
-            f"unknown TPU machine type {name!r}; allowed: {', '.join(MACHINE_TYPES)}"
+            f"unknown TPU machine type {name!r}{_did_you_mean(suggestion)}; "
+            f"allowed: {', '.join(MACHINE_TYPES)}"
         ) from None
 
 

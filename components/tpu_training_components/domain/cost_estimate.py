@@ -1,0 +1,269 @@
+"""What declared resources cost per hour, from the pinned price table (``prices``): per resource
+and kind, split into what bills only while training runs (TPU VMs, TPU node pools at full size)
+and what bills always (the cluster's fee, its system nodes, the NAT addresses). A price the table
+lacks is unknown, and a total with an unknown part says so: never a 0 in its place. Pure: it reads
+the resources' inputs as the engine receives them (``python -m infra.plan`` and ``preview`` both
+record them so)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Literal, Mapping, Optional, Protocol
+
+from . import catalogue, prices
+from .prices import Model, Price
+
+When = Literal["training", "always"]
+
+# Kinds Google does not bill by the hour (networks, subnets, routers, firewall rules without
+# logging, service accounts, IAM bindings, enabled APIs, Kubernetes objects on the nodes).
+NO_HOURLY_CHARGE_PREFIXES = (
+    "gcp:compute/network:",
+    "gcp:compute/subnetwork:",
+    "gcp:compute/router:",
+    "gcp:compute/firewall:",
+    "gcp:serviceaccount/",
+    "gcp:projects/",
+    "gcp:storage/bucketIAMMember:",
+    "kubernetes:",
+    "pulumi:providers:",
+)
+NOT_HOURLY = {
+    "gcp:storage/bucket:Bucket": "per GiB stored and per operation",
+    "gcp:storage/bucketObject:BucketObject": "per GiB stored",
+}
+
+
+@dataclass(frozen=True)
+class CostLine:
+    type: str
+    name: str
+    what: str
+    when: When
+    price: Price
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "name": self.name,
+            "what": self.what,
+            "when": self.when,
+            "usdPerHour": None if self.price.usd_per_hour is None else round(self.price.usd_per_hour, 5),
+            "source": self.price.source,
+        }
+
+
+@dataclass
+class Estimate:
+    lines: list[CostLine] = field(default_factory=list)
+    not_hourly: dict[str, int] = field(default_factory=dict)
+    """kind -> how many, for what is billed otherwise (storage)."""
+    unpriced: list[str] = field(default_factory=list)
+    """Kinds this estimate does not know at all."""
+
+    def total(self, when: When) -> tuple[float, list[str]]:
+        """The known part of the hourly total, and the names of the lines whose price is unknown."""
+        lines = [line for line in self.lines if line.when == when]
+        known = sum(line.price.usd_per_hour or 0.0 for line in lines if line.price.known)
+        return known, [line.name for line in lines if not line.price.known]
+
+    def to_json(self) -> dict[str, Any]:
+        def part(when: When) -> dict[str, Any]:
+            known, unknown = self.total(when)
+            return {
+                "usdPerHour": None if unknown else round(known, 4),
+                "knownUsdPerHour": round(known, 4),
+                "unknown": unknown,
+            }
+
+        by_kind: dict[str, dict[str, Any]] = {}
+        for line in self.lines:
+            kind = by_kind.setdefault(line.type, {"knownUsdPerHour": 0.0, "unknown": []})
+            if line.price.usd_per_hour is None:
+                kind["unknown"].append(line.name)
+            else:
+                kind["knownUsdPerHour"] = round(kind["knownUsdPerHour"] + line.price.usd_per_hour, 5)
+        return {
+            "currency": "USD",
+            "pricesAsOf": prices.AS_OF,
+            "whileTraining": part("training"),
+            "alwaysOn": part("always"),
+            "byKind": dict(sorted(by_kind.items())),
+            "lines": [line.to_json() for line in self.lines],
+            "notHourly": dict(sorted(self.not_hourly.items())),
+            "unpriced": sorted(self.unpriced),
+        }
+
+
+def _region(location: str) -> str:
+    return catalogue.region_of_zone(location) if not catalogue.is_region(location) else location
+
+
+def _vm_model(scheduling: dict[str, Any]) -> Model:
+    if scheduling.get("preemptible") or scheduling.get("spot"):
+        return "spot"
+    return "reserved" if scheduling.get("reserved") else "on-demand"
+
+
+def _pool_model(node_config: dict[str, Any]) -> Model:
+    if node_config.get("flexStart"):
+        return "flex-start"
+    if node_config.get("spot"):
+        return "spot"
+    affinity = (node_config.get("reservationAffinity") or {}).get("consumeReservationType")
+    return "reserved" if affinity == "SPECIFIC_RESERVATION" else "on-demand"
+
+
+def _pool_nodes(inputs: Mapping[str, Any], *, most: bool) -> int:
+    """The pool's largest (or smallest) node count: autoscaling's limits per zone times its zones,
+    or its whole-pool limits."""
+    scaling = inputs.get("autoscaling") or {}
+    total = scaling.get("totalMaxNodeCount" if most else "totalMinNodeCount")
+    if total is not None:
+        return int(total)
+    per_zone = scaling.get("maxNodeCount" if most else "minNodeCount")
+    if per_zone is None:
+        per_zone = inputs.get("nodeCount", inputs.get("initialNodeCount", 0))
+    return int(per_zone) * max(1, len(inputs.get("nodeLocations") or []))
+
+
+class Declared(Protocol):
+    """One declared resource as a plan or a preview records it."""
+
+    @property
+    def type(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def custom(self) -> bool: ...
+    @property
+    def inputs(self) -> Mapping[str, Any]: ...
+
+
+def estimate(declared: Iterable[Declared]) -> Estimate:
+    """The hourly cost of every resource declared (components are skipped: they bill nothing)."""
+    resources = list(declared)
+    found = Estimate()
+    nat_regions = {
+        str(r.inputs.get("region")): r for r in resources if r.type == "gcp:compute/routerNat:RouterNat"
+    }
+    nat_vms: dict[tuple[str, When], int] = {}
+
+    for r in resources:
+        if not r.custom:
+            continue
+        inputs = r.inputs
+        if r.type == "gcp:tpu/v2Vm:V2Vm":
+            accelerator = catalogue.accelerator_type(str(inputs["acceleratorType"]))
+            region = _region(str(inputs["zone"]))
+            model = _vm_model(inputs.get("schedulingConfig") or {})
+            shown = "preemptible" if (inputs.get("schedulingConfig") or {}).get("preemptible") else model
+            price = prices.tpu_vm_hour(
+                accelerator.generation, region, accelerator.chips, accelerator.cores, model
+            )
+            found.lines.append(
+                CostLine(r.type, r.name, f"TPU {accelerator.name}, {shown}, {region}", "training", price)
+            )
+            nat_vms[(region, "training")] = nat_vms.get((region, "training"), 0) + accelerator.hosts
+        elif r.type == "gcp:container/nodePool:NodePool":
+            node_config = inputs.get("nodeConfig") or {}
+            machine = str(node_config.get("machineType"))
+            region = _region(str(inputs.get("location")))
+            if machine in catalogue.MACHINE_TYPES:
+                tpu = catalogue.MACHINE_TYPES[machine]
+                nodes = _pool_nodes(inputs, most=True)
+                model = _pool_model(node_config)
+                chips = tpu.chips_per_vm
+                node = prices.tpu_vm_hour(
+                    tpu.generation.name, region, chips, chips * tpu.generation.cores_per_chip, model
+                )
+                found.lines.append(
+                    CostLine(
+                        r.type,
+                        r.name,
+                        f"{nodes} x {machine}, {model}, {region}",
+                        "training",
+                        node.times(nodes),
+                    )
+                )
+                nat_vms[(region, "training")] = nat_vms.get((region, "training"), 0) + nodes
+            else:
+                nodes = _pool_nodes(inputs, most=False)
+                found.lines.append(
+                    CostLine(
+                        r.type,
+                        r.name,
+                        f"{nodes} x {machine} (its least), {region}",
+                        "always",
+                        prices.machine_hour(machine, region).times(nodes),
+                    )
+                )
+                nat_vms[(region, "always")] = nat_vms.get((region, "always"), 0) + nodes
+        elif r.type == "gcp:container/cluster:Cluster":
+            found.lines.append(
+                CostLine(r.type, r.name, "cluster management fee", "always", prices.GKE_CLUSTER_HOUR)
+            )
+        elif r.type in NOT_HOURLY:
+            found.not_hourly[r.type] = found.not_hourly.get(r.type, 0) + 1
+        elif not r.type.startswith(NO_HOURLY_CHARGE_PREFIXES) and r.type != "gcp:compute/routerNat:RouterNat":
+            found.unpriced.append(r.type)
+
+    for region, nat in sorted(nat_regions.items()):
+        whens: tuple[When, ...] = ("always", "training")
+        for when in whens:
+            vms = nat_vms.get((region, when), 0)
+            if vms:
+                found.lines.append(
+                    CostLine(
+                        nat.type,
+                        nat.name,
+                        f"{vms} VM(s) through Cloud NAT, {region}",
+                        when,
+                        prices.NAT_VM_HOUR.times(vms),
+                    )
+                )
+        # A gateway in use holds at least one external address (AUTO_ONLY allocates them).
+        when_used: Optional[When] = (
+            "always"
+            if nat_vms.get((region, "always"))
+            else ("training" if nat_vms.get((region, "training")) else None)
+        )
+        if when_used:
+            found.lines.append(
+                CostLine(nat.type, nat.name, f"1 NAT address, {region}", when_used, prices.NAT_ADDRESS_HOUR)
+            )
+    return found
+
+
+def _usd(value: Optional[float]) -> str:
+    if value is None:
+        return "unknown"
+    return f"${value:.2f}" if value >= 0.1 else f"${value:.4f}"
+
+
+def render(found: Estimate) -> str:
+    """The cost section of the plan's text."""
+    lines = [f"Cost per hour (list prices in USD read {prices.AS_OF}; docs/cost.md):"]
+    parts: tuple[tuple[When, str], ...] = (("always", "always on"), ("training", "while training, on top"))
+    for when, title in parts:
+        known, unknown = found.total(when)
+        total = (
+            _usd(known)
+            if not unknown
+            else f"at least {_usd(known)} ({len(unknown)} unknown: {', '.join(unknown)})"
+        )
+        lines.append(f"  {title}: {total}")
+        for line in found.lines:
+            if line.when == when:
+                reason = "" if line.price.known else f" ({line.price.source})"
+                lines.append(
+                    f"    {_usd(line.price.usd_per_hour):>9}  {line.type}  {line.name}: {line.what}{reason}"
+                )
+    if found.not_hourly:
+        counted = ", ".join(
+            f"{count} {kind} ({NOT_HOURLY[kind]})" for kind, count in sorted(found.not_hourly.items())
+        )
+        lines.append(f"  not by the hour: {counted}; and network traffic (NAT $0.045/GiB, egress)")
+    if found.unpriced:
+        lines.append(f"  no price known for: {', '.join(sorted(set(found.unpriced)))}")
+    return "\n".join(lines)

@@ -1,0 +1,78 @@
+"""The stack's advisory warnings, judged from declared resources: what a program that uses the
+components directly (``preview``) gets instead of the stack config's checks. Pure: the same
+domain rules the stack's ``checks.warnings`` applies (``tpu_availability.zone_warning``,
+``termination_grace``), read from the inputs the engine receives."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Optional
+
+from . import catalogue
+from .cost_estimate import Declared
+from .termination_grace import PREEMPTIBLE_TPU_VM, SPOT_GKE_POOL, grace_fit_problem, save_fit_problem
+from .tpu_availability import zone_warning
+
+TPU_VM = "gcp:tpu/v2Vm:V2Vm"
+NODE_POOL = "gcp:container/nodePool:NodePool"
+JOB = "kubernetes:batch/v1:Job"
+
+
+def declared_warnings(
+    declared: Iterable[Declared], checkpoint_cost_seconds: Optional[float] = None
+) -> list[str]:
+    """Each TPU VM's and TPU node pool's zone when our tables do not list it for the generation
+    (or its flex-start capacity); with ``checkpoint_cost_seconds`` (what one save takes to be
+    committed), each preemptible or Spot VM and Spot pool whose stop notice the save does not
+    fit, and each Job whose Pods' grace does not cover it. Each warning starts with the
+    resource's name."""
+    found: list[str] = []
+    for r in declared:
+        inputs = r.inputs
+        if r.type == TPU_VM:
+            found += _vm_warnings(r.name, inputs, checkpoint_cost_seconds)
+        elif r.type == NODE_POOL:
+            found += _pool_warnings(r.name, inputs, checkpoint_cost_seconds)
+        elif r.type == JOB and checkpoint_cost_seconds is not None:
+            pod = ((inputs.get("spec") or {}).get("template") or {}).get("spec") or {}
+            # Kubernetes' default grace when the Pods ask for none.
+            problem = grace_fit_problem(
+                checkpoint_cost_seconds, int(pod.get("terminationGracePeriodSeconds", 30))
+            )
+            if problem:
+                found.append(f"{r.name}: {problem}")
+    return found
+
+
+def _vm_warnings(name: str, inputs: Mapping[str, Any], cost_seconds: Optional[float]) -> list[str]:
+    try:
+        accelerator = catalogue.accelerator_type(str(inputs.get("acceleratorType")))
+    except catalogue.CatalogueError:
+        return []  # the component refuses it before anything is declared
+    found = []
+    zone = zone_warning(accelerator.generation, str(inputs.get("zone")))
+    if zone:
+        found.append(f"{name}: {zone}")
+    scheduling = inputs.get("schedulingConfig") or {}
+    if cost_seconds is not None and (scheduling.get("preemptible") or scheduling.get("spot")):
+        problem = save_fit_problem(cost_seconds, PREEMPTIBLE_TPU_VM, None)
+        if problem:
+            found.append(f"{name}: {problem}")
+    return found
+
+
+def _pool_warnings(name: str, inputs: Mapping[str, Any], cost_seconds: Optional[float]) -> list[str]:
+    node_config = inputs.get("nodeConfig") or {}
+    machine = catalogue.MACHINE_TYPES.get(str(node_config.get("machineType")))
+    if machine is None:
+        return []  # the cluster's system pool, or a type the component refuses
+    flex_start = bool(node_config.get("flexStart"))
+    found = []
+    for zone in inputs.get("nodeLocations") or []:
+        warning = zone_warning(machine.generation.name, str(zone), flex_start=flex_start)
+        if warning:
+            found.append(f"{name}: {warning}")
+    if cost_seconds is not None and node_config.get("spot"):
+        problem = save_fit_problem(cost_seconds, SPOT_GKE_POOL, None)
+        if problem:
+            found.append(f"{name}: {problem}")
+    return found
