@@ -241,7 +241,7 @@ def declare_buckets(settings: StackConfig, foundation: Foundation) -> dict[str, 
 Recovered = TypeVar("Recovered", RecoveredTpuVm, RecoveredJob)
 
 
-def declare_recovery(settings: StackConfig, offline: bool) -> TrainingRecovery:
+def declare_recovery(settings: StackConfig, offline: bool, last: LastUpdate) -> TrainingRecovery:
     """Recovery is a reconcile: read the live nodes (one call per zone) and Jobs (one per
     namespace and kind, Kueue's Workloads too for queued ones), decide, say why; each VM and Job
     is declared at the generation decided here. ``offline``: read no live state."""
@@ -260,6 +260,9 @@ def declare_recovery(settings: StackConfig, offline: bool) -> TrainingRecovery:
         "recovery",
         {
             "project": settings.gcp_project,
+            # Read before anything was declared (read_last_update), not by a StackReference the
+            # engine would read while it writes the state.
+            "previous_outputs": last.outputs,
             "tpu_vms": [judged(RecoveredTpuVm(name=vm.name, zone=vm.zone)) for vm in settings.tpu_vms],
             "jobs": [
                 judged(
@@ -694,7 +697,7 @@ def main() -> None:
     buckets = declare_buckets(settings, foundation)
     vm_identity = declare_vm_identity(settings, buckets, foundation)
     # `python -m infra.plan` sets this unless --live: an offline plan reads no live state.
-    recovery = declare_recovery(settings, offline=os.environ.get("TPU_TRAINING_OFFLINE") == "1")
+    recovery = declare_recovery(settings, offline=os.environ.get("TPU_TRAINING_OFFLINE") == "1", last=last)
     tpu_vms = (
         declare_tpu_vms(settings, vm_identity, foundation, recovery) if vm_identity is not None else TpuVms()
     )

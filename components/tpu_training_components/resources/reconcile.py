@@ -218,12 +218,12 @@ def log_decisions(decisions: Sequence[Decision]) -> None:
 
 
 def last_deployed_generations(
-    reference: pulumi.StackReference, output: str = GENERATIONS_OUTPUT
+    outputs: pulumi.Output[Any], output: str = GENERATIONS_OUTPUT
 ) -> pulumi.Output[dict[str, int]]:
     """The generations this stack exported under ``output`` on its last successful update;
     ``{}`` before the first one. This is the "last known" value that an unreachable API or a
     missing node or Job falls back to, so nothing is replaced on unknown."""
-    return reference.get_output(output).apply(lambda value: read_generations(output, value))
+    return outputs.apply(lambda values: read_generations(output, (values or {}).get(output)))
 
 
 def read_generations(output: str, value: Any) -> dict[str, int]:

@@ -5,7 +5,7 @@ stack last deployed, so that a later `pulumi up` re-creates exactly what was los
 
 import math
 from datetime import datetime, timedelta
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import pulumi
 from pydantic import with_config
@@ -86,6 +86,12 @@ class TrainingRecoveryArgs(TypedDict):
     read_live_state: NotRequired[bool]
     """Read the live nodes and Jobs (default True). False keeps every last deployed generation:
     an offline preview, or a stack that must not change on its own."""
+    previous_outputs: NotRequired[Mapping[str, Any]]
+    """This stack's outputs as of its last update, when the caller read them before declaring
+    anything (the stack program does: ``pulumi:pulumi:readStackOutputs``). Without it the
+    component reads them through a ``StackReference`` to this very stack, which the engine reads
+    while the update runs: with a file backend that read can meet the engine's own write of the
+    state and fail the update ("failed to load checkpoint: EOF")."""
     maintenance_grace_minutes: NotRequired[int]
     """How long a node under maintenance may stay unhealthy before it is replaced (default 30)."""
 
@@ -206,15 +212,15 @@ class TrainingRecovery(pulumi.ComponentResource):
         # For vm_generation/job_generation; private, so it is not one of the schema's outputs.
         self._decided = {"tpu_vms": vm_decisions, "jobs": job_decisions}
 
-        previous = (
-            pulumi.StackReference(
+        previous: Optional[pulumi.Output[Any]] = None
+        if (vms or jobs) and "previous_outputs" in args:
+            previous = pulumi.Output.from_input(dict(args["previous_outputs"]))
+        elif vms or jobs:
+            previous = pulumi.StackReference(
                 f"{name}-previous-state",
                 stack_name=f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}",
                 opts=pulumi.ResourceOptions(parent=self),
-            )
-            if vms or jobs
-            else None
-        )
+            ).outputs
         decided_at = _recovery.utc_now()
         self.vm_generations = self._generations(
             previous, vm_decisions, reconcile.GENERATIONS_OUTPUT, decided_at
@@ -225,7 +231,7 @@ class TrainingRecovery(pulumi.ComponentResource):
         self.vm_decisions = pulumi.Output.from_input({d.name: d.message for d in vm_decisions})
         self.job_decisions = pulumi.Output.from_input({d.name: d.message for d in job_decisions})
         self.last_recoveries = (
-            pulumi.Output.all(previous.outputs, self.vm_generations, self.job_generations).apply(
+            pulumi.Output.all(previous, self.vm_generations, self.job_generations).apply(
                 lambda values: last_recoveries(
                     values[0],
                     {"tpuVms": (vm_decisions, values[1]), "jobs": (job_decisions, values[2])},
@@ -247,7 +253,7 @@ class TrainingRecovery(pulumi.ComponentResource):
 
     @staticmethod
     def _generations(
-        previous: Optional[pulumi.StackReference],
+        previous: Optional[pulumi.Output[Any]],
         decisions: Sequence[Decision],
         output: str,
         decided_at: datetime,
@@ -256,7 +262,7 @@ class TrainingRecovery(pulumi.ComponentResource):
             return pulumi.Output.from_input({})
         last = reconcile.last_deployed_generations(previous, output)
         # Said on every run, not only on the one whose API is down: by then it is too late.
-        previous.outputs.apply(lambda outputs: _warn_if_not_exported(outputs, output))
+        previous.apply(lambda outputs: _warn_if_not_exported(outputs, output))
         return pulumi.Output.all(
             *(reconcile.generation_for(decision, last, decided_at) for decision in decisions)
         ).apply(lambda generations: dict(zip((d.name for d in decisions), generations, strict=True)))
