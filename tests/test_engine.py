@@ -128,13 +128,12 @@ def _gke_project(folder: Path, cloud: tuple[CloudTpuApi, LoopbackGcs], kube: Kub
 
 def _changed_in_the_cloud(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """The URNs of the cloud and cluster resources whose id, inputs or outputs differ between two
-    states. Not compared: components, the stack's read of its own outputs, and providers (a
+    states. Not compared: components, and providers (a
     provider's secret kubeconfig is encrypted anew at every update)."""
     return sorted(
         urn
         for urn, resource in after.items()
         if resource.get("custom")
-        and resource["type"] != "pulumi:pulumi:StackReference"
         and not resource["type"].startswith("pulumi:providers:")
         and _what_it_holds(resource) != _what_it_holds(before.get(urn))
     )
@@ -170,10 +169,9 @@ def test_a_preempted_vm_and_a_failed_job_are_recreated_in_one_round_and_nothing_
         (job,) = kube.jobs["default"]
         assert job["metadata"]["uid"] != deployed["metadata"]["uid"], "the engine re-created the Job"
 
-        # The engine's own account of the update: those two replaced, everything else the same
-        # (its one read is the program's read of the stack's own last outputs, a StackReference).
+        # The engine's own account of the update: those two replaced, everything else the same.
         (last,) = project.json("stack", "history", "--stack", STACK, "--page-size", "1")
-        assert {k: v for k, v in last["resourceChanges"].items() if k != "same"} == {"read": 1, "replace": 2}
+        assert {k: v for k, v in last["resourceChanges"].items() if k != "same"} == {"replace": 2}
         after = project.resources(STACK)
         assert _changed_in_the_cloud(before, after) == sorted([f"{VM_URN_PREFIX}{VM}-vm", JOB_URN])
         outputs = project.json("stack", "output", "--stack", STACK)
@@ -403,7 +401,7 @@ def test_a_failed_job_waits_for_a_pending_pool_edit_then_is_recreated_alone_by_r
         )
         assert "status" not in job or not job["status"].get("conditions")
         (last,) = project.json("stack", "history", "--stack", STACK, "--page-size", "1")
-        assert {k: v for k, v in last["resourceChanges"].items() if k != "same"} == {"read": 1, "replace": 1}
+        assert {k: v for k, v in last["resourceChanges"].items() if k != "same"} == {"replace": 1}
         after = project.resources(STACK)
         assert _changed_in_the_cloud(before, after) == [JOB_URN]
 
