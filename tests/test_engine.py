@@ -406,10 +406,6 @@ def test_a_failed_job_waits_for_a_pending_pool_edit_then_is_recreated_alone_by_r
         assert _changed_in_the_cloud(before, after) == [JOB_URN]
 
 
-def _predicted_and_previewed(project: EngineProject, base: Path) -> tuple[dict[str, str], dict[str, str]]:
-    return _predicted(project, base), _previewed(project)
-
-
 def _write_base_plan(project: EngineProject, base: Path) -> None:
     planned = project.python("-m", "infra.plan", "--stack", STACK, "--json", str(base))
     assert planned.returncode in (0, 1), planned.stdout[-3000:] + planned.stderr[-3000:]
@@ -433,7 +429,7 @@ def test_a_job_becomes_a_jobset_and_back_without_re_creating_the_runs_objects(
             base = tmp_path / f"base-{slices}.json"
             _write_base_plan(project, base)
             project.set_config(STACK, "tpu-training:jobs", [dict(job, slices=slices)])
-            predicted, previewed = _predicted_and_previewed(project, base)
+            predicted, previewed = _predicted(project, base), _previewed(project)
             assert predicted == previewed, (
                 f"slices -> {slices}: --compare-to {predicted}, the engine {previewed}"
             )

@@ -43,14 +43,13 @@ from google.protobuf import empty_pb2, json_format, struct_pb2
 from pulumi.runtime.proto import plugin_pb2, provider_pb2, provider_pb2_grpc
 from tpu_training_components.domain.change_impact import changed_paths, provider_replacements
 from tpu_training_components.domain.provider_rules import (
-    KUBERNETES_PROVIDER,
     kubernetes_provider_replaced,
     plan_facts,
 )
 from tpu_training_components.live.endpoints import STORAGE_ENDPOINT_VARIABLE, TPU_ENDPOINT_VARIABLE
 from tpu_training_components.preview import computed_outputs
 
-from support.engine.plugin_server import engine_address, serve
+from support.engine.plugin_server import serve
 
 UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 """The engine's marker for a value not known yet (during a preview)."""
@@ -542,13 +541,10 @@ class ProviderDouble(provider_pb2_grpc.ResourceProviderServicer):
 
 
 def main() -> None:
-    package, engine = sys.argv[1], engine_address(sys.argv[2:])
-    del engine  # the doubles log nothing to the engine; its address only proves who started them
-    provider = ProviderDouble(package)
+    # (The engine's address, the last argument, is not used: the doubles log nothing to it.)
+    provider = ProviderDouble(sys.argv[1])
     serve(lambda server: provider_pb2_grpc.add_ResourceProviderServicer_to_server(provider, server))
 
 
 if __name__ == "__main__":
     main()
-
-__all__ = ["KUBERNETES_PROVIDER", "ProviderDouble", "backend_for", "main"]
