@@ -110,7 +110,7 @@ def run(trials: int, json_path: Optional[Path]) -> None:
         project.init(
             STACK, {**GKE_CONFIG, **{k: v for k, v in TPU_VM_CONFIG.items() if k.endswith("tpuVms")}}
         )
-        project.pulumi("up", "--yes", "--stack", STACK)
+        project.deploy(STACK)
         world = World(tpu, kube)
         order = [cause for cause in CAUSES for _ in range(trials)]
         random.Random(34).shuffle(order)

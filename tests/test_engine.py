@@ -18,6 +18,7 @@ from support.engine.engine import REPO, EngineProject, endpoints, engine_version
 from support.engine.fakes import CloudTpuApi, KubernetesApi
 from support.engine.providers import HOLD_VARIABLE, KUBERNETES_API_VARIABLE
 from support.engine.stacks import GKE_CONFIG, TPU_VM_CONFIG, VM, ZONE
+from support.in_process import run_plan
 from support.loopback_gcs import LoopbackGcs
 from support.waiting import eventually
 
@@ -99,7 +100,7 @@ def test_the_readme_deploy_steps_preview_up_output_and_destroy(
     project.pulumi("config", "set", "--path", "tpu-training:bucket.protect", "false", "--stack", STACK)
     lifted = project.json("preview", "--stack", STACK)
     assert _urns(project.steps(lifted), "delete") == [] and _urns(project.steps(lifted), "replace") == []
-    project.pulumi("up", "--yes", "--stack", STACK)
+    project.deploy(STACK)
     buckets = project.json("stack", "output", "checkpointBuckets", "--stack", STACK)
     project.pulumi("destroy", "--yes", "--stack", STACK)
     assert tpu.nodes == {ZONE: []}, "destroy deletes the VM"
@@ -141,7 +142,7 @@ def _changed_in_the_cloud(before: dict[str, Any], after: dict[str, Any]) -> list
 
 def _deployed(project: EngineProject) -> EngineProject:
     project.init(STACK, TPU_VM_CONFIG)
-    project.pulumi("up", "--yes", "--stack", STACK)
+    project.deploy(STACK)
     return project
 
 
@@ -152,7 +153,7 @@ def test_a_preempted_vm_and_a_failed_job_are_recreated_in_one_round_and_nothing_
     with KubernetesApi() as kube:
         project = _gke_project(tmp_path, cloud, kube)
         project.init(STACK, {**GKE_CONFIG, "tpu-training:tpuVms": TPU_VM_CONFIG["tpu-training:tpuVms"]})
-        project.pulumi("up", "--yes", "--stack", STACK)
+        project.deploy(STACK)
         before = project.resources(STACK)
         generation = int(tpu.node(ZONE, VM)["labels"]["recovery-generation"])  # type: ignore[index]
         (deployed,) = kube.jobs["default"]
@@ -223,7 +224,7 @@ def test_a_pending_removal_does_not_fail_a_recovery_and_stays_pending(
     project.init(
         STACK, {**TPU_VM_CONFIG, "tpu-training:tpuVms": [*TPU_VM_CONFIG["tpu-training:tpuVms"], second]}
     )
-    project.pulumi("up", "--yes", "--stack", STACK)
+    project.deploy(STACK)
     assert tpu.node(ZONE, "second-tpu") is not None
     # The user removes the second VM from the stack file, and before any `pulumi up` the first
     # one is preempted: the round re-creates the first and leaves the removal to the user.
@@ -240,7 +241,7 @@ def test_a_pending_removal_does_not_fail_a_recovery_and_stays_pending(
     assert SECOND_VM_URN in project.resources(STACK)
 
     # The user's own `pulumi up` then applies the removal.
-    project.pulumi("up", "--yes", "--stack", STACK)
+    project.deploy(STACK)
     assert tpu.node(ZONE, "second-tpu") is None
     assert SECOND_VM_URN not in project.resources(STACK)
 
@@ -268,7 +269,8 @@ _ENGINE_ACTIONS = {
 
 
 def _predicted(project: EngineProject, base: Path) -> dict[str, str]:
-    done = project.python("-m", "infra.plan", "--stack", STACK, "--compare-to", str(base), "--json", "-")
+    # In this process (support.in_process): the prediction is what the test compares, not the process.
+    done = run_plan("--stack", STACK, "--compare-to", str(base), "--json", "-", cwd=project.root)
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
     changes = json.loads(done.stdout)["changes"]["resources"]
     return {change["urn"]: change["action"] for change in changes if change["urn"] != STACK_URN}
@@ -340,7 +342,7 @@ def test_compare_to_predicts_what_the_engine_previews_for_each_documented_gke_ed
     with KubernetesApi() as kube:
         project = _gke_project(tmp_path, cloud, kube)
         project.init(STACK, {**GKE_CONFIG, "tpu-training:checkpointing": {"costSeconds": 60}})
-        project.pulumi("up", "--yes", "--stack", STACK)
+        project.deploy(STACK)
         disagreements = _compare_each(project, GKE_DOCUMENTED_EDITS, tmp_path / "base.json")
         assert not disagreements, json.dumps(disagreements, indent=1)
         # The tuning edit, by the engine's own preview: the Job is not replaced.
@@ -368,7 +370,7 @@ def test_a_failed_job_waits_for_a_pending_pool_edit_then_is_recreated_alone_by_r
     with KubernetesApi() as kube:
         project = _gke_project(tmp_path, cloud, kube)
         project.init(STACK, GKE_CONFIG)
-        project.pulumi("up", "--yes", "--stack", STACK)
+        project.deploy(STACK)
         (deployed,) = kube.jobs["default"]
         name, uid = deployed["metadata"]["name"], deployed["metadata"]["uid"]
         before = project.resources(STACK)
@@ -407,7 +409,7 @@ def test_a_failed_job_waits_for_a_pending_pool_edit_then_is_recreated_alone_by_r
 
 
 def _write_base_plan(project: EngineProject, base: Path) -> None:
-    planned = project.python("-m", "infra.plan", "--stack", STACK, "--json", str(base))
+    planned = run_plan("--stack", STACK, "--json", str(base), cwd=project.root)
     assert planned.returncode in (0, 1), planned.stdout[-3000:] + planned.stderr[-3000:]
 
 
@@ -419,7 +421,7 @@ def test_a_job_becomes_a_jobset_and_back_without_re_creating_the_runs_objects(
         pool = dict(GKE_CONFIG["tpu-training:nodePools"][0], slices=2)
         job = GKE_CONFIG["tpu-training:jobs"][0]
         project.init(STACK, {**GKE_CONFIG, "tpu-training:nodePools": [pool]})
-        project.pulumi("up", "--yes", "--stack", STACK)
+        project.deploy(STACK)
         kept = {path: o["metadata"]["uid"] for path, o in kube.objects.items()}
         assert any("/configmaps/" in path for path in kept) and any(
             "/serviceaccounts/" in path for path in kept
@@ -435,7 +437,7 @@ def test_a_job_becomes_a_jobset_and_back_without_re_creating_the_runs_objects(
             )
             replaced = sorted(urn.rsplit("::", 1)[-1] for urn, op in previewed.items() if op == "replace")
             assert replaced == [f"train-v6e-{'jobset' if slices > 1 else 'job'}"], previewed
-            project.pulumi("up", "--yes", "--stack", STACK)
+            project.deploy(STACK)
             assert [w["metadata"]["name"] for w in getattr(kube, workloads)["default"]] == ["train-v6e"]
             other = kube.jobs if workloads == "jobsets" else kube.jobsets
             assert not other.get("default"), "the old workload is gone"

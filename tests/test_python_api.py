@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import collections.abc
 import inspect
+import subprocess
+import sys
 import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
@@ -225,6 +227,30 @@ COMPONENTS = {
     "QueuedProvisioning": Component(api.QueuedProvisioning, api.QueuedProvisioningArgs, _queue),
     "ProjectApis": Component(api.ProjectApis, api.ProjectApisArgs, _apis),
 }
+
+
+def test_the_package_exports_what_all_lists_and_imports_each_only_when_first_used():
+    assert sorted(api.__all__) == sorted(api._EXPORTS)
+    assert set(api._EXPORTS) <= set(dir(api))
+    for name in api.__all__:
+        assert getattr(api, name).__name__ == name
+    # A fresh interpreter: the domain alone (what infra.recover, infra.status and the engine
+    # tier's provider doubles import) loads no Pulumi resource module and no pulumi-gcp.
+    fresh = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, tpu_training_components.domain.change_impact, tpu_training_components as t\n"
+            "heavy = ('pulumi_gcp', 'tpu_training_components.resources')\n"
+            "print(sorted(m for m in sys.modules if m.startswith(heavy)))\n"
+            "t.CheckpointBucket\n"
+            "print('pulumi_gcp.storage' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert fresh.stdout.split("\n")[:2] == ["[]", "True"], fresh.stdout + fresh.stderr
 
 
 def test_every_exported_component_is_covered():

@@ -49,8 +49,10 @@ class EngineProject:
         self.root = folder / "project"
         self.root.mkdir(parents=True)
         shutil.copy(REPO / "Pulumi.yaml", self.root / "Pulumi.yaml")
+        # With their compiled bytecode: copied with their sources' times, it stays valid, and the
+        # program does not compile infra/ anew in every project.
         for part in ("infra", "trainer"):
-            shutil.copytree(REPO / part, self.root / part, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(REPO / part, self.root / part)
         # Pulumi.yaml's runtime names .venv: the README's, with the stack's pins installed.
         (self.root / ".venv").symlink_to(Path(sys.executable).parent.parent)
         plugins = folder / "plugins"
@@ -94,6 +96,12 @@ class EngineProject:
                 f"{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
             )
         return done
+
+    def deploy(self, stack: str) -> None:
+        """``pulumi up --yes --skip-preview``: a deployment whose preview the test does not look at
+        (the README's own `pulumi up` runs the program twice, preview and update; this runs it
+        once, as ``infra.recover``'s rounds do)."""
+        self.pulumi("up", "--yes", "--skip-preview", "--stack", stack)
 
     def python(self, *args: str, timeout: float = COMMAND_TIMEOUT) -> subprocess.CompletedProcess:
         """``python ARGS`` with the README's interpreter in the project folder (``-m infra.plan``)."""
