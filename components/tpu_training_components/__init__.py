@@ -24,6 +24,7 @@ from .public import (  # the domain's functions, with their arguments checked (I
     topology_chips,
 )
 from .resources.checkpoint_bucket import CheckpointBucket, CheckpointBucketArgs
+from .resources.compute_class import TpuComputeClass, TpuComputeClassArgs
 from .resources.engines import WorkloadEngines, WorkloadEnginesArgs
 from .resources.gke_cluster import GkeTpuCluster, GkeTpuClusterArgs
 from .resources.identity import TrainingServiceAccount, TrainingServiceAccountArgs
@@ -58,6 +59,8 @@ __all__ = [
     "ProjectApis",
     "ProjectApisArgs",
     "QueuedProvisioning",
+    "TpuComputeClass",
+    "TpuComputeClassArgs",
     "QueuedProvisioningArgs",
     "SliceShape",
     "TpuNodePoolPlan",
