@@ -486,3 +486,11 @@ def test_a_bad_ladder_is_refused_at_its_key(config, ladder, pool, says):
 
 def test_a_list_of_one_is_that_value(documents, config):
     assert plan_command.plan_document(run_stack(laddered(config, ["flex-start"]))) == documents["single"]
+
+
+def test_a_rungs_pool_name_taken_by_another_pool_is_refused(config):
+    config = laddered(config, ["spot", "flex-start"])
+    other = {**copy.deepcopy(config[POOLS][0]), "name": "v6e-4x4-spot", "provisioning": "on-demand"}
+    config[POOLS].append(other)
+    message = refused(config)
+    assert "its GKE node pool 'v6e-4x4-spot' is also the name of" in message, message
