@@ -146,9 +146,10 @@ def _one_or_ladder(value: Any) -> Union[str, tuple[str, ...]]:
     if isinstance(value, (list, tuple)):
         rungs = []
         for index, rung in enumerate(value):
+            # flex-start-queued passes here, to be refused as a rung with the reason (_offered).
             if rung not in POOL_PROVISIONING:
                 raise ValueError(
-                    f"rung {index} ({rung!r}) is not a capacity; allowed: {', '.join(POOL_PROVISIONING)}"
+                    f"rung {index} ({rung!r}) is not a capacity; allowed in a list: {', '.join(LADDER_RUNGS)}"
                 )
             rungs.append(rung)
         return tuple(rungs)
@@ -264,7 +265,7 @@ class NodePoolConfig(Model):
             return cls._offered(ladder[0], info)
         if "flex-start-queued" in ladder:
             raise ValueError(
-                f"{list(ladder)}: 'flex-start-queued' cannot be a rung of a ladder: queued provisioning "
+                f"'flex-start-queued' cannot be a rung of a ladder: queued provisioning "
                 f"brings nodes only through ProvisioningRequests, and a ComputeClass priority rule has no "
                 f"field for it (GKE ComputeClass CRD reference, "
                 f"cloud.google.com/kubernetes-engine/docs/reference/crds/computeclass); allowed in a "
@@ -272,7 +273,7 @@ class NodePoolConfig(Model):
             )
         repeated = sorted({rung for rung in ladder if ladder.count(rung) > 1})
         if repeated:
-            raise ValueError(f"{list(ladder)} repeats {', '.join(repeated)}; each capacity is one rung")
+            raise ValueError(f"the list repeats {', '.join(repeated)}; each capacity is one rung")
         reservation = info.data.get("reservation")
         if "reserved" in ladder and reservation is None:
             raise ValueError(
@@ -281,7 +282,7 @@ class NodePoolConfig(Model):
         if "reserved" not in ladder and reservation is not None:
             raise ValueError(
                 f"reservation {reservation!r} is consumed only by a 'reserved' rung; add 'reserved' to "
-                f"{list(ladder)}, or remove reservation"
+                f"the list, or remove reservation"
             )
         machine = info.data.get("machine_type")
         if machine is not None and "flex-start" in ladder:
@@ -289,7 +290,7 @@ class NodePoolConfig(Model):
             if generation not in FLEX_START_GENERATIONS:
                 offered = ", ".join(sorted(FLEX_START_GENERATIONS))
                 raise ValueError(
-                    f"{list(ladder)}: flex-start does not provision {machine} (TPU {generation}; GKE "
+                    f"flex-start does not provision {machine} (TPU {generation}; GKE "
                     f"offers it for {offered}); drop the 'flex-start' rung, or pick another machine type"
                 )
         return ladder
