@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import copy
 import itertools
+import re
 from typing import Any, Callable
 
 import jsonschema
 import pytest
-from support.program import dev_config, multislice, refused, run_stack
+from support.program import REPO, dev_config, multislice, refused, run_components, run_stack
 from tpu_training_components.domain import compute_class
 from tpu_training_components.domain.compute_class import (
     COMPUTE_CLASS_MIN_GKE_VERSION,
@@ -494,3 +495,18 @@ def test_a_rungs_pool_name_taken_by_another_pool_is_refused(config):
     config[POOLS].append(other)
     message = refused(config)
     assert "its GKE node pool 'v6e-4x4-spot' is also the name of" in message, message
+
+
+def test_the_docs_example_declares_a_class_its_pools_and_a_job_that_selects_it():
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "docs/gke.md").read_text(), flags=re.S)
+    (example,) = [block for block in blocks if block.startswith("# ladder example")]
+    run = run_components(lambda: exec(compile(example, "docs/gke.md", "exec"), {}))
+    (declared,) = [r for r in run.registrations if r.type == COMPUTE_CLASS]
+    assert crd_errors({k: declared.inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")}) == []
+    assert [rule["spot"] for rule in declared.inputs["spec"]["priorities"]] == [True, False]
+    pools = sorted(
+        r.inputs["name"] for r in run.registrations if r.type == NODE_POOL and "v6e" in r.inputs["name"]
+    )
+    assert pools == ["v6e-4x4-flex", "v6e-4x4-spot"]
+    (job,) = [r for r in run.registrations if r.type == JOB]
+    assert job.inputs["spec"]["template"]["spec"]["nodeSelector"][COMPUTE_CLASS_LABEL] == "v6e-4x4"
