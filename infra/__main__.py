@@ -39,6 +39,7 @@ from tpu_training_components import (
     QueuedProvisioning,
     RecoveredJob,
     RecoveredTpuVm,
+    TpuComputeClass,
     TpuTrainingJob,
     TpuTrainingJobArgs,
     TpuTrainingJobSet,
@@ -422,6 +423,9 @@ def declare_gke(settings: StackConfig, cluster_config: ClusterConfig, foundation
                 "max_run_duration": pool.max_run_duration,
                 "queued_provisioning": pool.queued_provisioning,
                 "kueue_queue": pool.kueue_queue,
+                # A capacity ladder (none: empty): its rungs' pools, tried in order through the
+                # pool's ComputeClass.
+                "ladder": list(pool.ladder),
                 "service_account_email": cluster.node_service_account_email,
                 "labels": derived.common_labels(settings),
                 "project": settings.gcp_project,
@@ -508,9 +512,21 @@ def declare_workloads(
                 ]
             ),
         )
+    # Each pool with a capacity ladder: its ComputeClass, which its Jobs' Pods select.
+    classes = {
+        pool.name: TpuComputeClass(
+            f"{pool.name}-ladder",
+            {"provider": provider, "node_pool": gke.pools[pool.name].selection},
+            opts=pulumi.ResourceOptions(depends_on=[gke.pools[pool.name]]),
+        )
+        for pool in settings.node_pools
+        if pool.ladder
+    }
     environments = {job.name: derived.job_environment(settings, job) for job in settings.jobs}
     jobs = (
-        declare_jobs(settings, gke, pod_identity, namespaces, engines, queues, recovery, environments)
+        declare_jobs(
+            settings, gke, pod_identity, namespaces, engines, queues, recovery, environments, classes
+        )
         if pod_identity is not None
         else {}
     )
@@ -526,6 +542,7 @@ def declare_jobs(
     queues: dict[str, QueuedProvisioning],
     recovery: TrainingRecovery,
     environments: Environments,
+    classes: dict[str, TpuComputeClass],
 ) -> dict[str, TrainingWorkload]:
     """Each ``jobs`` entry as a Job or a JobSet, by name."""
     jobs: dict[str, TrainingWorkload] = {}
@@ -552,8 +569,10 @@ def declare_jobs(
             job_args["termination_grace_seconds"] = grace
         # Pods wait for their pool's nodes; the bucket access must exist before training starts;
         # a JobSet needs its controller's CRD and webhook, and a workload on a queued pool Kueue's
-        # webhook (which suspends it until admitted) and its pool's queue.
+        # webhook (which suspends it until admitted) and its pool's queue; a workload on a pool with
+        # a ladder, the ComputeClass its Pods select.
         queue = queues.get(job.node_pool)
+        compute_class = classes.get(job.node_pool)
         job_opts = pulumi.ResourceOptions(
             depends_on=[
                 pool,
@@ -561,6 +580,7 @@ def declare_jobs(
                 *([namespaces[job.namespace]] if job.namespace in namespaces else []),
                 *([engines] if engines is not None and (job.kind == "JobSet" or queue is not None) else []),
                 *([queue] if queue is not None else []),
+                *([compute_class] if compute_class is not None else []),
             ]
         )
         if job.kind == "JobSet":

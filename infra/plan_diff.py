@@ -19,6 +19,7 @@ from infra import json_file
 
 _TPU_VM = "gcp:tpu/v2Vm:V2Vm"
 _JOB = "kubernetes:batch/v1:Job"
+_NODE_POOL = "gcp:container/nodePool:NodePool"
 _VERBS = {"create": "create", "delete": "delete", "update": "update in place", "replace": "REPLACE"}
 
 
@@ -172,6 +173,13 @@ def render(source: str, changes: list[ResourceChange], plan: dict[str, Any]) -> 
         elif change.action == "delete" and change.type in (_TPU_VM, _JOB):
             lines.append(
                 f"      {change.name}: deleted — its training stops (checkpoints stay in the bucket)"
+            )
+        elif change.action == "delete" and change.type == _NODE_POOL:
+            # A pool goes with its nodes: a Job running there loses its Pods, and they wait for
+            # the capacity that is left (another rung of a ladder, or a pool created in its place).
+            lines.append(
+                f"      {change.name}: deleted with its nodes — a training running on them stops and "
+                f"restarts from its checkpoint where its Pods are scheduled next"
             )
         lines.extend(f"      note: {note}" for note in change.notes if change.action in ("create", "delete"))
         if change.blocked:

@@ -28,19 +28,22 @@ def test_the_dev_stack_costs_what_its_parts_cost(config):
     by_name = {(line.name, line.when): line for line in found.lines}
     # A preemptible v3-8 in europe-west4 is billed at the catalogue's Spot price of the device.
     assert by_name[("demo-tpu-vm", "training")].price.usd_per_hour == 2.244
-    # Flex-start has its own price, which the table does not hold: unknown, not 0.
+    # Flex-start's own price is not published where the table reads prices: its on-demand price
+    # (the source's whole v6e-16 slice in us-east5, $43.20) stands as its upper bound, and says so.
     pool = by_name[("v6e-4x4-pool", "training")]
-    assert pool.price.usd_per_hour is None and "flex-start" in pool.price.source
+    assert pool.price.usd_per_hour == pytest.approx(43.2) and pool.price.upper_bound
+    assert pool.price.source.startswith("at most: flex-start's own price is not published")
     # Always on: the regional cluster's fee, its one e2-standard-4 system node, the NAT it uses.
     assert by_name[("tpu-dev-cluster", "always")].price.usd_per_hour == 0.10
     assert by_name[("tpu-dev-system", "always")].price.usd_per_hour == pytest.approx(2 * 0.06701)
     known, unknown = found.total("always")
     assert (round(known, 5), unknown) == (round(0.10 + 2 * 0.06701 + 0.0014 + 0.005, 5), [])
     known, unknown = found.total("training")
-    assert unknown == ["v6e-4x4-pool"]
+    assert unknown == [] and found.bounded("training")
     document = found.to_json()
-    assert document["whileTraining"]["usdPerHour"] is None  # a total with an unknown part is no total
-    assert document["whileTraining"]["knownUsdPerHour"] == pytest.approx(known, abs=1e-4)
+    assert document["whileTraining"]["usdPerHour"] == pytest.approx(known, abs=1e-4)
+    assert document["whileTraining"]["upperBound"] is True
+    assert "upperBound" not in document["alwaysOn"]
     assert document["alwaysOn"]["usdPerHour"] == pytest.approx(0.2404, abs=1e-4)
     assert document["notHourly"] == {
         "gcp:storage/bucket:Bucket": 2,
@@ -106,7 +109,13 @@ def test_the_plan_shows_the_cost_and_writes_it_in_its_json(tmp_path):
     text = result.stdout
     assert "Cost per hour (list prices in USD read 2026-11-26; docs/cost.md):" in text
     assert "  always on: $0.24" in text
-    assert "  while training, on top: at least $2.26 (1 unknown: v6e-4x4-pool)" in text
+    assert (
+        "  while training, on top: $45.46, or less: flex-start is counted at its on-demand price, its "
+        "upper bound" in text
+    )
+    assert (
+        "   <=$43.20  gcp:container/nodePool:NodePool  v6e-4x4-pool: 4 x ct6e-standard-4t, flex-start" in text
+    )
     assert text.index("Cost per hour") < text.index("Summary:")
     document = json.loads((tmp_path / "plan.json").read_text())
     assert document["cost"]["alwaysOn"]["usdPerHour"] == pytest.approx(0.2404, abs=1e-4)
@@ -126,7 +135,8 @@ def test_the_cost_command_as_json_is_the_plans_cost(capsys):
     assert cost.main(["--json", "--stack", "dev"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["alwaysOn"]["usdPerHour"] == pytest.approx(0.2404)
-    assert document["whileTraining"]["unknown"] == ["v6e-4x4-pool"]
+    assert document["whileTraining"]["unknown"] == []
+    assert document["whileTraining"]["upperBound"] is True
 
 
 def test_the_cost_command_refuses_a_bad_stack_name_or_a_missing_stack(capsys):
@@ -134,3 +144,38 @@ def test_the_cost_command_refuses_a_bad_stack_name_or_a_missing_stack(capsys):
     assert "--stack 'a/b/c/d': a stack name is" in capsys.readouterr().err
     assert cost.main(["--stack", "nosuchstack"]) == 2
     assert "Pulumi.nosuchstack.yaml does not exist" in capsys.readouterr().err
+
+
+def test_a_flex_start_price_is_its_on_demand_price_as_an_upper_bound():
+    # No flex-start price is in the table's sources (prices.py says which, and when they were read):
+    # the bound is the on-demand price of the same chips; where that is unknown, so is the bound.
+    flex = prices.tpu_vm_hour("v6e", "us-east5", 16, 16, "flex-start")
+    on_demand = prices.tpu_vm_hour("v6e", "us-east5", 16, 16, "on-demand")
+    assert (flex.usd_per_hour, flex.upper_bound) == (on_demand.usd_per_hour, True)
+    assert not on_demand.upper_bound and flex.times(2).upper_bound
+    assert prices.tpu_vm_hour("v6e", "europe-north9", 16, 16, "flex-start").usd_per_hour is None
+    assert prices.tpu_vm_hour("v6e", "us-east5", 16, 16, "reserved").usd_per_hour is None
+
+
+def test_a_ladder_counts_only_its_dearest_rung(config):
+    # [spot, flex-start] on the dev pool: both rungs' pools are declared, but a Job runs on one of
+    # them at a time, so the total takes the worse case (flex-start's bound, $43.20), not the sum.
+    config = copy.deepcopy(config)
+    config[POOLS][0]["provisioning"] = ["spot", "flex-start"]
+    found = cost.estimate(run_stack(config))
+    rungs = {line.name: line for line in found.lines if line.ladder == "v6e-4x4"}
+    assert {name: line.price.usd_per_hour for name, line in rungs.items()} == {
+        "v6e-4x4-pool-spot": pytest.approx(17.28),
+        "v6e-4x4-pool-flex": pytest.approx(43.2),
+    }
+    known, unknown = found.total("training")
+    # Besides the dearest rung: the VM's $2.244, NAT for the VM and for one rung's 4 nodes (not 8),
+    # and the NAT address of the VM's region (the pool's region has one always on already).
+    assert unknown == [] and known == pytest.approx(2.244 + 43.2 + 0.0014 * 5 + 0.005, abs=1e-5)
+    text = cost.render(found)
+    assert "of each ladder only its dearest rung" in text
+    assert "v6e-4x4-pool-spot: 4 x ct6e-standard-4t, spot, us-east5, a rung of ladder v6e-4x4" in text
+    document = found.to_json()
+    assert document["byKind"]["gcp:container/nodePool:NodePool"]["knownUsdPerHour"] == pytest.approx(
+        43.2 + 2 * 0.06701
+    )

@@ -925,3 +925,18 @@ def test_a_queued_pool_stack_passes_every_policy(analyzer, served, config):
     assert pool.inputs["queuedProvisioning"] == {"enabled": True}
     found = analyze(analyzer, plan)
     assert {name: of_policy(name, found) for name in served if of_policy(name, found)} == {}
+
+
+# --- Capacity ladders --------------------------------------------------------------------------
+
+
+def test_a_ladder_pool_stack_passes_every_policy(analyzer, served, config):
+    # Each rung's pools are set up as a pool of that one capacity (a flex-start rung keeps every
+    # flex-start rule), and the Job selects them by the class and the pool's label their nodes carry.
+    config = copy.deepcopy(config)
+    config["tpu-training:nodePools"][0]["provisioning"] = ["spot", "flex-start"]
+    plan = run_stack(config).registrations
+    rungs = sorted(r.inputs["name"] for r in plan if r.type == PACK["NODE_POOL"] and "v6e" in r.name)
+    assert rungs == ["v6e-4x4-flex", "v6e-4x4-spot"]
+    found = analyze(analyzer, plan)
+    assert {name: of_policy(name, found) for name in served if of_policy(name, found)} == {}

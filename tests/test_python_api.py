@@ -199,6 +199,15 @@ def _queue() -> dict[str, Any]:
     }
 
 
+def _compute_class() -> dict[str, Any]:
+    pool = _job()["node_pool"]
+    return {
+        "provider": k8s.Provider("cluster", kubeconfig="{}"),
+        "node_pool": {**pool, "flex_start": False, "ladder": ["spot", "flex-start"]},
+        "labels": {"team": "ml"},
+    }
+
+
 def _apis() -> dict[str, Any]:
     return {"apis": ["tpu.googleapis.com", "storage.googleapis.com"], "project": "proj-123"}
 
@@ -225,6 +234,7 @@ COMPONENTS = {
     "TpuTrainingJobSet": Component(api.TpuTrainingJobSet, api.TpuTrainingJobSetArgs, _jobset),
     "WorkloadEngines": Component(api.WorkloadEngines, api.WorkloadEnginesArgs, _engines),
     "QueuedProvisioning": Component(api.QueuedProvisioning, api.QueuedProvisioningArgs, _queue),
+    "TpuComputeClass": Component(api.TpuComputeClass, api.TpuComputeClassArgs, _compute_class),
     "ProjectApis": Component(api.ProjectApis, api.ProjectApisArgs, _apis),
 }
 

@@ -33,6 +33,8 @@ _EXPORTS = {
     "topology_chips": "public",
     "CheckpointBucket": "resources.checkpoint_bucket",
     "CheckpointBucketArgs": "resources.checkpoint_bucket",
+    "TpuComputeClass": "resources.compute_class",
+    "TpuComputeClassArgs": "resources.compute_class",
     "WorkloadEngines": "resources.engines",
     "WorkloadEnginesArgs": "resources.engines",
     "GkeTpuCluster": "resources.gke_cluster",
@@ -76,6 +78,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and readers
         topology_chips,
     )
     from .resources.checkpoint_bucket import CheckpointBucket, CheckpointBucketArgs
+    from .resources.compute_class import TpuComputeClass, TpuComputeClassArgs
     from .resources.engines import WorkloadEngines, WorkloadEnginesArgs
     from .resources.gke_cluster import GkeTpuCluster, GkeTpuClusterArgs
     from .resources.identity import TrainingServiceAccount, TrainingServiceAccountArgs
@@ -127,6 +130,8 @@ __all__ = [
     "QueuedProvisioningArgs",
     "SliceShape",
     "TpuNodePoolPlan",
+    "TpuComputeClass",
+    "TpuComputeClassArgs",
     "TpuNodePoolSelection",
     "TpuTrainingJob",
     "TpuTrainingJobArgs",

@@ -34,6 +34,7 @@ from pulumi.provider.server import ComponentInitError  # noqa: E402
 from .errors import InvalidArgument, PropertyPath, format_path  # noqa: E402
 from .library_internals import resolved_value  # noqa: E402
 from .resources.checkpoint_bucket import CheckpointBucket  # noqa: E402
+from .resources.compute_class import TpuComputeClass  # noqa: E402
 from .resources.engines import WorkloadEngines  # noqa: E402
 from .resources.gke_cluster import GkeTpuCluster  # noqa: E402
 from .resources.identity import TrainingServiceAccount  # noqa: E402
@@ -59,6 +60,7 @@ COMPONENTS: tuple[type[pulumi.ComponentResource], ...] = (
     TpuTrainingJobSet,
     WorkloadEngines,
     QueuedProvisioning,
+    TpuComputeClass,
     TrainingRecovery,
 )
 

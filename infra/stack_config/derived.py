@@ -147,23 +147,29 @@ def plan_vm_checkpoints(checkpointing: CheckpointingConfig, vm: TpuVmConfig) -> 
 def plan_job_checkpoints(
     checkpointing: CheckpointingConfig, pool: TpuNodePoolPlan, slices: int = 1
 ) -> CheckpointPlan:
-    """Young's interval for a Job's run over ``slices`` slices of ``pool``, or ``GoodputError``."""
-    model: InterruptionModel = (
-        "flexStart"
-        if pool.flex_start
-        else "spot"
-        if pool.spot
-        else "reserved"
-        if pool.reservation
-        else "onDemand"
-    )
-    mean = mean_seconds_between_interruptions(
-        model,
-        overrides_hours=checkpointing.mean_hours_between_interruptions,
-        run_limit_seconds=pool.max_run_seconds,
-        # Every host of every slice: losing any one restarts them all.
-        hosts=pool.shape.vms * slices,
-    )
+    """Young's interval for a Job's run over ``slices`` slices of ``pool``, or ``GoodputError``.
+    On a pool with a capacity ladder, for its rung interrupted most often: the run may land on
+    any of them."""
+
+    def mean_on(member: TpuNodePoolPlan) -> float:
+        model: InterruptionModel = (
+            "flexStart"
+            if member.flex_start
+            else "spot"
+            if member.spot
+            else "reserved"
+            if member.reservation
+            else "onDemand"
+        )
+        return mean_seconds_between_interruptions(
+            model,
+            overrides_hours=checkpointing.mean_hours_between_interruptions,
+            run_limit_seconds=member.max_run_seconds,
+            # Every host of every slice: losing any one restarts them all.
+            hosts=member.shape.vms * slices,
+        )
+
+    mean = min(mean_on(member) for member in pool.rungs or (pool,))
     return plan_checkpoints(checkpointing.cost_seconds, mean, restart_seconds=checkpointing.restart_seconds)
 
 

@@ -5,14 +5,16 @@ the training workloads on them, each checked on its own (the checks that span th
 from __future__ import annotations
 
 import ipaddress
-from typing import Annotated, Any, Literal, Optional, get_args
+from typing import Annotated, Any, Literal, Optional, Union, get_args
 
 from pydantic import (
     AfterValidator,
     Field,
+    PlainValidator,
     StrictBool,
     StrictInt,
     StrictStr,
+    TypeAdapter,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -28,6 +30,7 @@ from tpu_training_components.domain.maintenance_window import (
     recurring_window,
 )
 from tpu_training_components.domain.node_pool_plan import (
+    LADDER_RUNGS,
     TpuNodePoolPlan,
     gke_version_problem,
     parse_duration,
@@ -134,6 +137,23 @@ Scheduler), flex-start with queued provisioning (nodes only through Kueue's Prov
 a whole slice at once), Spot, a reservation, or on-demand."""
 POOL_PROVISIONING: tuple[str, ...] = get_args(PoolProvisioning)
 _FLEX_START = ("flex-start", "flex-start-queued")
+_ONE_PROVISIONING: TypeAdapter[str] = TypeAdapter(PoolProvisioning)
+
+
+def _one_or_ladder(value: Any) -> Union[str, tuple[str, ...]]:
+    """One capacity, or a list of them (a ladder), each checked as one: a wrong value is refused
+    with what is allowed, as for a single value (a union type's error would list both forms)."""
+    if isinstance(value, (list, tuple)):
+        rungs = []
+        for index, rung in enumerate(value):
+            # flex-start-queued passes here, to be refused as a rung with the reason (_offered).
+            if rung not in POOL_PROVISIONING:
+                raise ValueError(
+                    f"rung {index} ({rung!r}) is not a capacity; allowed in a list: {', '.join(LADDER_RUNGS)}"
+                )
+            rungs.append(rung)
+        return tuple(rungs)
+    return _ONE_PROVISIONING.validate_python(value)
 
 
 def _replaced_by_provisioning(key: str, value: Any) -> str:
@@ -161,11 +181,20 @@ class NodePoolConfig(Model):
     slices: StrictInt = Field(default=1, ge=1, le=100)
     max_run_duration: Optional[StrictStr] = None
     reservation: Optional[StrictStr] = None
-    # One value, as tpuVms' provisioning; checked against the keys above it, so it comes after them.
-    provisioning: PoolProvisioning = Field(default="flex-start", validate_default=True)
+    # One value, as tpuVms' provisioning, or a ladder: a list of capacities GKE tries in order
+    # through the pool's ComputeClass. Checked against the keys above it, so it comes after them.
+    provisioning: Annotated[
+        Union[PoolProvisioning, tuple[PoolProvisioning, ...]], PlainValidator(_one_or_ladder)
+    ] = Field(default="flex-start", validate_default=True)
     # Workloads admitted whole, in turn, through a Kueue queue of the pool's chips (no
     # ProvisioningRequests): a multislice JobSet starts only when all its slices are free.
     kueue_queue: StrictBool = False
+
+    @property
+    def ladder(self) -> tuple[str, ...]:
+        """The capacities GKE tries in order through the pool's ComputeClass; empty for one value
+        (a list of one is that value)."""
+        return self.provisioning if isinstance(self.provisioning, tuple) else ()
 
     @property
     def flex_start(self) -> bool:
@@ -187,8 +216,12 @@ class NodePoolConfig(Model):
 
     @field_validator("provisioning")
     @classmethod
-    def _offered(cls, value: str, info: ValidationInfo) -> str:
+    def _offered(
+        cls, value: Union[str, tuple[str, ...]], info: ValidationInfo
+    ) -> Union[str, tuple[str, ...]]:
         # Here, not only in the pool's plan, so the error names this key and what it allows.
+        if isinstance(value, tuple):
+            return cls._ladder_offered(value, info)
         reservation = info.data.get("reservation")
         if value == "reserved" and reservation is None:
             raise ValueError("give the name of the reservation the pool consumes in reservation")
@@ -218,6 +251,49 @@ class NodePoolConfig(Model):
                 f"(provisioning: flex-start); or use a multi-host topology"
             )
         return value
+
+    @classmethod
+    def _ladder_offered(cls, ladder: tuple[str, ...], info: ValidationInfo) -> Union[str, tuple[str, ...]]:
+        """A list of capacities: one is that capacity (so its plan is the single value's); two or
+        more are a ladder (``domain.compute_class``), whose rungs GKE's ComputeClass can describe."""
+        if not ladder:
+            raise ValueError(
+                f"the list is empty; give one capacity or several in the order GKE is to try them "
+                f"(e.g. [spot, flex-start]); allowed in a list: {', '.join(LADDER_RUNGS)}"
+            )
+        if len(ladder) == 1:
+            return cls._offered(ladder[0], info)
+        if "flex-start-queued" in ladder:
+            raise ValueError(
+                f"'flex-start-queued' cannot be a rung of a ladder: queued provisioning "
+                f"brings nodes only through ProvisioningRequests, and a ComputeClass priority rule has no "
+                f"field for it (GKE ComputeClass CRD reference, "
+                f"cloud.google.com/kubernetes-engine/docs/reference/crds/computeclass); allowed in a "
+                f"list: {', '.join(LADDER_RUNGS)}"
+            )
+        repeated = sorted({rung for rung in ladder if ladder.count(rung) > 1})
+        if repeated:
+            raise ValueError(f"the list repeats {', '.join(repeated)}; each capacity is one rung")
+        reservation = info.data.get("reservation")
+        if "reserved" in ladder and reservation is None:
+            raise ValueError(
+                "the 'reserved' rung needs the name of the reservation it consumes in reservation"
+            )
+        if "reserved" not in ladder and reservation is not None:
+            raise ValueError(
+                f"reservation {reservation!r} is consumed only by a 'reserved' rung; add 'reserved' to "
+                f"the list, or remove reservation"
+            )
+        machine = info.data.get("machine_type")
+        if machine is not None and "flex-start" in ladder:
+            generation = catalogue.machine_type(machine).generation.name
+            if generation not in FLEX_START_GENERATIONS:
+                offered = ", ".join(sorted(FLEX_START_GENERATIONS))
+                raise ValueError(
+                    f"flex-start does not provision {machine} (TPU {generation}; GKE "
+                    f"offers it for {offered}); drop the 'flex-start' rung, or pick another machine type"
+                )
+        return ladder
 
     @field_validator("machine_type")
     @classmethod
@@ -254,6 +330,7 @@ class NodePoolConfig(Model):
             "flex_start": self.flex_start,
             "spot": self.spot,
             "queued_provisioning": self.queued_provisioning,
+            "ladder": self.ladder,
         }
         return plan_from(self.name, {**self.model_dump(), **capacity, "cluster_region": cluster_region})
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Mapping, Optional, Protocol
 
 from . import catalogue, prices
+from .node_pool_plan import COMPUTE_CLASS_LABEL
 from .prices import Model, Price
 
 When = Literal["training", "always"]
@@ -41,9 +42,12 @@ class CostLine:
     what: str
     when: When
     price: Price
+    ladder: str = ""
+    """The capacity ladder (its ComputeClass) the line is one rung of: the rungs are alternatives,
+    so a total counts only the dearest of them (the worst case)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        line = {
             "type": self.type,
             "name": self.name,
             "what": self.what,
@@ -51,6 +55,11 @@ class CostLine:
             "usdPerHour": None if self.price.usd_per_hour is None else round(self.price.usd_per_hour, 5),
             "source": self.price.source,
         }
+        if self.price.upper_bound:
+            line["upperBound"] = True
+        if self.ladder:
+            line["ladder"] = self.ladder
+        return line
 
 
 @dataclass
@@ -61,23 +70,47 @@ class Estimate:
     unpriced: list[str] = field(default_factory=list)
     """Kinds this estimate does not know at all."""
 
+    def counted(self, when: When) -> list[CostLine]:
+        """The lines a total adds up: every line, but of each ladder only its dearest rung (an
+        unknown rung counts, as unknown: the worst case is then not known)."""
+        lines = [line for line in self.lines if line.when == when]
+        ladders: dict[str, list[CostLine]] = {}
+        for line in lines:
+            if line.ladder:
+                ladders.setdefault(line.ladder, []).append(line)
+        counted = [line for line in lines if not line.ladder]
+        for rungs in ladders.values():
+            unknown = [line for line in rungs if not line.price.known]
+            counted.extend(unknown or [max(rungs, key=lambda line: line.price.usd_per_hour or 0.0)])
+        return counted
+
     def total(self, when: When) -> tuple[float, list[str]]:
         """The known part of the hourly total, and the names of the lines whose price is unknown."""
-        lines = [line for line in self.lines if line.when == when]
+        lines = self.counted(when)
         known = sum(line.price.usd_per_hour or 0.0 for line in lines if line.price.known)
         return known, [line.name for line in lines if not line.price.known]
+
+    def bounded(self, when: When) -> bool:
+        """Whether the total holds a price that is only an upper bound (flex-start)."""
+        return any(line.price.upper_bound and line.price.known for line in self.counted(when))
 
     def to_json(self) -> dict[str, Any]:
         def part(when: When) -> dict[str, Any]:
             known, unknown = self.total(when)
-            return {
+            total = {
                 "usdPerHour": None if unknown else round(known, 4),
                 "knownUsdPerHour": round(known, 4),
                 "unknown": unknown,
             }
+            if self.bounded(when):
+                total["upperBound"] = True
+            return total
 
         by_kind: dict[str, dict[str, Any]] = {}
+        counted = {id(line) for when in ("training", "always") for line in self.counted(when)}
         for line in self.lines:
+            if id(line) not in counted:
+                continue  # a cheaper rung of a ladder
             kind = by_kind.setdefault(line.type, {"knownUsdPerHour": 0.0, "unknown": []})
             if line.price.usd_per_hour is None:
                 kind["unknown"].append(line.name)
@@ -148,6 +181,7 @@ def estimate(declared: Iterable[Declared]) -> Estimate:
         str(r.inputs.get("region")): r for r in resources if r.type == "gcp:compute/routerNat:RouterNat"
     }
     nat_vms: dict[tuple[str, When], int] = {}
+    ladder_nodes: dict[tuple[str, str], int] = {}
 
     for r in resources:
         if not r.custom:
@@ -173,6 +207,7 @@ def estimate(declared: Iterable[Declared]) -> Estimate:
                 tpu = catalogue.MACHINE_TYPES[machine]
                 nodes = _pool_nodes(inputs, most=True)
                 model = _pool_model(node_config)
+                ladder = str((node_config.get("labels") or {}).get(COMPUTE_CLASS_LABEL, ""))
                 chips = tpu.chips_per_vm
                 node = prices.tpu_vm_hour(
                     tpu.generation.name, region, chips, chips * tpu.generation.cores_per_chip, model
@@ -181,12 +216,19 @@ def estimate(declared: Iterable[Declared]) -> Estimate:
                     CostLine(
                         r.type,
                         r.name,
-                        f"{nodes} x {machine}, {model}, {region}",
+                        f"{nodes} x {machine}, {model}, {region}"
+                        + (f", a rung of ladder {ladder}" if ladder else ""),
                         "training",
                         node.times(nodes),
+                        ladder,
                     )
                 )
-                nat_vms[(region, "training")] = nat_vms.get((region, "training"), 0) + nodes
+                if ladder:
+                    # The rungs are alternatives: the ladder's NAT use is that of its largest rung.
+                    key = (region, ladder)
+                    ladder_nodes[key] = max(ladder_nodes.get(key, 0), nodes)
+                else:
+                    nat_vms[(region, "training")] = nat_vms.get((region, "training"), 0) + nodes
             else:
                 nodes = _pool_nodes(inputs, most=False)
                 found.lines.append(
@@ -208,6 +250,8 @@ def estimate(declared: Iterable[Declared]) -> Estimate:
         elif not r.type.startswith(NO_HOURLY_CHARGE_PREFIXES) and r.type != "gcp:compute/routerNat:RouterNat":
             found.unpriced.append(r.type)
 
+    for (region, _), nodes in ladder_nodes.items():
+        nat_vms[(region, "training")] = nat_vms.get((region, "training"), 0) + nodes
     for region, nat in sorted(nat_regions.items()):
         whens: tuple[When, ...] = ("always", "training")
         for when in whens:
@@ -252,13 +296,18 @@ def render(found: Estimate) -> str:
             if not unknown
             else f"at least {_usd(known)} ({len(unknown)} unknown: {', '.join(unknown)})"
         )
+        if found.bounded(when):
+            total += ", or less: flex-start is counted at its on-demand price, its upper bound"
+        if any(line.ladder for line in found.lines if line.when == when):
+            total += "; of each ladder only its dearest rung"
         lines.append(f"  {title}: {total}")
         for line in found.lines:
             if line.when == when:
-                reason = "" if line.price.known else f" ({line.price.source})"
-                lines.append(
-                    f"    {_usd(line.price.usd_per_hour):>9}  {line.type}  {line.name}: {line.what}{reason}"
+                reason = "" if line.price.known and not line.price.upper_bound else f" ({line.price.source})"
+                shown = ("<=" if line.price.upper_bound and line.price.known else "") + _usd(
+                    line.price.usd_per_hour
                 )
+                lines.append(f"    {shown:>9}  {line.type}  {line.name}: {line.what}{reason}")
     if found.not_hourly:
         counted = ", ".join(
             f"{count} {kind} ({NOT_HOURLY[kind]})" for kind, count in sorted(found.not_hourly.items())

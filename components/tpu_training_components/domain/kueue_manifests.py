@@ -122,7 +122,14 @@ def queued_provisioning_spec(
     labels: Optional[Mapping[str, str]] = None,
 ) -> QueuedProvisioningSpec:
     """The queue of a pool with one (queued provisioning, or ``kueue_queue``), from the pool's
-    own plan; ``ValueError`` for any other pool."""
+    own plan; ``ValueError`` for any other pool.
+
+    A pool with a capacity ladder gets one flavor too, of its ComputeClass (``node_selector``
+    selects the class, not a capacity), and a quota of one rung's slices: Kueue writes a flavor's
+    ``nodeLabels`` into each Pod template it admits and picks a flavor by quota alone, so a flavor
+    per rung would pin every workload to the rung Kueue chose without seeing GKE's capacity, the
+    very choice the class leaves to GKE. With one flavor ``flavorFungibility`` has nothing to
+    choose between, and is left at Kueue's default."""
     if plan.queue_name is None:
         raise ValueError(
             f"node pool {plan.name!r} has no queue; only a pool with kueue_queue or "

@@ -9,7 +9,7 @@ reservation affinity) or raises ``NodePoolError`` saying which combination is in
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Mapping, Optional, Sequence
 
 from .catalogue import CatalogueError, SliceShape, region_of_zone, slice_shape
@@ -72,6 +72,23 @@ its pool by it rather than by listing the slices' GKE pool names, so adding or r
 changes nothing in the Job's Pod template (which pulumi-kubernetes would replace the running Job
 for). It is a Kubernetes node label (``node_config.labels``), which GKE updates in place."""
 
+COMPUTE_CLASS_LABEL = "cloud.google.com/compute-class"
+"""The node selector by which a Pod asks for a custom ComputeClass, and the node label and taint
+(``NoSchedule``, value the class's name) by which a manually created node pool joins one (GKE
+"About custom ComputeClasses", concepts/about-custom-compute-classes; ``compute_class``)."""
+
+LADDER_RUNGS: tuple[str, ...] = ("flex-start", "spot", "reserved", "on-demand")
+"""The capacities a pool's ladder may try: the consumption options a ComputeClass priority rule
+can describe (``flexStart``, ``spot``, ``reservations``, or none of them: on-demand)."""
+RUNG_POOL_SUFFIX: Mapping[str, str] = {
+    "flex-start": "flex",
+    "spot": "spot",
+    "reserved": "reserved",
+    "on-demand": "ondemand",
+}
+"""A rung's GKE node pools are ``{pool}-{suffix}`` (and ``-1``, ``-2``, ... for further multi-host
+slices): named by the capacity, not by the position, so reordering a ladder renames nothing."""
+
 _RESERVATION_NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 
 MAX_NODE_POOL_NAME = 40
@@ -104,6 +121,14 @@ class TpuNodePoolPlan:
     JobSet, and GKE's "Orchestrate Multislice workloads using JobSet and Kueue". Implied by
     ``queued_provisioning``."""
 
+    ladder: tuple[str, ...] = ()
+    """The capacities GKE tries, in order, through the pool's custom ComputeClass
+    (``compute_class``): one set of node pools per rung (``rungs``). Empty for a pool of one
+    capacity, which is what ``flex_start``, ``spot`` and ``reservation`` then describe."""
+    member_of: Optional[str] = None
+    """For a rung's own plan (``rungs``): the ladder pool it belongs to, whose name its nodes
+    carry as ``POOL_NODE_LABEL`` and ``COMPUTE_CLASS_LABEL``."""
+
     # Flex-start starts empty and lets the autoscaler bring up exactly what a workload asks for.
     initial_node_count: int = 0
     min_nodes: int = 0
@@ -114,8 +139,33 @@ class TpuNodePoolPlan:
     @property
     def max_nodes(self) -> int:
         """Nodes of all slices together: VMs per slice times slices (GKE's flex-start training page:
-        ``ct6e-standard-4t`` + ``4x4`` -> 4)."""
-        return self.shape.vms * self.slices
+        ``ct6e-standard-4t`` + ``4x4`` -> 4); for a ladder, of every rung's pools together, which is
+        the autoscaler's ceiling (the Pods ask for one rung's worth at a time)."""
+        return self.shape.vms * self.slices * max(1, len(self.ladder))
+
+    @property
+    def compute_class(self) -> Optional[str]:
+        """The custom ComputeClass of a pool with a ladder, named after the pool; None without."""
+        return self.name if self.ladder else None
+
+    @property
+    def rungs(self) -> tuple[TpuNodePoolPlan, ...]:
+        """One plan per rung of the ladder, in its order: the rung's node pools, set up as a pool of
+        that single capacity would be (placement, repair, reservation affinity), named
+        ``{pool}-{suffix}`` and joined to the ComputeClass. Empty without a ladder."""
+        return tuple(
+            replace(
+                self,
+                name=f"{self.name}-{RUNG_POOL_SUFFIX[rung]}",
+                flex_start=rung == "flex-start",
+                spot=rung == "spot",
+                reservation=self.reservation if rung == "reserved" else None,
+                ladder=(),
+                member_of=self.name,
+                kueue_queue=False,
+            )
+            for rung in self.ladder
+        )
 
     @property
     def multi_host(self) -> bool:
@@ -127,7 +177,9 @@ class TpuNodePoolPlan:
         are N pools, as xpk (``{cluster}-np-{i}``, src/xpk/core/nodepool.py) and Cluster Toolkit
         (``count = max(num_node_pools, num_slices)``, modules/compute/gke-node-pool) make them.
         The first keeps the plain name, so going from 1 to N slices leaves a running slice alone.
-        Single-host slices are one VM each: one pool holds all of them."""
+        Single-host slices are one VM each: one pool holds all of them. A ladder's are its rungs'."""
+        if self.ladder:
+            return tuple(name for rung in self.rungs for name in rung.pool_names)
         if not self.multi_host:
             return (self.name,)
         return (self.name, *(f"{self.name}-{index}" for index in range(1, self.slices)))
@@ -158,7 +210,16 @@ class TpuNodePoolPlan:
     @property
     def node_selector(self) -> dict[str, str]:
         """The node labels a Pod of this pool selects: its capacity type's label (none for
-        on-demand), the TPU accelerator and the topology."""
+        on-demand), the TPU accelerator and the topology. A pool with a ladder selects its
+        ComputeClass instead of a capacity: GKE picks the rung, and a capacity label would pin
+        one. The same whatever the ladder's order or rungs, so editing the ladder leaves its
+        Jobs' Pod template alone."""
+        if self.compute_class is not None:
+            return {
+                COMPUTE_CLASS_LABEL: self.compute_class,
+                ACCELERATOR_NODE_LABEL: self.shape.accelerator_label,
+                TOPOLOGY_NODE_LABEL: self.shape.topology,
+            }
         capacity = {
             "flex-start": {FLEX_START_NODE_LABEL: "true"},
             "spot": {SPOT_NODE_LABEL: "true"},
@@ -174,7 +235,18 @@ class TpuNodePoolPlan:
     @property
     def tolerations(self) -> tuple[dict[str, str], ...]:
         """The taints of the pool's nodes a Pod must tolerate besides the TPU one, which GKE
-        adds to TPU Pods itself: GKE's queued-provisioning taint, on a queued pool only."""
+        adds to TPU Pods itself: GKE's queued-provisioning taint, on a queued pool only; the
+        ComputeClass's taint, on a pool with a ladder (GKE documents the taint on pools that join a
+        class; tolerating it here does not depend on GKE adding the toleration itself)."""
+        if self.compute_class is not None:
+            return (
+                {
+                    "key": COMPUTE_CLASS_LABEL,
+                    "operator": "Equal",
+                    "value": self.compute_class,
+                    "effect": "NoSchedule",
+                },
+            )
         if not self.queued_provisioning:
             return ()
         # As GKE's tutorial writes it: any value of the key.
@@ -197,12 +269,27 @@ class TpuNodePoolPlan:
 
     @property
     def node_labels(self) -> dict[str, str]:
-        """The Kubernetes labels the pool gives every node of every slice: the Job's selector."""
+        """The Kubernetes labels the pool gives every node of every slice: the Job's selector. A
+        rung's nodes carry the ladder pool's name, and the ComputeClass label by which GKE counts
+        a manually created pool as the class's."""
+        if self.member_of is not None:
+            return {POOL_NODE_LABEL: self.member_of, COMPUTE_CLASS_LABEL: self.member_of}
         return {POOL_NODE_LABEL: self.name}
+
+    @property
+    def node_taints(self) -> tuple[dict[str, str], ...]:
+        """Taints of a rung's nodes: the ComputeClass's, so only Pods of the class land there (GKE's
+        manual-pool setup for a class: label and taint ``cloud.google.com/compute-class=NAME``).
+        None on any other pool."""
+        if self.member_of is None:
+            return ()
+        return ({"key": COMPUTE_CLASS_LABEL, "value": self.member_of, "effect": "NO_SCHEDULE"},)
 
     @property
     def zone_warnings(self) -> tuple[str, ...]:
         """Zones our availability tables do not list for this generation (and capacity)."""
+        if self.ladder:
+            return tuple(dict.fromkeys(warning for rung in self.rungs for warning in rung.zone_warnings))
         generation = self.shape.machine_type.generation.name
         found = (zone_warning(generation, zone, flex_start=self.flex_start) for zone in self.node_locations)
         return tuple(warning for warning in found if warning)
@@ -289,8 +376,14 @@ def plan_tpu_node_pool(
     max_run_duration: Optional[str] = None,
     queued_provisioning: bool = False,
     kueue_queue: bool = False,
+    ladder: Sequence[str] = (),
 ) -> TpuNodePoolPlan:
-    """Validate a TPU node pool and derive its settings, or raise ``NodePoolError``."""
+    """Validate a TPU node pool and derive its settings, or raise ``NodePoolError``. With a
+    ``ladder`` (two capacities or more, in the order GKE is to try them) ``flex_start`` and
+    ``spot`` must be False: the rungs say the capacity (``TpuNodePoolPlan.rungs``)."""
+    rungs = tuple(ladder)
+    if rungs:
+        _check_ladder(name, rungs, flex_start=flex_start, spot=spot, queued=queued_provisioning)
     shape = slice_shape(machine_type, topology)
     shown = slices if slices.bit_length() <= 64 else f"{'-' if slices < 0 else ''}(a number beyond 2**64)"
     if slices < 1:
@@ -302,7 +395,7 @@ def plan_tpu_node_pool(
             f"{MAX_NODES_PER_CLUSTER} nodes per cluster; at most {MAX_NODES_PER_CLUSTER // shape.vms} "
             f"slices of {topology} {machine_type}"
         )
-    if flex_start:
+    if flex_start or "flex-start" in rungs:
         problem = flex_start_problem(shape.machine_type.generation.name)
         if problem:
             raise NodePoolError(f"{machine_type}: {problem}")
@@ -340,6 +433,14 @@ def plan_tpu_node_pool(
         )
     if spot and reservation:
         raise NodePoolError(f"spot nodes cannot consume reservation {reservation!r}")
+    if rungs and ("reserved" in rungs) != (reservation is not None):
+        raise NodePoolError(
+            f"ladder {list(rungs)} has a 'reserved' rung but no reservation to consume; name it in "
+            f"reservation"
+            if reservation is None
+            else f"reservation {reservation!r} is consumed only by a 'reserved' rung, and ladder "
+            f"{list(rungs)} has none; add 'reserved' to the ladder, or remove reservation"
+        )
     # The name also becomes the Pods' `cloud.google.com/reservation-name` selector value.
     if reservation is not None and not _RESERVATION_NAME.fullmatch(reservation):
         raise NodePoolError(
@@ -352,7 +453,7 @@ def plan_tpu_node_pool(
     seconds = None
     if max_run_duration is not None:
         seconds = parse_duration(max_run_duration)
-        if flex_start and seconds > FLEX_START_MAX_RUN_SECONDS:
+        if (flex_start or "flex-start" in rungs) and seconds > FLEX_START_MAX_RUN_SECONDS:
             raise NodePoolError(
                 f"maxRunDuration {max_run_duration!r} is longer than flex-start's limit of 7 days "
                 f"({FLEX_START_MAX_RUN_SECONDS}s)"
@@ -368,17 +469,24 @@ def plan_tpu_node_pool(
         max_run_seconds=seconds,
         queued_provisioning=queued_provisioning,
         kueue_queue=kueue_queue,
+        ladder=rungs,
     )
     if not plan.multi_host and plan.max_nodes_per_pool > MAX_NODES_PER_POOL_ZONE * len(zones):
         raise NodePoolError(
             f"{slices} single-host slices are {slices} nodes in {len(zones)} zone(s), above GKE's limit "
             f"of {MAX_NODES_PER_POOL_ZONE} nodes per node pool in each zone; add zones or split the pool"
         )
-    for pool_name in plan.pool_names:
-        problem = node_pool_name_problem(pool_name)
-        if problem:
-            extra = f" (the pool of slice {plan.pool_names.index(pool_name)})" if pool_name != name else ""
-            raise NodePoolError(f"{problem}{extra}")
+    for member in plan.rungs or (plan,):
+        for pool_name in member.pool_names:
+            problem = node_pool_name_problem(pool_name)
+            if problem:
+                extra = (
+                    f" (the pool of slice {member.pool_names.index(pool_name)}"
+                    f"{' of rung ' + repr(plan.ladder[plan.rungs.index(member)]) if plan.ladder else ''})"
+                    if pool_name != name
+                    else ""
+                )
+                raise NodePoolError(f"{problem}{extra}")
     return plan
 
 
@@ -391,6 +499,7 @@ PLAN_OPTIONAL = (
     "max_run_duration",
     "queued_provisioning",
     "kueue_queue",
+    "ladder",
 )
 """The arguments of ``plan_tpu_node_pool`` besides the name, by the names a pool's component
 arguments, its selection (``TpuNodePoolSelection``) and the stack's ``nodePools`` entries use too."""
@@ -405,6 +514,46 @@ def plan_from(name: str, values: Mapping[str, Any]) -> TpuNodePoolPlan:
         **{key: values[key] for key in PLAN_REQUIRED},
         **{key: values[key] for key in PLAN_OPTIONAL if key in values},
     )
+
+
+COMPUTE_CLASS_RESERVED_PREFIXES = ("gke", "autopilot")
+"""GKE "Control autoscaled node attributes with custom ComputeClasses"
+(how-to/node-attributes-compute-classes), Limitations: "The name of a ComputeClass can't start
+with gke or autopilot"."""
+
+
+def _check_ladder(name: str, rungs: tuple[str, ...], *, flex_start: bool, spot: bool, queued: bool) -> None:
+    """What GKE's ComputeClass can try in order (its CRD, ``compute_class``): each rung once, of
+    the capacities a priority rule describes; never queued provisioning, which comes through
+    ProvisioningRequests and has no field in a priority rule."""
+    if flex_start or spot or queued:
+        raise NodePoolError(
+            "a ladder says the capacity of each rung: give flex_start, spot and queued_provisioning "
+            "False with it"
+        )
+    if len(rungs) < 2:
+        raise NodePoolError(
+            f"a ladder tries two capacities or more; {list(rungs)} is one (give it as the pool's own)"
+        )
+    for rung in rungs:
+        if rung == "flex-start-queued":
+            raise NodePoolError(
+                "'flex-start-queued' cannot be a rung of a ladder: queued provisioning brings nodes "
+                "only through ProvisioningRequests, and a ComputeClass priority rule has no field for "
+                "it (GKE ComputeClass CRD reference, reference/crds/computeclass); use 'flex-start', "
+                "or give the pool provisioning: flex-start-queued alone"
+            )
+        if rung not in LADDER_RUNGS:
+            raise NodePoolError(f"ladder rung {rung!r} is not a capacity; allowed: {', '.join(LADDER_RUNGS)}")
+    repeated = sorted({rung for rung in rungs if rungs.count(rung) > 1})
+    if repeated:
+        raise NodePoolError(f"ladder {list(rungs)} repeats {', '.join(repeated)}; each capacity is one rung")
+    if name.startswith(COMPUTE_CLASS_RESERVED_PREFIXES):
+        raise NodePoolError(
+            f"pool name {name!r} also names its ComputeClass, and GKE refuses a ComputeClass whose name "
+            f"starts with 'gke' or 'autopilot' (how-to/node-attributes-compute-classes, Limitations); "
+            f"rename the pool"
+        )
 
 
 def _check_queued(shape: SliceShape, flex_start: bool) -> None:

@@ -22,6 +22,14 @@ Sources, read on 2026-11-26:
   https://cloud.google.com/vpc/network-pricing), as read from those pages on 2026-10-16 by
   https://github.com/ChiefGyk3D/Clouds-Against-Humanity/wiki/Provider-GCP-Cost-Lesson. Its $0.045
   per GiB processed depends on traffic and is not counted.
+- Flex-start: no price per TPU chip-hour for flex-start (Dynamic Workload Scheduler) is in the
+  sources above, and none was found in Google's pages as stored here on 2026-11-28 (Cloud TPU
+  pricing, cloud.google.com/tpu/pricing, and "Request Cloud TPUs using Flex-start",
+  cloud.google.com/tpu/docs/request-using-flex-start, which points to the pricing page; the
+  Billing Catalog rows SkyPilot keeps have on-demand and Spot only). Google describes flex-start
+  as cost-effective ("a flexible and cost-effective way to access TPU resources"), never above
+  on-demand: so a flex-start TPU is shown at its on-demand price as an upper bound
+  (``Price.upper_bound``), and the plan says "at most".
 """
 
 from __future__ import annotations
@@ -54,13 +62,17 @@ class Price:
     """None: unknown."""
     source: str
     """Where the price comes from (with the date read), or why it is unknown."""
+    upper_bound: bool = False
+    """The price is at most this (flex-start at the on-demand price), not the price itself."""
 
     @property
     def known(self) -> bool:
         return self.usd_per_hour is not None
 
     def times(self, count: float) -> Price:
-        return Price(None if self.usd_per_hour is None else self.usd_per_hour * count, self.source)
+        return Price(
+            None if self.usd_per_hour is None else self.usd_per_hour * count, self.source, self.upper_bound
+        )
 
 
 def unknown(why: str) -> Price:
@@ -128,9 +140,12 @@ NAT_VM_HOUR = Price(0.0014, NAT)
 NAT_ADDRESS_HOUR = Price(0.005, NAT)
 
 _NOT_BY_THE_HOUR = {
-    "flex-start": "flex-start is billed at its own price, which the table does not hold",
     "reserved": "reserved capacity is billed by its reservation's contract",
 }
+FLEX_START_BOUND = (
+    "at most: flex-start's own price is not published in the sources read (2026-11-28), so its "
+    "on-demand price bounds it (docs/cost.md)"
+)
 
 
 def _pick(rates: tuple[float, float], model: Model) -> Price:
@@ -139,9 +154,15 @@ def _pick(rates: tuple[float, float], model: Model) -> Price:
 
 
 def tpu_vm_hour(generation: str, region: str, chips: int, cores: int, model: Model) -> Price:
-    """A TPU VM (or slice) of ``chips`` chips and ``cores`` TensorCores, per hour."""
+    """A TPU VM (or slice) of ``chips`` chips and ``cores`` TensorCores, per hour. Flex-start is
+    its on-demand price as an upper bound (``FLEX_START_BOUND``)."""
     if model in _NOT_BY_THE_HOUR:
         return unknown(_NOT_BY_THE_HOUR[model])
+    if model == "flex-start":
+        on_demand = tpu_vm_hour(generation, region, chips, cores, "on-demand")
+        if not on_demand.known:
+            return on_demand
+        return Price(on_demand.usd_per_hour, f"{FLEX_START_BOUND}; on-demand from {on_demand.source}", True)
     what = f"TPU {generation} in {region}"
     if generation in ("v2", "v3"):
         if cores == 8:

@@ -326,6 +326,18 @@ KUBERNETES_RULES: Mapping[str, TypeRules] = {
         replace=KUBERNETES_METADATA,
         replaced_means=TRAINING_RESTARTS,
     ),
+    # A custom resource GKE's autoscaler reads when it next scales up (domain/compute_class): a
+    # new order or new rules change no node that is up and no Pod on one (no active migration).
+    "cloud.google.com/v1/ComputeClass": TypeRules(
+        source=f"{_K8S_DIFF}, metadataForceNewProperties (a custom resource)",
+        replace=KUBERNETES_METADATA,
+        notes={
+            "spec.priorities": (
+                "GKE applies the new rungs and their order at its next scale-up; nodes already up, "
+                "and the training on them, stay where they are (no active migration)"
+            )
+        },
+    ),
     "v1/Service": TypeRules(
         source=f"{_K8S_DIFF}, forceNew: core/v1 Service",
         replace=(*KUBERNETES_METADATA, "spec.clusterIP"),

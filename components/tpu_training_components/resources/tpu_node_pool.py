@@ -52,6 +52,11 @@ class FlexStartTpuNodePoolArgs(TypedDict):
     chips (default False; implied by queued_provisioning): a multislice JobSet starts only when
     all its slices fit, and more workloads than slices wait their turn. Declare the pool's
     ``QueuedProvisioning`` too (it then makes no ProvisioningRequests)."""
+    ladder: NotRequired[Sequence[str]]
+    """Capacities GKE tries in order, e.g. ``["spot", "flex-start"]`` (two or more of
+    ``flex-start``, ``spot``, ``reserved``, ``on-demand``; then flex_start and spot False): one set
+    of node pools per rung, ``{node_pool_name}-{spot|flex|reserved|ondemand}``, joined to the
+    pool's ComputeClass. Declare the pool's ``TpuComputeClass`` too."""
     node_pool_name: NotRequired[str]
     """GKE node pool name (of the first slice; further slices add ``-1``, ``-2``, ...); the
     component's name when omitted."""
@@ -92,6 +97,8 @@ class TpuNodePoolSelection(TypedDict):
     workloads go through its Kueue queue."""
     kueue_queue: NotRequired[bool]
     """The pool's workloads go through its Kueue queue, admitted by quota (default False)."""
+    ladder: NotRequired[Sequence[str]]
+    """The capacities the pool's ComputeClass tries in order; absent for a pool of one capacity."""
 
 
 def plan_selection(problems: Problems, selection: TpuNodePoolSelection) -> TpuNodePoolPlan:
@@ -127,7 +134,8 @@ class FlexStartTpuNodePool(pulumi.ComponentResource):
     ``--enable-queued-provisioning`` -> ``queued_provisioning`` (a queued pool only).
 
     Children: ``{name}-pool`` (``gcp.container.NodePool``) for the first slice, and for further
-    multi-host slices ``{name}-pool-1``, ``{name}-pool-2``, ...
+    multi-host slices ``{name}-pool-1``, ``{name}-pool-2``, ... With a ``ladder``, per rung instead:
+    ``{name}-pool-{spot|flex|reserved|ondemand}`` and its ``-1``, ``-2``, ...
     """
 
     node_pool_name: pulumi.Output[str]
@@ -166,16 +174,22 @@ class FlexStartTpuNodePool(pulumi.ComponentResource):
             "kueue_queue": plan.kueue_queue,
         }
         """What a ``TpuTrainingJob`` on this pool takes as its ``node_pool``."""
+        if plan.ladder:
+            self.selection["ladder"] = list(plan.ladder)
 
+        # A ladder's rungs each get the pools a pool of that capacity would have, named after the
+        # rung ({name}-pool-spot, {name}-pool-spot-1, ...), so reordering the rungs moves nothing.
+        members = [(f"{name}-pool-{rung.name[len(plan.name) + 1 :]}", rung) for rung in plan.rungs]
         self.pools = [
             _declare_pool(
-                f"{name}-pool" if index == 0 else f"{name}-pool-{index}",
+                base if index == 0 else f"{base}-{index}",
                 pool_name,
                 args,
-                plan,
+                member,
                 pulumi.ResourceOptions(parent=self),
             )
-            for index, pool_name in enumerate(plan.pool_names)
+            for base, member in (members or [(f"{name}-pool", plan)])
+            for index, pool_name in enumerate(member.pool_names)
         ]
         self.pool = self.pools[0]
         self.node_pool_name = self.pool.name
@@ -274,6 +288,8 @@ def _declare_pool(
             # UpdateNodePoolRequest.Labels), which GKE applies "without re-creating the node pool
             # and disrupting running workloads" (GKE docs, how-to/update-existing-nodepools).
             labels=plan.node_labels,
+            # A ladder rung's pool joins the pool's ComputeClass by its label and this taint.
+            taints=[gcp.container.NodePoolNodeConfigTaintArgs(**taint) for taint in plan.node_taints] or None,
         ),
         opts=opts,
     )
