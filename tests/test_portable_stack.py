@@ -10,6 +10,8 @@ import re
 
 from support.program import refused, run_stack
 
+from infra.stack_config.storage import unlisted_sibling_imports
+
 BUCKET_OBJECT = "gcp:storage/bucketObject:BucketObject"
 
 
@@ -72,3 +74,25 @@ def test_without_trainer_code_nothing_is_uploaded(config):
     run = run_stack(config)
     assert run.by_type(BUCKET_OBJECT) == []
     assert "TRAINER_CODE" not in run.outputs["trainingEnvironments"]["demo-tpu"]
+
+
+def test_a_module_the_trainer_imports_from_its_folder_and_files_leave_out_is_named(tmp_path):
+    # A VM or Pod copies code/ into one folder and runs the entry there: a sibling module that is
+    # not uploaded stops the trainer with ModuleNotFoundError on every VM, after the plan said yes.
+    (tmp_path / "train.py").write_text(
+        "import json\nimport settings\nfrom hosts import Hosts\n\ndef f():\n    import model.parts\n"
+    )
+    (tmp_path / "settings.py").write_text("import json\n")
+    (tmp_path / "model.py").write_text("import storage\n")  # unlisted, imported: read too
+    (tmp_path / "hosts.py").write_text("import storage\n")
+    (tmp_path / "storage.py").write_text("")
+    (tmp_path / "notes.txt").write_text("import settings\n")  # not Python: not read
+    (tmp_path / "broken.py").write_text("import settings\ndef (:\n")  # does not parse: not read
+    listed = ("train.py", "hosts.py", "broken.py", "notes.txt")
+    assert unlisted_sibling_imports(tmp_path, listed) == {
+        "train.py": ["model.py", "settings.py"],  # lazy imports count; json is no sibling
+        "hosts.py": ["storage.py"],
+        "model.py": ["storage.py"],
+    }
+    everything = ("train.py", "settings.py", "hosts.py", "model.py", "storage.py")
+    assert unlisted_sibling_imports(tmp_path, everything) == {}
