@@ -8,11 +8,16 @@ from __future__ import annotations
 import json
 import re
 
-from support.program import refused, run_stack
+from support.program import REPO, refused, run_stack
 
 from infra.stack_config.storage import unlisted_sibling_imports
 
 BUCKET_OBJECT = "gcp:storage/bucketObject:BucketObject"
+TRAINER_FILES = sorted(path.name for path in (REPO / "trainer").iterdir() if path.suffix == ".py") + [
+    "requirements.txt"
+]
+"""The reference trainer's whole folder: its modules, imported by train.py from where they are copied
+to, and its requirements (nothing else is in it)."""
 
 
 def test_one_edit_moves_the_dev_stack_to_another_project(config):
@@ -36,7 +41,7 @@ def test_the_trainer_is_uploaded_to_every_checkpoint_bucket(config):
     assert uploads == {
         (f"tpu-training-dev-dev-ckpt-{region}", f"code/{name}"): {"fileAsset": f"trainer/{name}"}
         for region in ("europe-west4", "us-east5")
-        for name in ("train.py", "requirements.txt")
+        for name in TRAINER_FILES
     }
     (job_parameters,) = run.by_type("kubernetes:core/v1:ConfigMap")
     assert job_parameters.inputs["data"]["TRAINER_CODE"] == "gs://tpu-training-dev-dev-ckpt-us-east5/code"
@@ -96,3 +101,12 @@ def test_a_module_the_trainer_imports_from_its_folder_and_files_leave_out_is_nam
     }
     everything = ("train.py", "settings.py", "hosts.py", "model.py", "storage.py")
     assert unlisted_sibling_imports(tmp_path, everything) == {}
+
+
+def test_the_dev_stack_refuses_a_trainer_without_the_modules_train_py_imports(config):
+    config["tpu-training:trainerCode"] = {"folder": "trainer", "files": ["train.py", "requirements.txt"]}
+    message = refused(config)
+    modules = [name for name in TRAINER_FILES if name not in ("train.py", "requirements.txt")]
+    assert "tpu-training:trainerCode" in message and "train.py imports outcomes.py" in message, message
+    assert "modules of trainer/ that files does not list" in message and "ModuleNotFoundError" in message
+    assert f"add {', '.join(repr(name) for name in modules)}" in message

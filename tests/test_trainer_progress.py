@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 import pytest
 from support.fake_metadata import EXAMPLE_NOTICE, MAINTENANCE_EVENT, PREEMPTED, FakeMetadataServer
-from support.sandbox import LocalStore, Output, Pod, gang, job_pod, trainer_module
+from support.sandbox import LocalStore, Output, Pod, gang, job_pod, trainer_modules
 from tpu_training_components.domain.progress import read_record as parse_record
 
 HOSTS = 2
@@ -30,8 +30,8 @@ DEADLINE = 240.0
 
 @pytest.fixture(scope="module")
 def train() -> Iterator[ModuleType]:
-    with trainer_module() as module:
-        yield module
+    with trainer_modules() as trainer:
+        yield trainer.train
 
 
 FUTURE = "2100-01-01T00:00:00Z"

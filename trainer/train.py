@@ -66,6 +66,23 @@ from dataclasses import dataclass  # noqa: E402
 from enum import IntEnum  # noqa: E402
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence  # noqa: E402
 
+from outcomes import (  # noqa: E402
+    EXIT_BAD_CONFIG,
+    EXIT_COMPLETE,
+    EXIT_DIVERGED,
+    EXIT_INCOMPATIBLE,
+    EXIT_STOPPED,
+    EXIT_TRY_AGAIN,
+    ConfigError,
+    Diverged,
+    IncompatibleCheckpoint,
+    TryAgain,
+    describe,
+    fail,
+    log,
+    quoted,
+)
+
 COMPLETION_MARKER = "TRAINING_COMPLETE"
 """The startup script's marker (components/startup_script.py COMPLETION_MARKER): a VM that finds
 it in ``CHECKPOINT_DIR`` does not train again."""
@@ -75,37 +92,11 @@ DAMAGED_SUFFIX = ".damaged"
 step that will be saved again, and kept for inspection. Beside ``CHECKPOINT_DIR``, not in it: on
 ``gs://`` Orbax takes any folder in it without a commit file for an unfinished save and deletes
 it at the next start."""
-LOG_PREFIX = "tpu-trainer:"
-
-EXIT_COMPLETE = 0
-EXIT_BAD_CONFIG = 2
-EXIT_INCOMPATIBLE = 3
-EXIT_DIVERGED = 4
-EXIT_TRY_AGAIN = 75
-"""``EX_TEMPFAIL``: storage or the cluster could not be reached for now; nothing was changed."""
-EXIT_STOPPED = 128 + signal.SIGTERM
-
 # The model: small on purpose, so the tests that kill it dozens of times run in seconds.
 INPUT_DIM = 16
 OUTPUT_DIM = 4
 DATA_ORDER = "teacher-v1: example i is normal(fold_in(data key, i mod examples per epoch))"
 """Names how examples are made and ordered; part of the run's identity, changed with the code."""
-
-
-class ConfigError(ValueError):
-    """A variable of the run's environment, or a path, that the trainer cannot use."""
-
-
-class TryAgain(RuntimeError):
-    """Storage or the cluster could not be reached for now; a later attempt may succeed."""
-
-
-class IncompatibleCheckpoint(RuntimeError):
-    """The checkpoint belongs to another run; nothing was touched."""
-
-
-class Diverged(RuntimeError):
-    """The loss or the state stopped being finite; nothing of it was saved."""
 
 
 @dataclass(frozen=True)
@@ -313,26 +304,6 @@ def _maintenance_url(env: Mapping[str, str]) -> str:
     if url and not url.startswith(("http://", "https://")):
         raise ConfigError(f"{MAINTENANCE_URL_VARIABLE}={url!r}: give an http:// or https:// URL, or nothing")
     return url
-
-
-def log(event: str, **fields: Any) -> None:
-    """One line per event: ``tpu-trainer: EVENT key=value ...``, flushed at once, so the startup
-    script's log (and a test reading it) sees each line as it happens."""
-    parts = [LOG_PREFIX, event, *(f"{key}={value}" for key, value in fields.items())]
-    # One write with its newline: print() writes the text and the newline apart when output is
-    # unbuffered, and a library thread's traceback on stderr (the same pipe under a startup
-    # script or a container runtime) could land in between, breaking the line for its readers.
-    sys.stdout.write(" ".join(parts) + "\n")
-    sys.stdout.flush()
-
-
-def quoted(text: str) -> str:
-    """A value with spaces, as one JSON string on one line (at most 300 characters)."""
-    return json.dumps(" ".join(text.split())[:300])
-
-
-def describe(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"
 
 
 # -- Paths, checked before anything trains --------------------------------------------------------
@@ -1726,18 +1697,13 @@ def main() -> int:
         settings = read_settings(os.environ)
         return train(settings)
     except ConfigError as error:
-        return _fail(EXIT_BAD_CONFIG, f"configuration error: {error}")
+        return fail(EXIT_BAD_CONFIG, f"configuration error: {error}")
     except IncompatibleCheckpoint as error:
-        return _fail(EXIT_INCOMPATIBLE, f"refusing to resume: {error}")
+        return fail(EXIT_INCOMPATIBLE, f"refusing to resume: {error}")
     except Diverged as error:
-        return _fail(EXIT_DIVERGED, f"training diverged: {error}")
+        return fail(EXIT_DIVERGED, f"training diverged: {error}")
     except TryAgain as error:
-        return _fail(EXIT_TRY_AGAIN, f"try again later: {error}")
-
-
-def _fail(code: int, message: str) -> int:
-    print(f"{LOG_PREFIX} {message} (exit {code})", file=sys.stderr, flush=True)
-    return code
+        return fail(EXIT_TRY_AGAIN, f"try again later: {error}")
 
 
 if __name__ == "__main__":

@@ -72,9 +72,9 @@ class TrainerCodeConfig(Model):
             needed = "; ".join(f"{file} imports {', '.join(names)}" for file, names in missing.items())
             wanted = sorted({name for names in missing.values() for name in names})
             raise ValueError(
-                f"files: {needed}, from {self.folder}/, which files does not list; only the files "
-                f"listed are uploaded, so the code would stop with ModuleNotFoundError. Add "
-                f"{', '.join(repr(name) for name in wanted)}"
+                f"files: {needed}, modules of {self.folder}/ that files does not list: only the files "
+                f"listed are uploaded, so the code would stop with ModuleNotFoundError on every VM "
+                f"and Pod; add {', '.join(repr(name) for name in wanted)}"
             )
         return self
 

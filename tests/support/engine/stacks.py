@@ -24,7 +24,10 @@ TPU_VM_CONFIG: dict[str, Any] = {
             "trainCommand": "python3 /opt/trainer/train.py",
         }
     ],
-    "tpu-training:trainerCode": {"folder": "trainer", "files": ["train.py", "requirements.txt"]},
+    "tpu-training:trainerCode": {
+        "folder": "trainer",
+        "files": ["train.py", "outcomes.py", "requirements.txt"],
+    },
 }
 
 
