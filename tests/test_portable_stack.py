@@ -107,6 +107,7 @@ def test_the_dev_stack_refuses_a_trainer_without_the_modules_train_py_imports(co
     config["tpu-training:trainerCode"] = {"folder": "trainer", "files": ["train.py", "requirements.txt"]}
     message = refused(config)
     modules = [name for name in TRAINER_FILES if name not in ("train.py", "requirements.txt")]
-    assert "tpu-training:trainerCode" in message and "train.py imports outcomes.py" in message, message
-    assert "modules of trainer/ that files does not list" in message and "ModuleNotFoundError" in message
+    assert "tpu-training:trainerCode" in message and "ModuleNotFoundError" in message, message
+    assert "files leaves out modules of trainer/ that the listed code imports: " in message
+    assert "outcomes.py (imported by train.py)" in message
     assert f"add {', '.join(repr(name) for name in modules)}" in message

@@ -33,39 +33,28 @@ the retry loop retries.
 
 from __future__ import annotations
 
-import signal
-import sys
-import time
+import hosts  # first, and quick: the trainer's modules import the standard library only at first
 
-# First, before the seconds the imports below take: a SIGTERM that arrives then must not kill the
-# process half-way through a save later; it is remembered and honoured at the next step. (Once
-# JAX's preemption service starts, it takes SIGTERM over; the trainer then asks it instead.)
-_STOP_SIGNAL: list[int] = []
-
-
-def _remember_stop(signum: int, _frame: object) -> None:
-    _STOP_SIGNAL.append(signum)
-
-
-signal.signal(signal.SIGTERM, _remember_stop)
+# Before the imports below and the seconds a start takes: a SIGTERM that arrives then must not
+# kill the process half-way through a save later; it is remembered and honoured at the next step.
+STOP_SIGNAL = hosts.StopSignal().listen()
 
 import datetime  # noqa: E402
-import errno  # noqa: E402
-import glob  # noqa: E402
 import hashlib  # noqa: E402
-import io  # noqa: E402
 import json  # noqa: E402
-import math  # noqa: E402
 import os  # noqa: E402
-import tempfile  # noqa: E402
+import sys  # noqa: E402
 import threading  # noqa: E402
+import time  # noqa: E402
 import urllib.error  # noqa: E402
 import urllib.parse  # noqa: E402
 import urllib.request  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from enum import IntEnum  # noqa: E402
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence  # noqa: E402
+from typing import Any, Callable, Mapping, Optional  # noqa: E402
 
+from hosts import Hosts, join_cluster  # noqa: E402
+from model import Model, checksum, final_state_npz, fingerprint  # noqa: E402
 from outcomes import (  # noqa: E402
     EXIT_BAD_CONFIG,
     EXIT_COMPLETE,
@@ -82,6 +71,8 @@ from outcomes import (  # noqa: E402
     log,
     quoted,
 )
+from settings import Settings, read_settings  # noqa: E402
+from storage import check_bucket, check_local_folder, list_storage_afresh, move_folder, storage_failure  # noqa: E402
 
 COMPLETION_MARKER = "TRAINING_COMPLETE"
 """The startup script's marker (components/startup_script.py COMPLETION_MARKER): a VM that finds
@@ -92,559 +83,6 @@ DAMAGED_SUFFIX = ".damaged"
 step that will be saved again, and kept for inspection. Beside ``CHECKPOINT_DIR``, not in it: on
 ``gs://`` Orbax takes any folder in it without a commit file for an unfinished save and deletes
 it at the next start."""
-# The model: small on purpose, so the tests that kill it dozens of times run in seconds.
-INPUT_DIM = 16
-OUTPUT_DIM = 4
-DATA_ORDER = "teacher-v1: example i is normal(fold_in(data key, i mod examples per epoch))"
-"""Names how examples are made and ordered; part of the run's identity, changed with the code."""
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """An explicit cluster (``TRAINER_COORDINATOR_ADDRESS``, ``TRAINER_NUM_PROCESSES``,
-    ``TRAINER_PROCESS_ID``), for machines JAX cannot detect a cluster on: CPUs, and the tests.
-    On a TPU slice JAX finds the hosts itself."""
-
-    coordinator_address: str
-    num_processes: int
-    process_id: int
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The run, as the environment describes it."""
-
-    checkpoint_dir: str
-    target_examples: int
-    """Examples to train on in all: ``TOTAL_EXAMPLES``, or ``TRAIN_STEPS`` (``EPOCHS``) batches of
-    ``GLOBAL_BATCH_SIZE``. A run resized to another batch stops when this many are seen."""
-    global_batch_size: int
-    learning_rate: float
-    interval_seconds: float
-    """``CHECKPOINT_INTERVAL_SECONDS``: training time between checkpoints."""
-    interval_steps: Optional[int]
-    """``TRAINER_CHECKPOINT_EVERY_STEPS``: when set, checkpoint every that many steps instead of by
-    time, so a test can say exactly which steps a kill may lose."""
-    step_seconds: float
-    """``TRAINER_STEP_SECONDS``: time each step spends as if computing (sleeps), so a scaled-down
-    benchmark has steps of a known length. 0 in real use."""
-    seed: int
-    hidden_dim: int
-    examples_per_epoch: int
-    keep: int
-    log_every: int
-    state_dir: str
-    distributed: str
-    cluster: Optional[Cluster]
-    join_timeout_seconds: int
-    heartbeat_seconds: int
-    shutdown_timeout_seconds: int
-    """How long a process that ends waits for the others to end (JAX's shutdown barrier): one that
-    failed alone then ends, and the others notice, instead of all waiting on each other."""
-    restore_attempts: int
-    retry_seconds: float
-    storage_timeout_seconds: float
-    accept_changed_run: bool
-    progress_seconds: float
-    """``TRAINER_PROGRESS_SECONDS``: how often the progress record is written and the save request
-    read; 0 turns both off."""
-    save_lead_seconds: float
-    """``TRAINER_SAVE_LEAD_SECONDS``: a request whose ``before`` is further away than this waits
-    (a notice days ahead is saved for shortly before its window, not at once)."""
-    maintenance_url: str
-    """``TRAINER_MAINTENANCE_URL``: the metadata server's ``upcoming-maintenance`` key, read every
-    progress period on a TPU VM (its startup script sets it); "" (the default) reads none."""
-    metadata_wait_seconds: int
-    """``TRAINER_METADATA_WAIT_SECONDS``: how long one hanging GET of the metadata server's
-    ``maintenance-event`` and ``preempted`` keys waits for a change (its ``timeout_sec``); they
-    are watched on a TPU VM, where ``TRAINER_MAINTENANCE_URL`` is set, beside it."""
-    node_name: str
-    """``TRAINER_NODE_NAME``: the TPU VM's node name (its startup script sets it), which names a
-    maintenance notice as recovery's save request for the same window does; "" off a TPU VM."""
-
-    @property
-    def fingerprint(self) -> dict[str, Any]:
-        """What makes a checkpoint this run's: restoring one with another fingerprint would
-        continue a different run. The batch size and learning rate are not in it: the stack
-        rescales both when a slice is resized."""
-        return {
-            "model": f"mlp {INPUT_DIM}-{self.hidden_dim}-{OUTPUT_DIM} float32",
-            "seed": self.seed,
-            "data": f"{DATA_ORDER}; {self.examples_per_epoch} examples per epoch",
-            "optimizer": "adam, constant learning rate",
-        }
-
-
-def _text(env: Mapping[str, str], name: str, default: Optional[str]) -> str:
-    value = env.get(name, default)
-    if value is None or not value.strip():
-        raise ConfigError(f"{name} is not set; the stack sets it (see docs/trainer.md)")
-    return value.strip()
-
-
-def _integer(
-    env: Mapping[str, str], name: str, default: Optional[str], *, minimum: int, maximum: int = 2**62
-) -> int:
-    text = _text(env, name, default)
-    if not (text.isascii() and text.lstrip("-").isdigit()) or len(text) > 19:
-        raise ConfigError(f"{name}={text!r} is not a whole number; it must be at least {minimum}")
-    value = int(text)
-    if not minimum <= value <= maximum:
-        raise ConfigError(f"{name}={text!r} must be at least {minimum} and at most {maximum}")
-    return value
-
-
-def _number(env: Mapping[str, str], name: str, default: Optional[str], *, positive: bool) -> float:
-    text = _text(env, name, default)
-    try:
-        value = float(text)
-    except ValueError:
-        raise ConfigError(f"{name}={text!r} is not a number") from None
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        bound = "above 0" if positive else "of at least 0"
-        raise ConfigError(f"{name}={text!r} must be a finite number {bound}")
-    return value
-
-
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    text = env.get(name, "").strip().lower()
-    if text not in ("", "0", "1", "true", "false"):
-        raise ConfigError(f"{name}={text!r} must be 1 or 0 (true or false)")
-    return text in ("1", "true")
-
-
-def _cluster(env: Mapping[str, str]) -> Optional[Cluster]:
-    names = ("TRAINER_COORDINATOR_ADDRESS", "TRAINER_NUM_PROCESSES", "TRAINER_PROCESS_ID")
-    given = [name for name in names if env.get(name, "").strip()]
-    if not given:
-        return None
-    if len(given) != len(names):
-        missing = ", ".join(name for name in names if name not in given)
-        raise ConfigError(f"{', '.join(given)} set without {missing}: an explicit cluster needs all three")
-    address = _text(env, names[0], None)
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ConfigError(f"TRAINER_COORDINATOR_ADDRESS={address!r} must be HOST:PORT")
-    count = _integer(env, names[1], None, minimum=1, maximum=100_000)
-    index = _integer(env, names[2], None, minimum=0, maximum=count - 1)
-    return Cluster(address, count, index)
-
-
-def read_settings(env: Mapping[str, str]) -> Settings:
-    """The run's settings from its environment; ``ConfigError`` names any variable that is wrong."""
-    checkpoint_dir = _text(env, "CHECKPOINT_DIR", None).rstrip("/")
-    if "://" in checkpoint_dir and not checkpoint_dir.startswith("gs://"):
-        raise ConfigError(
-            f"CHECKPOINT_DIR={checkpoint_dir!r}: only a local path or gs://BUCKET/PATH is supported"
-        )
-    if "://" not in checkpoint_dir and not os.path.isabs(checkpoint_dir):
-        raise ConfigError(
-            f"CHECKPOINT_DIR={checkpoint_dir!r} must be an absolute path: a relative one names another "
-            f"folder on every machine and in every working directory"
-        )
-    batch = _integer(env, "GLOBAL_BATCH_SIZE", "32", minimum=1, maximum=2**30)
-    # Bounded so that example indices fit the int32 the step computes them in.
-    per_epoch = _integer(env, "TRAINER_EXAMPLES_PER_EPOCH", "10000", minimum=1, maximum=2**30)
-    if env.get("TOTAL_EXAMPLES", "").strip():
-        target = _integer(env, "TOTAL_EXAMPLES", None, minimum=1)
-    elif env.get("TRAIN_STEPS", "").strip():
-        target = _integer(env, "TRAIN_STEPS", None, minimum=1) * batch
-    elif env.get("EPOCHS", "").strip():
-        # The synthetic data set has TRAINER_EXAMPLES_PER_EPOCH examples.
-        target = _integer(env, "EPOCHS", None, minimum=1) * per_epoch
-    else:
-        raise ConfigError(
-            "none of TOTAL_EXAMPLES, TRAIN_STEPS and EPOCHS is set; the stack sets one "
-            "(tpu-training:training)"
-        )
-    every_steps = env.get("TRAINER_CHECKPOINT_EVERY_STEPS", "").strip()
-    state_dir = _text(env, "TRAINER_STATE_DIR", os.path.join(tempfile.gettempdir(), "tpu-trainer"))
-    if not os.path.isabs(state_dir):
-        raise ConfigError(f"TRAINER_STATE_DIR={state_dir!r} must be an absolute path")
-    distributed = _text(env, "TRAINER_DISTRIBUTED", "auto")
-    if distributed not in ("auto", "on", "off"):
-        raise ConfigError(f"TRAINER_DISTRIBUTED={distributed!r} must be one of auto, on, off")
-    return Settings(
-        checkpoint_dir=checkpoint_dir,
-        target_examples=target,
-        global_batch_size=batch,
-        learning_rate=_number(env, "LEARNING_RATE", "0.01", positive=True),
-        interval_seconds=_number(env, "CHECKPOINT_INTERVAL_SECONDS", "600", positive=True),
-        interval_steps=(
-            _integer(env, "TRAINER_CHECKPOINT_EVERY_STEPS", None, minimum=1) if every_steps else None
-        ),
-        step_seconds=_number(env, "TRAINER_STEP_SECONDS", "0", positive=False),
-        seed=_integer(env, "TRAINER_SEED", "0", minimum=0, maximum=2**31 - 1),
-        hidden_dim=_integer(env, "TRAINER_HIDDEN_DIM", "32", minimum=1, maximum=65536),
-        examples_per_epoch=per_epoch,
-        # Two at least: the newest may be the one a kill left damaged.
-        keep=_integer(env, "TRAINER_KEEP_CHECKPOINTS", "3", minimum=2, maximum=1000),
-        log_every=_integer(env, "TRAINER_LOG_EVERY", "1", minimum=1),
-        state_dir=state_dir,
-        distributed=distributed,
-        cluster=_cluster(env),
-        # JAX's own defaults (jax.distributed.initialize).
-        join_timeout_seconds=_integer(env, "TRAINER_JOIN_TIMEOUT_SECONDS", "300", minimum=1),
-        heartbeat_seconds=_integer(env, "TRAINER_HEARTBEAT_SECONDS", "100", minimum=1),
-        shutdown_timeout_seconds=_integer(env, "TRAINER_SHUTDOWN_TIMEOUT_SECONDS", "300", minimum=1),
-        restore_attempts=_integer(env, "TRAINER_RESTORE_ATTEMPTS", "3", minimum=1, maximum=100),
-        retry_seconds=_number(env, "TRAINER_RETRY_SECONDS", "2", positive=False),
-        storage_timeout_seconds=_number(env, "TRAINER_STORAGE_TIMEOUT_SECONDS", "60", positive=True),
-        accept_changed_run=_flag(env, "TRAINER_ACCEPT_CHANGED_RUN"),
-        progress_seconds=_number(env, "TRAINER_PROGRESS_SECONDS", "30", positive=False),
-        save_lead_seconds=_number(env, "TRAINER_SAVE_LEAD_SECONDS", "600", positive=False),
-        maintenance_url=_maintenance_url(env),
-        metadata_wait_seconds=_integer(env, "TRAINER_METADATA_WAIT_SECONDS", "60", minimum=1, maximum=3600),
-        node_name=env.get("TRAINER_NODE_NAME", "").strip(),
-    )
-
-
-def _maintenance_url(env: Mapping[str, str]) -> str:
-    url = env.get(MAINTENANCE_URL_VARIABLE, "").strip()
-    if url and not url.startswith(("http://", "https://")):
-        raise ConfigError(f"{MAINTENANCE_URL_VARIABLE}={url!r}: give an http:// or https:// URL, or nothing")
-    return url
-
-
-# -- Paths, checked before anything trains --------------------------------------------------------
-
-
-def check_local_folder(variable: str, path: str) -> None:
-    """``path`` exists (or can be made) as a folder this process can write to; ``ConfigError``
-    naming ``variable`` otherwise."""
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise ConfigError(f"{variable}={path!r} is a file, not a folder")
-    try:
-        os.makedirs(path, exist_ok=True)
-        probe = os.path.join(path, f".tpu-trainer-probe-{os.getpid()}")
-        with open(probe, "wb") as handle:
-            handle.write(b"probe")
-        os.remove(probe)
-    except OSError as error:
-        reason = error.strerror or describe(error)
-        raise ConfigError(
-            f"{variable}={path!r} is not a folder this trainer can write to: {reason}"
-        ) from None
-
-
-def check_bucket(settings: Settings, process: int) -> None:
-    """``gs://`` is reachable and writable with this machine's credentials, within
-    ``TRAINER_STORAGE_TIMEOUT_SECONDS``: ``ConfigError`` for what the stack must fix (no
-    credentials, no permission, no bucket), ``TryAgain`` for what may pass."""
-    from etils import epath
-
-    outcome: list[BaseException | None] = []
-
-    def probe() -> None:
-        try:
-            if not os.environ.get("FSSPEC_GCS_TOKEN"):
-                # gcsfs's first choice (its token "google_default"): when it finds none, it goes
-                # on to probe for a metadata server and to anonymous access, which a bucket of the
-                # stack refuses, after retries. Say so at once instead.
-                import google.auth
-
-                google.auth.default()
-            folder = epath.Path(settings.checkpoint_dir)
-            name = folder / f".tpu-trainer-probe-{process}-{os.getpid()}"
-            name.write_bytes(b"probe")
-            name.unlink()
-            outcome.append(None)
-        except BaseException as error:  # noqa: BLE001 - reported below, in one line
-            outcome.append(error)
-
-    # A thread, because the storage clients' own deadlines add up to minutes when nothing answers
-    # (credential probes of a metadata server that is not there, retries with back-off).
-    worker = threading.Thread(target=probe, daemon=True, name="storage-check")
-    worker.start()
-    worker.join(settings.storage_timeout_seconds)
-    if not outcome:
-        raise TryAgain(
-            f"CHECKPOINT_DIR={settings.checkpoint_dir} did not answer within "
-            f"{settings.storage_timeout_seconds:g} s (TRAINER_STORAGE_TIMEOUT_SECONDS)"
-        )
-    error = outcome[0]
-    if error is None:
-        return
-    kind = storage_failure(error)
-    message = f"CHECKPOINT_DIR={settings.checkpoint_dir} cannot be written: {describe(error)}"
-    if kind == "transient":
-        raise TryAgain(message)
-    raise ConfigError(f"{message} (check the machine's credentials and the bucket)")
-
-
-_TRANSIENT_STATUS = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED", "CANCELLED")
-_TRANSIENT_ERRNOS = {
-    errno.EIO,
-    errno.EAGAIN,
-    errno.EINTR,
-    errno.ETIMEDOUT,
-    errno.ECONNRESET,
-    errno.ECONNREFUSED,
-    errno.ECONNABORTED,
-    errno.ENETUNREACH,
-    errno.EHOSTUNREACH,
-    errno.ENETDOWN,
-    errno.EPIPE,
-    errno.ESTALE,
-}
-_TRANSIENT_NAMES = {
-    # google-api-core, google-auth's transport, aiohttp and requests name what did not answer.
-    "ServiceUnavailable",
-    "InternalServerError",
-    "BadGateway",
-    "GatewayTimeout",
-    "TooManyRequests",
-    "DeadlineExceeded",
-    "RetryError",
-    "TransportError",
-    "ServerDisconnectedError",
-    "ClientConnectionError",
-    "ClientConnectorError",
-    "ClientOSError",
-    "ConnectionError",
-    "ReadTimeout",
-    "ConnectTimeout",
-}
-
-
-def storage_failure(error: BaseException) -> str:
-    """``"transient"`` for an error that says storage did not answer (time-outs, I/O errors,
-    HTTP 429 and 5xx, gRPC's UNAVAILABLE family); ``"permanent"`` for anything else: what was read
-    is missing or wrong, or access is refused."""
-    seen: set[int] = set()
-    current: Optional[BaseException] = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, (TimeoutError, ConnectionError)):
-            return "transient"
-        if isinstance(current, OSError) and current.errno in _TRANSIENT_ERRNOS:
-            return "transient"
-        if type(current).__name__ in _TRANSIENT_NAMES:
-            return "transient"
-        code = getattr(current, "code", None)
-        if isinstance(code, int) and (code == 429 or 500 <= code <= 599):
-            return "transient"
-        text = str(current).lstrip()
-        if text.startswith(_TRANSIENT_STATUS) or " 503 " in text or "status 503" in text:
-            return "transient"
-        current = current.__cause__ or current.__context__
-    return "permanent"
-
-
-# -- The cluster ------------------------------------------------------------------------------------
-
-
-def _on_tpu_slice() -> bool:
-    # GKE sets TPU_WORKER_HOSTNAMES on every TPU Pod; a TPU VM has its chips as /dev/accel* or
-    # VFIO devices. JAX's own cluster detection (jax/_src/clusters/cloud_tpu_cluster.py) then
-    # finds the other hosts from the same variables or from the VM's metadata.
-    if os.environ.get("TPU_WORKER_HOSTNAMES") or os.environ.get("TPU_PROCESS_ADDRESSES"):
-        return True
-    return bool(glob.glob("/dev/accel[0-9]*") or glob.glob("/dev/vfio/[0-9]*"))
-
-
-GATHER_WIDTH = 64
-"""Values each process offers in one exchange. Also the newest steps each offers when they agree
-on what all of them can read: far more than are kept, so a step is left out of the offer only
-when a process does not list it."""
-
-
-class Hosts:
-    """The processes of this run (one per host), and how they agree: every decision that more
-    than one of them acts on is made from values all of them exchanged at the same point of the
-    program, so each process computes the same answer."""
-
-    def __init__(self, jax: Any, distributed: bool) -> None:
-        self.jax = jax
-        self.index: int = jax.process_index()
-        self.count: int = jax.process_count()
-        self.primary = self.index == 0
-        # JAX's preemption service (on by default with jax.distributed) takes SIGTERM, and on
-        # Cloud TPU the platform's preemption notice, and agrees on a step for all hosts.
-        self.preemption_service = distributed and bool(jax.config.jax_enable_preemption_service)
-
-    def gather(self, values: Sequence[int]) -> list[list[int]]:
-        """Every process's ``values`` (at most ``GATHER_WIDTH``, the same number on every process),
-        in process order, on every process."""
-        if self.count == 1:
-            return [list(values)]
-        import numpy as np
-        from jax.experimental import multihost_utils
-
-        # Always GATHER_WIDTH values: one compiled exchange serves every call.
-        padded = np.zeros(GATHER_WIDTH, dtype=np.int32)
-        padded[: len(values)] = values
-        rows = np.asarray(multihost_utils.process_allgather(padded)).reshape(self.count, GATHER_WIDTH)
-        return [[int(value) for value in row[: len(values)]] for row in rows]
-
-    def any(self, *flags: bool) -> tuple[bool, ...]:
-        """Each flag, true when it is true on any process."""
-        rows = self.gather([int(flag) for flag in flags])
-        return tuple(any(row[i] for row in rows) for i in range(len(flags)))
-
-    def agree(self, *flags: bool, token: int) -> tuple[tuple[bool, ...], int]:
-        """Each flag, true when it is true on any process; and the largest ``token`` offered."""
-        rows = self.gather([*(int(flag) for flag in flags), token])
-        width = len(flags)
-        return tuple(any(row[i] for row in rows) for i in range(width)), max(row[width] for row in rows)
-
-    def common(self, steps: Sequence[int]) -> list[int]:
-        """The steps that every process has in ``steps``, newest first."""
-        offer = sorted(steps, reverse=True)[:GATHER_WIDTH]
-        rows = self.gather(offer + [-1] * (GATHER_WIDTH - len(offer)))
-        return sorted(set(rows[0]).intersection(*rows[1:]) - {-1}, reverse=True)
-
-    def preempted(self, step: int) -> bool:
-        """JAX's preemption sync point: true on every host at the same step once any host got the
-        notice. Must be asked at every step."""
-        if not self.preemption_service:
-            return False
-        from jax.experimental import multihost_utils
-
-        return bool(multihost_utils.reached_preemption_sync_point(step))
-
-
-def join_cluster(settings: Settings) -> tuple[Any, bool]:
-    """Import JAX and join the run's other processes (JAX's cluster detection on a TPU slice, the
-    explicit ``TRAINER_*`` cluster elsewhere). Returns JAX and whether it runs distributed."""
-    import jax
-
-    distributed = settings.cluster is not None or settings.distributed == "on"
-    distributed = distributed or (settings.distributed == "auto" and _on_tpu_slice())
-    if distributed:
-        # Every host of a slice runs this same program; none may touch a device before all have
-        # joined. On one host it is a one-process "cluster", which costs nothing.
-        explicit = settings.cluster
-        try:
-            jax.distributed.initialize(
-                coordinator_address=explicit.coordinator_address if explicit else None,
-                num_processes=explicit.num_processes if explicit else None,
-                process_id=explicit.process_id if explicit else None,
-                initialization_timeout=settings.join_timeout_seconds,
-                heartbeat_timeout_seconds=settings.heartbeat_seconds,
-                shutdown_timeout_seconds=settings.shutdown_timeout_seconds,
-            )
-        except Exception as error:  # noqa: BLE001 - JAX raises several kinds; all mean "not now"
-            raise TryAgain(f"could not join the cluster: {describe(error)}") from None
-    # Bit-for-bit resumption needs float32 everywhere, on every backend.
-    jax.config.update("jax_default_matmul_precision", "highest")
-    return jax, distributed
-
-
-# -- The model ----------------------------------------------------------------------------------------
-
-
-class Model:
-    """The model, its data and its optimizer: every piece a pure function of the seed, the example
-    index and the step."""
-
-    def __init__(self, jax: Any, settings: Settings) -> None:
-        import jax.numpy as jnp
-        import optax
-        from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
-        self.jax, self.jnp, self.settings = jax, jnp, settings
-        devices = jax.devices()
-        if settings.global_batch_size % len(devices):
-            raise ConfigError(
-                f"GLOBAL_BATCH_SIZE={settings.global_batch_size} must be a multiple of the "
-                f"{len(devices)} devices it is split over"
-            )
-        # Data parallel: the batch is split over every device of every host, the state is
-        # replicated. The stack keeps the per-core batch constant (Google's Training on TPU Pods page).
-        mesh = Mesh(devices, ("data",))
-        self.replicated = NamedSharding(mesh, PartitionSpec())
-        root = jax.random.key(settings.seed)
-        self.init_key, self.teacher_key, self.data_key = jax.random.split(root, 3)
-        self.optimizer = optax.adam(settings.learning_rate)
-        batch_size, per_epoch = settings.global_batch_size, settings.examples_per_epoch
-        teacher = jax.random.normal(self.teacher_key, (INPUT_DIM, OUTPUT_DIM), jnp.float32)
-
-        def example(index: Any) -> Any:
-            key = jax.random.fold_in(self.data_key, index % per_epoch)
-            return jax.random.normal(key, (INPUT_DIM,), jnp.float32)
-
-        def batch(first_example: Any) -> tuple[Any, Any]:
-            # By example, not by step: a slice resized to another batch size goes on with the
-            # next example, and every example of the run is seen once.
-            inputs = jax.vmap(example)(first_example + jnp.arange(batch_size, dtype=jnp.int32))
-            return inputs, jnp.tanh(inputs @ teacher)
-
-        def loss(params: Any, inputs: Any, targets: Any) -> Any:
-            hidden = jnp.tanh(inputs @ params["w1"] + params["b1"])
-            return jnp.mean((hidden @ params["w2"] + params["b2"] - targets) ** 2)
-
-        def train_step(state: Any, first_example: Any) -> tuple[Any, Any, Any]:
-            inputs, targets = batch(first_example)
-            value, grads = jax.value_and_grad(loss)(state["params"], inputs, targets)
-            updates, opt_state = self.optimizer.update(grads, state["opt_state"], state["params"])
-            new_state = {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state}
-            # Checked on the device, with the step: a state that is no longer finite is never saved.
-            finite = jnp.isfinite(value) & jnp.all(
-                jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(new_state["params"])])
-            )
-            return new_state, value, finite
-
-        # One compiled step, the same program at every step and after every restart: the run
-        # takes the same arithmetic path whether it stopped or not. Compiled before training
-        # starts (compile()), so a start's cost is all in its startup time, none in its steps.
-        self._jitted = jax.jit(
-            train_step,
-            out_shardings=(self.replicated, self.replicated, self.replicated),
-            donate_argnums=(0,),
-        )
-        self.train_step: Callable[[Any, int], tuple[Any, Any, Any]] = self._jitted
-
-    def compile(self, state: Any) -> None:
-        import numpy as np
-
-        compiled = self._jitted.lower(state, np.int32(0)).compile()
-        per_epoch = self.settings.examples_per_epoch
-        self.train_step = lambda state, first: compiled(state, np.int32(first % per_epoch))
-
-    def initial_state(self) -> Any:
-        jax, jnp = self.jax, self.jnp
-        k1, k2 = jax.random.split(self.init_key)
-        hidden = self.settings.hidden_dim
-        params = {
-            "w1": jax.random.normal(k1, (INPUT_DIM, hidden), jnp.float32) / math.sqrt(INPUT_DIM),
-            "b1": jnp.zeros((hidden,), jnp.float32),
-            "w2": jax.random.normal(k2, (hidden, OUTPUT_DIM), jnp.float32) / math.sqrt(hidden),
-            "b2": jnp.zeros((OUTPUT_DIM,), jnp.float32),
-        }
-        state = {"params": params, "opt_state": self.optimizer.init(params)}
-        return jax.device_put(state, self.replicated)
-
-    def abstract_state(self) -> Any:
-        """Shapes, dtypes and shardings to restore into."""
-        jax = self.jax
-        return jax.tree.map(
-            lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=self.replicated),
-            jax.eval_shape(self.initial_state),
-        )
-
-
-def flat_state(jax: Any, state: Any) -> dict[str, Any]:
-    """The state as ``{key path: numpy array}``, from this host's copy of the replicated arrays."""
-    import numpy as np
-
-    leaves = jax.tree_util.tree_flatten_with_path(state)[0]
-    return {
-        jax.tree_util.keystr(path): np.asarray(leaf.addressable_data(0))
-        if hasattr(leaf, "addressable_data")
-        else np.asarray(leaf)
-        for path, leaf in leaves
-    }
-
-
-def checksum(jax: Any, state: Any) -> str:
-    """SHA-256 over every array's path, dtype, shape and bytes: two states with equal checksums
-    are equal bit for bit."""
-    digest = hashlib.sha256()
-    for key, array in sorted(flat_state(jax, state).items()):
-        digest.update(f"{key}|{array.dtype.str}|{array.shape}|".encode())
-        digest.update(array.tobytes())
-    return digest.hexdigest()
 
 
 class Progress:
@@ -1280,7 +718,7 @@ class CheckpointReader:
 
     def _difference(self, record: Mapping[str, Any]) -> str:
         """Why the checkpoint is not this run's, or "" when it is (or an override accepts it)."""
-        saved, ours = record.get("run"), self.settings.fingerprint
+        saved, ours = record.get("run"), fingerprint(self.settings)
         if not isinstance(saved, dict):
             return "it records no run fingerprint (saved by another trainer?); move it away to start anew"
         changed = [
@@ -1430,7 +868,7 @@ class Checkpoints:
             "step": step,
             "examples": examples,
             "checksum": checksum(self.jax, state),
-            "run": self.settings.fingerprint,
+            "run": fingerprint(self.settings),
             "global_batch_size": self.settings.global_batch_size,
         }
         self.pending = Pending(step, started, request=request)
@@ -1491,55 +929,7 @@ class Checkpoints:
         self.manager.close()
 
 
-def move_folder(source: Any, target: Any) -> None:
-    """Move a folder (``etils.epath`` paths): one rename on a disk; on ``gs://`` a copy of each
-    object (Cloud Storage's rewrite, within the bucket) then a delete, through the same
-    filesystem Orbax lists with, so its listings see the move. (gcsfs's own mv first tries the
-    objects.move call, which not every bucket and no emulator offers.) A kill in between leaves the
-    step where it was, to be found damaged and moved again."""
-    if not str(source).startswith("gs://"):
-        target.parent.mkdir(parents=True, exist_ok=True)
-        source.rename(target)
-        return
-    names = sorted(str(item.relative_to(source)) for item in files_under(source))
-    if not names:
-        raise FileNotFoundError(f"no files under {source}")
-    for name in names:
-        (source / name).copy(target / name)
-    copied = sorted(str(item.relative_to(target)) for item in files_under(target))
-    if copied != names:
-        raise RuntimeError(f"{target} holds {len(copied)} of the {len(names)} files of {source}; kept both")
-    source.rmtree()
-
-
-def files_under(folder: Any) -> Iterator[Any]:
-    # One listing per folder: epath refuses a recursive glob on gs://.
-    for item in folder.iterdir():
-        if item.is_dir():
-            yield from files_under(item)
-        else:
-            yield item
-
-
-def _final_state_npz(jax: Any, state: Any) -> bytes:
-    import numpy as np
-
-    buffer = io.BytesIO()
-    np.savez(buffer, **flat_state(jax, state))
-    return buffer.getvalue()
-
-
 # -- Training -----------------------------------------------------------------------------------------
-
-
-def list_storage_afresh() -> None:
-    """gcsfs answers a listing from the listings it made before (fsspec's listings cache), so a
-    step another process saved, or moved, after this one listed the folder would stay unseen or
-    seen: every process must see what is in the bucket now. Set before any filesystem is made
-    (fsspec.config.conf holds the defaults of new filesystems)."""
-    import fsspec
-
-    fsspec.config.conf.setdefault("gcs", {})["use_listings_cache"] = False
 
 
 def train(settings: Settings, *, clock: Callable[[], float] = time.monotonic) -> int:
@@ -1627,7 +1017,7 @@ def _train(
     saved_step = step
     last_save = clock()
     request = 0
-    (stop,) = hosts.any(bool(_STOP_SIGNAL))
+    (stop,) = hosts.any(STOP_SIGNAL.received)
     while examples < settings.target_examples and not stop:
         step_started = clock()
         state, loss, finite = model.train_step(state, examples)
@@ -1665,7 +1055,7 @@ def _train(
         # One exchange per step: every process learns whether any wants to stop or to save, and
         # which save request any has read, and all act at this same step. JAX's preemption
         # service agrees on its own step.
-        (stop_wanted, save_wanted), request = hosts.agree(bool(_STOP_SIGNAL), due, token=beacon.requested())
+        (stop_wanted, save_wanted), request = hosts.agree(STOP_SIGNAL.received, due, token=beacon.requested())
         stop = stop_wanted or hosts.preempted(step)
         if stop and not done:
             break
@@ -1686,7 +1076,7 @@ def _train(
     checkpoints.finish()
     if hosts.primary:
         # Idempotent: a kill between these writes and the exit makes the next start repeat them.
-        checkpoints.write_file(FINAL_STATE, _final_state_npz(jax, state))
+        checkpoints.write_file(FINAL_STATE, final_state_npz(jax, state))
         checkpoints.write_file(COMPLETION_MARKER, f"completed step {step}, {examples} examples\n".encode())
     log("complete", step=step, examples=examples, checksum=checksum(jax, state))
     return EXIT_COMPLETE

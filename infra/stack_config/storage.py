@@ -69,12 +69,20 @@ class TrainerCodeConfig(Model):
             raise ValueError("files: each file once")
         missing = unlisted_sibling_imports(PROJECT_ROOT / folder, self.files)
         if missing:
-            needed = "; ".join(f"{file} imports {', '.join(names)}" for file, names in missing.items())
-            wanted = sorted({name for names in missing.values() for name in names})
+            importers: dict[str, list[str]] = {}
+            for importer, names in missing.items():
+                for name in names:
+                    importers.setdefault(name, []).append(importer)
+            # One importer each, a listed one first: where the chain starts.
+            named = [
+                f"{name} (imported by {sorted(by, key=lambda file: file not in self.files)[0]})"
+                for name, by in sorted(importers.items())
+            ]
+            to_add = ", ".join(repr(name) for name in sorted(importers))
             raise ValueError(
-                f"files: {needed}, modules of {self.folder}/ that files does not list: only the files "
-                f"listed are uploaded, so the code would stop with ModuleNotFoundError on every VM "
-                f"and Pod; add {', '.join(repr(name) for name in wanted)}"
+                f"files leaves out modules of {self.folder}/ that the listed code imports: "
+                f"{', '.join(named)}; only the files listed are uploaded, so the code would stop with "
+                f"ModuleNotFoundError on every VM and Pod; add {to_add}"
             )
         return self
 

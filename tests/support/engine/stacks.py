@@ -26,7 +26,15 @@ TPU_VM_CONFIG: dict[str, Any] = {
     ],
     "tpu-training:trainerCode": {
         "folder": "trainer",
-        "files": ["train.py", "outcomes.py", "requirements.txt"],
+        "files": [
+            "train.py",
+            "hosts.py",
+            "model.py",
+            "outcomes.py",
+            "settings.py",
+            "storage.py",
+            "requirements.txt",
+        ],
     },
 }
 
