@@ -382,9 +382,9 @@ def test_a_notice_is_asked_once_and_the_trainer_accepts_the_request(settings, gc
         "before": rfc3339(START - timedelta(seconds=20)),
     }
     with trainer_modules() as trainer:
-        request, problem = trainer.train.read_save_request(json.dumps(written), NOW.timestamp())
+        request, problem = trainer.save_requests.read_save_request(json.dumps(written), NOW.timestamp())
     assert problem is None
-    assert request == trainer.train.SaveRequest(
+    assert request == trainer.save_requests.SaveRequest(
         written["id"], "maintenance", (START - timedelta(seconds=20)).timestamp()
     )
 

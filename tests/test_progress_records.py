@@ -69,8 +69,8 @@ def test_a_save_request_is_written_as_the_trainer_reads_it(gcs):
     text = client.bucket(BUCKET).blob("checkpoints/train-v6e/save-request.json").download_as_text()
 
     with trainer_modules() as trainer:
-        request, problem = trainer.train.read_save_request(text, before.timestamp() - 60)
+        request, problem = trainer.save_requests.read_save_request(text, before.timestamp() - 60)
     assert problem is None
-    assert request == trainer.train.SaveRequest(
+    assert request == trainer.save_requests.SaveRequest(
         "maintenance-node-a-1764158400", "maintenance", before.timestamp()
     )

@@ -28,9 +28,13 @@ TPU_VM_CONFIG: dict[str, Any] = {
         "folder": "trainer",
         "files": [
             "train.py",
+            "checkpoints.py",
             "hosts.py",
             "model.py",
+            "notices.py",
             "outcomes.py",
+            "progress.py",
+            "save_requests.py",
             "settings.py",
             "storage.py",
             "requirements.txt",
