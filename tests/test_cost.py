@@ -47,7 +47,7 @@ def test_the_dev_stack_costs_what_its_parts_cost(config):
     assert document["alwaysOn"]["usdPerHour"] == pytest.approx(0.2404, abs=1e-4)
     assert document["notHourly"] == {
         "gcp:storage/bucket:Bucket": 2,
-        "gcp:storage/bucketObject:BucketObject": 4,
+        "gcp:storage/bucketObject:BucketObject": 22,  # the trainer's 11 files in each of 2 buckets
     }
     assert document["unpriced"] == []
 

@@ -33,7 +33,7 @@ import pytest
 from support.fake_kube_nodes import FakeNodeApi, gke_node
 from support.fake_tpu_api import FakeTpuApi
 from support.loopback_gcs import LoopbackGcs
-from support.sandbox import trainer_module
+from support.sandbox import trainer_modules
 from tpu_training_components.domain import maintenance_notices as mn
 from tpu_training_components.domain.recovery import decide
 from tpu_training_components.live import endpoints
@@ -381,10 +381,10 @@ def test_a_notice_is_asked_once_and_the_trainer_accepts_the_request(settings, gc
         "reason": "maintenance",
         "before": rfc3339(START - timedelta(seconds=20)),
     }
-    with trainer_module() as trainer:
-        request, problem = trainer.read_save_request(json.dumps(written), NOW.timestamp())
+    with trainer_modules() as trainer:
+        request, problem = trainer.save_requests.read_save_request(json.dumps(written), NOW.timestamp())
     assert problem is None
-    assert request == trainer.SaveRequest(
+    assert request == trainer.save_requests.SaveRequest(
         written["id"], "maintenance", (START - timedelta(seconds=20)).timestamp()
     )
 

@@ -8,9 +8,16 @@ from __future__ import annotations
 import json
 import re
 
-from support.program import refused, run_stack
+from support.program import REPO, refused, run_stack
+
+from infra.stack_config.storage import unlisted_sibling_imports
 
 BUCKET_OBJECT = "gcp:storage/bucketObject:BucketObject"
+TRAINER_FILES = sorted(path.name for path in (REPO / "trainer").iterdir() if path.suffix == ".py") + [
+    "requirements.txt"
+]
+"""The reference trainer's whole folder: its modules, imported by train.py from where they are copied
+to, and its requirements (nothing else is in it)."""
 
 
 def test_one_edit_moves_the_dev_stack_to_another_project(config):
@@ -34,7 +41,7 @@ def test_the_trainer_is_uploaded_to_every_checkpoint_bucket(config):
     assert uploads == {
         (f"tpu-training-dev-dev-ckpt-{region}", f"code/{name}"): {"fileAsset": f"trainer/{name}"}
         for region in ("europe-west4", "us-east5")
-        for name in ("train.py", "requirements.txt")
+        for name in TRAINER_FILES
     }
     (job_parameters,) = run.by_type("kubernetes:core/v1:ConfigMap")
     assert job_parameters.inputs["data"]["TRAINER_CODE"] == "gs://tpu-training-dev-dev-ckpt-us-east5/code"
@@ -72,3 +79,35 @@ def test_without_trainer_code_nothing_is_uploaded(config):
     run = run_stack(config)
     assert run.by_type(BUCKET_OBJECT) == []
     assert "TRAINER_CODE" not in run.outputs["trainingEnvironments"]["demo-tpu"]
+
+
+def test_a_module_the_trainer_imports_from_its_folder_and_files_leave_out_is_named(tmp_path):
+    # A VM or Pod copies code/ into one folder and runs the entry there: a sibling module that is
+    # not uploaded stops the trainer with ModuleNotFoundError on every VM, after the plan said yes.
+    (tmp_path / "train.py").write_text(
+        "import json\nimport settings\nfrom hosts import Hosts\n\ndef f():\n    import model.parts\n"
+    )
+    (tmp_path / "settings.py").write_text("import json\n")
+    (tmp_path / "model.py").write_text("import storage\n")  # unlisted, imported: read too
+    (tmp_path / "hosts.py").write_text("import storage\n")
+    (tmp_path / "storage.py").write_text("")
+    (tmp_path / "notes.txt").write_text("import settings\n")  # not Python: not read
+    (tmp_path / "broken.py").write_text("import settings\ndef (:\n")  # does not parse: not read
+    listed = ("train.py", "hosts.py", "broken.py", "notes.txt")
+    assert unlisted_sibling_imports(tmp_path, listed) == {
+        "train.py": ["model.py", "settings.py"],  # lazy imports count; json is no sibling
+        "hosts.py": ["storage.py"],
+        "model.py": ["storage.py"],
+    }
+    everything = ("train.py", "settings.py", "hosts.py", "model.py", "storage.py")
+    assert unlisted_sibling_imports(tmp_path, everything) == {}
+
+
+def test_the_dev_stack_refuses_a_trainer_without_the_modules_train_py_imports(config):
+    config["tpu-training:trainerCode"] = {"folder": "trainer", "files": ["train.py", "requirements.txt"]}
+    message = refused(config)
+    modules = [name for name in TRAINER_FILES if name not in ("train.py", "requirements.txt")]
+    assert "tpu-training:trainerCode" in message and "ModuleNotFoundError" in message, message
+    assert "files leaves out modules of trainer/ that the listed code imports: " in message
+    assert "outcomes.py (imported by train.py)" in message
+    assert f"add {', '.join(repr(name) for name in modules)}" in message

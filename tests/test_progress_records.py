@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 from support.loopback_gcs import LoopbackGcs
-from support.sandbox import trainer_module
+from support.sandbox import trainer_modules
 from tpu_training_components.live import endpoints
 from tpu_training_components.live.progress_records import read_progress, write_save_request
 
@@ -68,7 +68,9 @@ def test_a_save_request_is_written_as_the_trainer_reads_it(gcs):
     assert url == f"{RUN}/save-request.json"
     text = client.bucket(BUCKET).blob("checkpoints/train-v6e/save-request.json").download_as_text()
 
-    with trainer_module() as trainer:
-        request, problem = trainer.read_save_request(text, before.timestamp() - 60)
+    with trainer_modules() as trainer:
+        request, problem = trainer.save_requests.read_save_request(text, before.timestamp() - 60)
     assert problem is None
-    assert request == trainer.SaveRequest("maintenance-node-a-1764158400", "maintenance", before.timestamp())
+    assert request == trainer.save_requests.SaveRequest(
+        "maintenance-node-a-1764158400", "maintenance", before.timestamp()
+    )

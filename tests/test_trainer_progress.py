@@ -2,10 +2,10 @@
 save requests"): what recovery reads to tell hung training from slow training, and how it asks
 a run to checkpoint before a maintenance window.
 
-The parsing and the record are tested in this process (the trainer file imported as a module);
-the agreement, on two real JAX processes forming one cluster on loopback: both save once for a
-request at the same step, and a host stopped in the middle of training leaves the other's record
-saying that its step stopped advancing while it still writes."""
+The parsing and the record are tested in this process (the trainer's modules imported as
+train.py imports them); the agreement, on two real JAX processes forming one cluster on loopback:
+both save once for a request at the same step, and a host stopped in the middle of training leaves
+the other's record saying that its step stopped advancing while it still writes."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ import time
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
-from types import ModuleType
+from types import SimpleNamespace
 from typing import Any, Iterator
 
 import pytest
 from support.fake_metadata import EXAMPLE_NOTICE, MAINTENANCE_EVENT, PREEMPTED, FakeMetadataServer
-from support.sandbox import LocalStore, Output, Pod, gang, job_pod, trainer_module
+from support.sandbox import LocalStore, Output, Pod, gang, job_pod, trainer_modules
 from tpu_training_components.domain.progress import read_record as parse_record
 
 HOSTS = 2
@@ -29,9 +29,9 @@ DEADLINE = 240.0
 
 
 @pytest.fixture(scope="module")
-def train() -> Iterator[ModuleType]:
-    with trainer_module() as module:
-        yield module
+def trainer() -> Iterator[SimpleNamespace]:
+    with trainer_modules() as modules:
+        yield modules
 
 
 FUTURE = "2100-01-01T00:00:00Z"
@@ -61,21 +61,25 @@ def request(**fields: Any) -> str:
         (request(before="2000-01-01T00:00:00Z"), "before=2000-01-01T00:00:00Z has passed"),
     ],
 )
-def test_a_bad_save_request_is_ignored_with_the_reason(train: ModuleType, text: str, problem: str) -> None:
-    found, why = train.read_save_request(text, NOW)
+def test_a_bad_save_request_is_ignored_with_the_reason(
+    trainer: SimpleNamespace, text: str, problem: str
+) -> None:
+    found, why = trainer.save_requests.read_save_request(text, NOW)
     assert found is None
     assert why is not None and why.startswith(problem), why
 
 
-def test_a_good_save_request_is_read(train: ModuleType) -> None:
-    found, why = train.read_save_request(request(reason="maintenance", before=FUTURE), NOW)
+def test_a_good_save_request_is_read(trainer: SimpleNamespace) -> None:
+    found, why = trainer.save_requests.read_save_request(request(reason="maintenance", before=FUTURE), NOW)
     assert why is None
-    assert found == train.SaveRequest("maintenance-1", "maintenance", 4102444800.0)
+    assert found == trainer.save_requests.SaveRequest("maintenance-1", "maintenance", 4102444800.0)
     # Without a time or a reason: save soon, "requested".
-    found, why = train.read_save_request(request(), NOW)
-    assert why is None and found == train.SaveRequest("maintenance-1", "requested", None)
-    assert 0 < train.request_token("maintenance-1") < 2**31
-    assert train.request_token("maintenance-1") != train.request_token("maintenance-2")
+    found, why = trainer.save_requests.read_save_request(request(), NOW)
+    assert why is None and found == trainer.save_requests.SaveRequest("maintenance-1", "requested", None)
+    assert 0 < trainer.save_requests.request_token("maintenance-1") < 2**31
+    assert trainer.save_requests.request_token("maintenance-1") != trainer.save_requests.request_token(
+        "maintenance-2"
+    )
 
 
 def read_record(path: Path) -> dict[str, Any]:
@@ -96,14 +100,14 @@ def wait_until(what: str, check: Any, seconds: float = 30.0) -> Any:
 
 
 def test_the_beacon_publishes_progress_and_reads_requests_once(
-    train: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    trainer: SimpleNamespace, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    settings = train.read_settings(
+    settings = trainer.settings.read_settings(
         {"CHECKPOINT_DIR": str(tmp_path), "TRAIN_STEPS": "10", "TRAINER_PROGRESS_SECONDS": "0.02"}
     )
     from etils import epath
 
-    beacon = train.Beacon(epath.Path(tmp_path), settings, 1, 2)
+    beacon = trainer.progress.Beacon(epath.Path(tmp_path), settings, 1, 2)
     beacon.start()
     record_path = tmp_path / "progress.process-1.json"
     first = wait_until("a starting record", lambda: read_record(record_path))
@@ -117,7 +121,9 @@ def test_the_beacon_publishes_progress_and_reads_requests_once(
     # What recovery reads (domain/progress.py) is what the trainer writes.
     parsed, problem = parse_record(record_path.read_text())
     assert problem is None and parsed is not None and (parsed.process, parsed.step) == (1, 3)
-    assert train.parse_utc(record["written_at"]) >= train.parse_utc(record["advanced_at"])
+    assert trainer.save_requests.parse_utc(record["written_at"]) >= trainer.save_requests.parse_utc(
+        record["advanced_at"]
+    )
 
     # Garbage: said once, however often it is read; training is never asked to save.
     (tmp_path / "save-request.json").write_text("garbage")
@@ -133,10 +139,10 @@ def test_the_beacon_publishes_progress_and_reads_requests_once(
     (tmp_path / "save-request.json").write_text(request(reason="maintenance", before=FUTURE))
     wait_until("the far request read", lambda: beacon.pending is not None)
     assert beacon.requested() == 0
-    soon = train.utc_text(time.time() + 120)
+    soon = trainer.save_requests.utc_text(time.time() + 120)
     (tmp_path / "save-request.json").write_text(request(reason="maintenance", before=soon))
     token = wait_until("the request", beacon.requested)
-    assert token == train.request_token("maintenance-1")
+    assert token == trainer.save_requests.request_token("maintenance-1")
     assert capsys.readouterr().out.count("save-requested") == 2  # the far one, then the near one
     beacon.saving_for(token)
     assert beacon.requested() == 0  # one save per request, though the commit takes a while
@@ -148,7 +154,7 @@ def test_the_beacon_publishes_progress_and_reads_requests_once(
     assert final["request_done"] == "maintenance-1"
 
     # A later start (a restarted Pod) reads what it did: the same request is not saved for again.
-    again = train.Beacon(epath.Path(tmp_path), settings, 1, 2)
+    again = trainer.progress.Beacon(epath.Path(tmp_path), settings, 1, 2)
     again.start()
     time.sleep(0.1)
     assert again.requested() == 0
@@ -196,37 +202,43 @@ BEFORE_NOTICE = datetime(2026, 11, 26, 3, 0, tzinfo=timezone.utc).timestamp()
     ],
 )
 def test_a_bad_maintenance_notice_is_ignored_with_the_reason(
-    train: ModuleType, answer: str, problem: str
+    trainer: SimpleNamespace, answer: str, problem: str
 ) -> None:
-    found, why = train.read_maintenance_notice(answer, BEFORE_NOTICE)
+    found, why = trainer.notices.read_maintenance_notice(answer, BEFORE_NOTICE)
     assert found is None and why is not None and why.startswith(problem), why
 
 
 @pytest.mark.parametrize("notice", [NOTICE, CAMEL_NOTICE], ids=["metadata-server", "tpu-api"])
 def test_a_maintenance_notice_is_a_request_to_save_before_its_window(
-    train: ModuleType, notice: dict[str, Any]
+    trainer: SimpleNamespace, notice: dict[str, Any]
 ) -> None:
     status = "maintenance_status" if "maintenance_status" in notice else "maintenanceStatus"
-    found, why = train.read_maintenance_notice(json.dumps(notice), BEFORE_NOTICE)
+    found, why = trainer.notices.read_maintenance_notice(json.dumps(notice), BEFORE_NOTICE)
     start = datetime(2026, 11, 26, 4, tzinfo=timezone.utc).timestamp()
     assert why is None
-    assert found == train.SaveRequest("maintenance SCHEDULED 2026-11-26T04:00:00Z", "maintenance", start)
+    assert found == trainer.save_requests.SaveRequest(
+        "maintenance SCHEDULED 2026-11-26T04:00:00Z", "maintenance", start
+    )
     # Under way: save at once. Over: nothing to do, said why.
-    ongoing, _ = train.read_maintenance_notice(json.dumps({**notice, status: "ONGOING"}), start + 60)
+    ongoing, _ = trainer.notices.read_maintenance_notice(
+        json.dumps({**notice, status: "ONGOING"}), start + 60
+    )
     assert ongoing is not None and ongoing.before is None
-    assert train.read_maintenance_notice(json.dumps(notice), start + 5 * 3600) == (
+    assert trainer.notices.read_maintenance_notice(json.dumps(notice), start + 5 * 3600) == (
         None,
         "its window ended at 2026-11-26T08:00:00Z",
     )
-    assert train.notice_can_reschedule(json.dumps(notice)) == ("false" if notice is NOTICE else "true")
+    assert trainer.notices.notice_can_reschedule(json.dumps(notice)) == (
+        "false" if notice is NOTICE else "true"
+    )
 
 
 @pytest.mark.parametrize(
     "answer",
     ["", "{}", "NONE", json.dumps({"error": "no notifications have been received yet, try again later"})],
 )
-def test_nothing_scheduled_is_no_notice_and_nothing_said(train: ModuleType, answer: str) -> None:
-    assert train.read_maintenance_notice(answer, BEFORE_NOTICE) == (None, None)
+def test_nothing_scheduled_is_no_notice_and_nothing_said(trainer: SimpleNamespace, answer: str) -> None:
+    assert trainer.notices.read_maintenance_notice(answer, BEFORE_NOTICE) == (None, None)
 
 
 @pytest.mark.parametrize(
@@ -242,15 +254,15 @@ def test_nothing_scheduled_is_no_notice_and_nothing_said(train: ModuleType, answ
     ],
 )
 def test_a_short_notice_saves_now_only_for_a_terminate_or_a_preemption(
-    train: ModuleType, key: str, value: str, save: bool, problem: str | None
+    trainer: SimpleNamespace, key: str, value: str, save: bool, problem: str | None
 ) -> None:
-    said, why = train.read_short_notice(key, value)
+    said, why = trainer.notices.read_short_notice(key, value)
     assert said is save
     assert why == problem if problem is None else why is not None and why.startswith(problem)
 
 
-def beacon_settings(train: ModuleType, tmp_path: Path, server: FakeMetadataServer) -> Any:
-    return train.read_settings(
+def beacon_settings(trainer: SimpleNamespace, tmp_path: Path, server: FakeMetadataServer) -> Any:
+    return trainer.settings.read_settings(
         {
             "CHECKPOINT_DIR": str(tmp_path),
             "TRAIN_STEPS": "10",
@@ -267,17 +279,19 @@ def upcoming_reads(server: FakeMetadataServer) -> list[tuple[str, dict[str, list
 
 @pytest.mark.parametrize("nothing", [503, 200], ids=["503-error", "empty-object"])
 def test_the_beacon_turns_the_metadata_servers_notice_into_one_save(
-    train: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str], nothing: int
+    trainer: SimpleNamespace, tmp_path: Path, capsys: pytest.CaptureFixture[str], nothing: int
 ) -> None:
     from etils import epath
 
     with FakeMetadataServer() as server:
         # The key the fake serves is the one a TPU VM's startup script gives the trainer.
         assert server.url.endswith(
-            train.MAINTENANCE_METADATA_URL.removeprefix("http://metadata.google.internal")
+            trainer.notices.MAINTENANCE_METADATA_URL.removeprefix("http://metadata.google.internal")
         )
         server.none_status = nothing
-        beacon = train.Beacon(epath.Path(tmp_path), beacon_settings(train, tmp_path, server), 0, 1)
+        beacon = trainer.progress.Beacon(
+            epath.Path(tmp_path), beacon_settings(trainer, tmp_path, server), 0, 1
+        )
         beacon.start()
         wait_until("two reads", lambda: len(upcoming_reads(server)) >= 2)
         assert beacon.requested() == 0
@@ -286,22 +300,22 @@ def test_the_beacon_turns_the_metadata_servers_notice_into_one_save(
             (("json",), "Google")
         }
         # A window days ahead waits; one within the lead is saved for once.
-        far = train.utc_text(time.time() + 3 * 86400)
+        far = trainer.save_requests.utc_text(time.time() + 3 * 86400)
         server.upcoming = {
             **NOTICE,
             "window_start_time": far,
-            "window_end_time": train.utc_text(time.time() + 4 * 86400),
+            "window_end_time": trainer.save_requests.utc_text(time.time() + 4 * 86400),
         }
         wait_until("the far notice read", lambda: beacon.notice is not None)
         assert beacon.requested() == 0
-        near = train.utc_text(time.time() + 300)
+        near = trainer.save_requests.utc_text(time.time() + 300)
         server.upcoming = {
             **NOTICE,
             "window_start_time": near,
-            "window_end_time": train.utc_text(time.time() + 3600),
+            "window_end_time": trainer.save_requests.utc_text(time.time() + 3600),
         }
         token = wait_until("the near notice", beacon.requested)
-        assert token == train.request_token(f"maintenance SCHEDULED {near}")
+        assert token == trainer.save_requests.request_token(f"maintenance SCHEDULED {near}")
         beacon.saving_for(token)
         beacon.saved_for(token)
         assert beacon.requested() == 0
@@ -324,12 +338,14 @@ def test_the_beacon_turns_the_metadata_servers_notice_into_one_save(
     ("key", "value"), [(MAINTENANCE_EVENT, "TERMINATE_ON_HOST_MAINTENANCE"), (PREEMPTED, "TRUE")]
 )
 def test_the_beacon_watches_the_short_notice_keys_and_asks_for_a_save_at_once(
-    train: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, value: str
+    trainer: SimpleNamespace, tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, value: str
 ) -> None:
     from etils import epath
 
     with FakeMetadataServer() as server:
-        beacon = train.Beacon(epath.Path(tmp_path), beacon_settings(train, tmp_path, server), 0, 1)
+        beacon = trainer.progress.Beacon(
+            epath.Path(tmp_path), beacon_settings(trainer, tmp_path, server), 0, 1
+        )
         beacon.start()
         # The first read has the value and its ETag; then a hanging GET waits for a change.
         wait_until("a hanging GET", lambda: server.waits(key) >= 1)
@@ -352,14 +368,14 @@ def test_the_beacon_watches_the_short_notice_keys_and_asks_for_a_save_at_once(
 
 
 def test_a_metadata_watch_that_cannot_connect_says_so_once_and_never_asks_for_a_save(
-    train: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    trainer: SimpleNamespace, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from etils import epath
 
     with FakeMetadataServer() as server:
         url = server.url
     # The server is gone: every read is refused.
-    settings = train.read_settings(
+    settings = trainer.settings.read_settings(
         {
             "CHECKPOINT_DIR": str(tmp_path),
             "TRAIN_STEPS": "10",
@@ -367,7 +383,7 @@ def test_a_metadata_watch_that_cannot_connect_says_so_once_and_never_asks_for_a_
             "TRAINER_MAINTENANCE_URL": url,
         }
     )
-    beacon = train.Beacon(epath.Path(tmp_path), settings, 0, 1)
+    beacon = trainer.progress.Beacon(epath.Path(tmp_path), settings, 0, 1)
     for watch in beacon.watches:
         watch.retry_seconds = 0.01
     beacon.start()
@@ -379,20 +395,22 @@ def test_a_metadata_watch_that_cannot_connect_says_so_once_and_never_asks_for_a_
     assert said.count("metadata-watch-failed key=preempted ") == 1 and "Connection refused" in said
 
 
-def test_a_maintenance_url_that_is_no_url_is_refused(train: ModuleType, tmp_path: Path) -> None:
-    with pytest.raises(train.ConfigError, match="TRAINER_MAINTENANCE_URL='metadata': give an http"):
-        train.read_settings(
+def test_a_maintenance_url_that_is_no_url_is_refused(trainer: SimpleNamespace, tmp_path: Path) -> None:
+    with pytest.raises(
+        trainer.outcomes.ConfigError, match="TRAINER_MAINTENANCE_URL='metadata': give an http"
+    ):
+        trainer.settings.read_settings(
             {"CHECKPOINT_DIR": str(tmp_path), "TRAIN_STEPS": "10", "TRAINER_MAINTENANCE_URL": "metadata"}
         )
 
 
-def test_progress_off_writes_nothing(train: ModuleType, tmp_path: Path) -> None:
-    settings = train.read_settings(
+def test_progress_off_writes_nothing(trainer: SimpleNamespace, tmp_path: Path) -> None:
+    settings = trainer.settings.read_settings(
         {"CHECKPOINT_DIR": str(tmp_path), "TRAIN_STEPS": "10", "TRAINER_PROGRESS_SECONDS": "0"}
     )
     from etils import epath
 
-    beacon = train.Beacon(epath.Path(tmp_path), settings, 0, 1)
+    beacon = trainer.progress.Beacon(epath.Path(tmp_path), settings, 0, 1)
     beacon.start()
     beacon.advanced(1, 32, 0.1)
     beacon.stop("complete")
@@ -517,11 +535,11 @@ def seconds(text: str) -> float:
 
 
 def test_on_a_tpu_vm_the_notice_and_recoverys_request_for_one_window_are_one_request(
-    train: ModuleType,
+    trainer: SimpleNamespace,
 ) -> None:
     from tpu_training_components.domain.maintenance_notices import MaintenanceNotice
 
-    found, why = train.read_maintenance_notice(json.dumps(NOTICE), BEFORE_NOTICE, "demo-tpu")
+    found, why = trainer.notices.read_maintenance_notice(json.dumps(NOTICE), BEFORE_NOTICE, "demo-tpu")
     recovery = MaintenanceNotice(
         node="demo-tpu",
         source="tpu",
@@ -530,4 +548,6 @@ def test_on_a_tpu_vm_the_notice_and_recoverys_request_for_one_window_are_one_req
     )
     assert why is None and found is not None and found.id == recovery.request_id
     # So a request recovery writes for it after the trainer saved for the notice is done already.
-    assert train.request_token(found.id) == train.request_token(recovery.request_id)
+    assert trainer.save_requests.request_token(found.id) == trainer.save_requests.request_token(
+        recovery.request_id
+    )

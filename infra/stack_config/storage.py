@@ -3,6 +3,7 @@ stack uploads to them."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 from typing import Optional
 
@@ -66,8 +67,64 @@ class TrainerCodeConfig(Model):
                 )
         if len(set(self.files)) != len(self.files):
             raise ValueError("files: each file once")
+        missing = unlisted_sibling_imports(PROJECT_ROOT / folder, self.files)
+        if missing:
+            importers: dict[str, list[str]] = {}
+            for importer, names in missing.items():
+                for name in names:
+                    importers.setdefault(name, []).append(importer)
+            # One importer each, a listed one first: where the chain starts.
+            named = [
+                f"{name} (imported by {sorted(by, key=lambda file: file not in self.files)[0]})"
+                for name, by in sorted(importers.items())
+            ]
+            to_add = ", ".join(repr(name) for name in sorted(importers))
+            raise ValueError(
+                f"files leaves out modules of {self.folder}/ that the listed code imports: "
+                f"{', '.join(named)}; only the files listed are uploaded, so the code would stop with "
+                f"ModuleNotFoundError on every VM and Pod; add {to_add}"
+            )
         return self
 
     def paths(self) -> dict[str, Path]:
         """Object name in the bucket -> the file to upload."""
         return {f"code/{name}": PROJECT_ROOT / self.folder / name for name in self.files}
+
+
+def unlisted_sibling_imports(folder: Path, files: tuple[str, ...]) -> dict[str, list[str]]:
+    """The modules of ``folder`` that the listed Python files import (``import settings`` with
+    ``settings.py`` beside them), directly or through another such module, and that ``files``
+    leaves out: importer -> those modules' file names. A VM or Pod copies ``code/`` into one
+    folder and runs the entry from it, so the entry's folder is first on ``sys.path`` and its
+    siblings are imported from there: one not uploaded is missing there. Every import statement
+    counts, also one inside a function (the reference trainer imports its heavy libraries late);
+    a name computed at run time (``importlib.import_module(x)``) cannot be seen. A file that does
+    not parse with this Python (newer syntax, say) is not read."""
+    listed = set(files)
+    found: dict[str, list[str]] = {}
+    to_read = [name for name in files if name.endswith(".py")]
+    read: set[str] = set()
+    while to_read:
+        name = to_read.pop(0)
+        if name in read:
+            continue
+        read.add(name)
+        try:
+            tree = ast.parse((folder / name).read_bytes(), filename=name)
+        except (OSError, SyntaxError, ValueError):
+            continue  # unreadable: the upload says so; unparsable: not ours to judge
+        modules: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules.update(alias.name.partition(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules.add(node.module.partition(".")[0])
+        siblings = sorted(
+            f"{module}.py"
+            for module in modules
+            if f"{module}.py" not in listed and (folder / f"{module}.py").is_file()
+        )
+        if siblings:
+            found[name] = siblings
+            to_read.extend(siblings)
+    return found

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.util
+import importlib
 import io
 import json
 import os
@@ -31,7 +31,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import ModuleType
+from types import SimpleNamespace
 from typing import Iterator, Mapping, Optional, Protocol, Sequence
 
 from tpu_training_components.domain.job_manifests import (
@@ -45,24 +45,30 @@ from tpu_training_components.domain.startup_script import (
     render_startup_script,
 )
 
-TRAIN_PY = Path(__file__).resolve().parents[2] / "trainer" / "train.py"
+TRAINER = Path(__file__).resolve().parents[2] / "trainer"
+"""The reference trainer's folder: flat modules, uploaded as they are and run as
+``python3 trainer/train.py``, so each imports its siblings as top-level modules."""
+TRAIN_PY = TRAINER / "train.py"
 
 
 @contextlib.contextmanager
-def trainer_module(name: str = "reference_trainer") -> Iterator[ModuleType]:
-    """trainer/train.py imported as a module, to test its parts in this process. Importing it
-    installs its SIGTERM handler; the caller's is put back."""
+def trainer_modules() -> Iterator[SimpleNamespace]:
+    """Every module of the reference trainer (``trainer/NAME.py`` as attribute ``NAME``), imported
+    as ``python3 trainer/train.py`` imports them: top-level modules, ``trainer/`` first on
+    ``sys.path``; to test their parts in this process. Importing ``train`` installs its SIGTERM
+    handler; the caller's is put back, and so are ``sys.path`` and ``sys.modules``."""
+    names = sorted(path.stem for path in TRAINER.glob("*.py"))
+    taken = [name for name in names if name in sys.modules]
+    assert not taken, f"modules named like the trainer's are imported already: {taken}"
     handler = signal.getsignal(signal.SIGTERM)
-    spec = importlib.util.spec_from_file_location(name, TRAIN_PY)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclasses look their module up there
+    sys.path.insert(0, str(TRAINER))
     try:
-        spec.loader.exec_module(module)
-        yield module
+        yield SimpleNamespace(**{name: importlib.import_module(name) for name in names})
     finally:
         signal.signal(signal.SIGTERM, handler)
-        sys.modules.pop(name, None)
+        sys.path.remove(str(TRAINER))
+        for name in names:
+            sys.modules.pop(name, None)
 
 
 PROGRESS_RECORD = "progress.process-"

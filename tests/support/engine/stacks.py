@@ -24,7 +24,22 @@ TPU_VM_CONFIG: dict[str, Any] = {
             "trainCommand": "python3 /opt/trainer/train.py",
         }
     ],
-    "tpu-training:trainerCode": {"folder": "trainer", "files": ["train.py", "requirements.txt"]},
+    "tpu-training:trainerCode": {
+        "folder": "trainer",
+        "files": [
+            "train.py",
+            "checkpoints.py",
+            "hosts.py",
+            "model.py",
+            "notices.py",
+            "outcomes.py",
+            "progress.py",
+            "save_requests.py",
+            "settings.py",
+            "storage.py",
+            "requirements.txt",
+        ],
+    },
 }
 
 
