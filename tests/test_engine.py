@@ -331,6 +331,8 @@ GKE_DOCUMENTED_EDITS: dict[str, tuple[str, Any]] = {
     "command": ("tpu-training:jobs", [dict(_JOB, command=["python3", "/tmp/trainer/train.py", "--v2"])]),
     "env": ("tpu-training:jobs", [dict(_JOB, env={"XLA_FLAGS": "--xla_dump_to=/tmp"})]),
     "maxRunDuration": ("tpu-training:nodePools", [dict(_POOL, maxRunDuration="72h")]),
+    # The pool becomes a capacity ladder: a ComputeClass and a pool per rung, the Job selecting the class.
+    "provisioning ladder": ("tpu-training:nodePools", [dict(_POOL, provisioning=["spot", "flex-start"])]),
     "labels": ("tpu-training:labels", {"team": "research"}),
     "costSeconds (tuning)": ("tpu-training:checkpointing", {"costSeconds": 120}),
 }
