@@ -660,7 +660,9 @@ def live_notices(project: offline.Project, stack: str) -> NoticeRound:
             lambda: loaded.append(stack_config.load(stack)), project=project.name, stack=stack, config=config
         )
         settings = loaded[0]
-        nodes = list_live_nodes(settings.gcp_project, {vm.zone for vm in settings.tpu_vms})
+        nodes = list_live_nodes(
+            settings.gcp_project, {zone for vm in settings.tpu_vms for zone in vm.ladder_zones}
+        )
         return name_notices(settings, nodes, datetime.now(timezone.utc))
     except Exception as exc:  # noqa: BLE001 - notices never stop a plan
         return NoticeRound(warnings=[f"maintenance notices not read: {failure_summary(exc)}"])

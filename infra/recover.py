@@ -61,6 +61,7 @@ from types import FrameType
 from typing import Any, Callable, Optional, Sequence, TextIO
 
 import pulumi
+from tpu_training_components.domain.capacity_ladder import zone_to_judge
 from tpu_training_components.domain.recovery import Decision, failure_summary, utc_now
 from tpu_training_components.domain.recovery_records import RoundTimes, recovery_record
 from tpu_training_components.domain.recovery_rounds import (
@@ -276,12 +277,18 @@ class Probe:
         # One reader (one storage client, made when first needed) for the VMs' and the Jobs' records.
         read_progress = self.read_progress or reconcile.progress_reader(settings.gcp_project)
         now = self.clock()
-        self.tpu_nodes = list_live_nodes(
-            settings.gcp_project, {vm.zone for vm in settings.tpu_vms}, client=self.tpu_client
+        self.tpu_nodes = live = list_live_nodes(
+            settings.gcp_project,
+            {zone for vm in settings.tpu_vms for zone in vm.ladder_zones},
+            client=self.tpu_client,
         )
         vms = reconcile.reconcile_tpu_vms(
             settings.gcp_project,
-            [(vm.name, vm.zone) for vm in settings.tpu_vms],
+            # A VM with a capacity ladder is judged where it lives, on any of its rungs' zones.
+            [
+                (vm.name, zone_to_judge(vm.name, vm.ladder_zones, live.nodes, live.failures))
+                for vm in settings.tpu_vms
+            ],
             grace=timedelta(minutes=settings.recovery.maintenance_grace_minutes),
             live=self.tpu_nodes,
             hang_checks=checks,
