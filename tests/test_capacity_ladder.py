@@ -5,9 +5,13 @@ VM (a running one never moves; a recovery round's rung is declared)."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
-from support.program import refused, run_stack
+import yaml
+from support.fake_tpu_api import FakeTpuApi
+from support.program import REPO, refused, run_stack
+from support.recover_runs import RecordingRunner
 from tpu_training_components.domain.capacity_ladder import (
     CreateFailure,
     LadderState,
@@ -20,7 +24,11 @@ from tpu_training_components.domain.capacity_ladder import (
     state_from_records,
     zone_to_judge,
 )
-from tpu_training_components.domain.recovery_rounds import ROUND_ENV, RecoveryRound
+from tpu_training_components.domain.recovery_rounds import ROUND_ENV, RecoveryRound, RoundOutcome
+from tpu_training_components.live.progress_records import ProgressReading
+
+from infra import offline, recover
+from infra.automation import UpResult
 
 VMS = "tpu-training:tpuVms"
 A, B = "us-central1-a", "us-central1-b"
@@ -274,3 +282,92 @@ def test_round_rungs_survive_the_environment():
     round_ = RecoveryRound(True, frozenset({"demo-tpu"}), rungs={"demo-tpu": Rung(B, "on-demand")})
     assert RecoveryRound.from_env(round_.to_env()) == round_
     assert json.loads(round_.to_env())["rungs"] == {"demo-tpu": {"zone": B, "provisioning": "on-demand"}}
+
+
+# --- Recovery rounds (`python -m infra.recover`) on the held-out stack -----------------------------
+
+
+class _Refusing(RecordingRunner):
+    """`pulumi up` whose creates the Cloud TPU API refuses with ``error`` (None: they succeed)."""
+
+    def __init__(self, tpu, error):
+        super().__init__(deployed=("demo-tpu",))
+        self.tpu, self.error = tpu, error
+
+    def __call__(self, stack, targets=None, *, refresh=True, recovery_round=None):
+        super().__call__(stack, targets, refresh=refresh, recovery_round=recovery_round)
+        rung = recovery_round.rungs["demo-tpu"]
+        for zone in (A, B):
+            self.tpu.nodes[zone] = [n for n in self.tpu.nodes.get(zone, []) if n["name"] != "demo-tpu"]
+        if self.error is not None and rung.zone == A:
+            return UpResult(RoundOutcome.FAILED, f"urn:...V2Vm::demo-tpu-vm error: {self.error}", 0.1)
+        self.tpu.add(rung.zone, "demo-tpu", "READY", labels={"recovery-generation": "9"}, health="HEALTHY")
+        return UpResult(RoundOutcome.SUCCEEDED, "update succeeded", 0.1)
+
+
+@pytest.fixture
+def ladder_stack(tmp_path, monkeypatch, config):
+    """The held-out stack in a project of its own, its VM preempted on its first rung."""
+    shutil.copy(REPO / "Pulumi.yaml", tmp_path)
+    (tmp_path / "infra").symlink_to(REPO / "infra")
+    (tmp_path / "Pulumi.ladder.yaml").write_text(yaml.safe_dump({"config": _held_out(config)}))
+    with FakeTpuApi() as tpu:
+        tpu.add(A, "demo-tpu", "PREEMPTED", labels={"recovery-generation": "3"})
+        monkeypatch.setenv("TPU_API_ENDPOINT", tpu.endpoint)
+        yield recover.Target(offline.load_project(tmp_path), "ladder", "ladder"), tpu
+
+
+def _rounds(target, runner, count, records=None):
+    said = []
+    probe = recover.Probe(read_progress=lambda folder: ProgressReading())
+    recoverer = recover.Recoverer(target, probe=probe, up=runner, say=said.append, records=records)
+    return [recoverer.run_round() for _ in range(count)], said
+
+
+STOCKOUT = 'Error code 8, message: There is no more capacity in the zone "us-central1-a"'
+
+
+def test_recovery_moves_one_rung_after_two_stockouts_with_cause_stockout(ladder_stack):
+    target, tpu = ladder_stack
+    runner = _Refusing(tpu, STOCKOUT)
+    reports, said = _rounds(target, runner, 4)
+    declared = [r.rungs["demo-tpu"] for r in runner.rounds]
+    assert declared == [Rung(A, "spot"), Rung(A, "spot"), Rung(B, "spot")]  # then READY on B
+    assert [r.outcome for r in reports] == [RoundOutcome.FAILED] * 2 + [
+        RoundOutcome.SUCCEEDED,
+        RoundOutcome.NOT_RUN,
+    ]
+    moved = reports[2].to_json()["decisions"][0]
+    assert moved["cause"] == "stockout" and "declared on rung 1 (us-central1-b spot)" in moved["reason"]
+    assert reports[0].recovery_records()[0]["createFailure"] == "stockout"
+    assert reports[2].recovery_records()[0]["rung"] == {"zone": B, "provisioning": "spot"}
+    assert reports[2].recovery_records()[0]["cause"] == "stockout"
+
+
+QUOTA = "googleapi: Error 403: Quota 'TPUS_PER_PROJECT' exceeded, QUOTA_EXCEEDED"
+PERMISSION = "googleapi: Error 403: Permission 'tpu.nodes.create' denied, PERMISSION_DENIED"
+
+
+@pytest.mark.parametrize("error", [QUOTA, PERMISSION])
+def test_recovery_never_moves_on_a_quota_or_permission_error(ladder_stack, error):
+    target, tpu = ladder_stack
+    runner = _Refusing(tpu, error)
+    reports, said = _rounds(target, runner, 4)
+    assert {r.rungs["demo-tpu"] for r in runner.rounds} == {Rung(A, "spot")}
+    assert all(r.outcome is RoundOutcome.FAILED for r in reports)
+    assert not any(d["cause"] == "stockout" for r in reports for d in r.to_json()["decisions"])
+    assert any(
+        "the ladder does not move" in line and ("quota" in line or "roles/tpu.admin" in line) for line in said
+    )
+
+
+def test_a_once_schedule_counts_stockouts_from_its_records(ladder_stack, tmp_path):
+    target, tpu = ladder_stack
+    records = tmp_path / "records.jsonl"
+    runner = _Refusing(tpu, STOCKOUT)
+    for _ in range(2):  # two runs of --once, each a process of its own as far as memory goes
+        (report,), _ = _rounds(target, runner, 1, records=str(records))
+        recover.append_records(str(records), report.recovery_records(), print)
+    (report,), _ = _rounds(target, runner, 1, records=str(records))
+    assert runner.rounds[-1].rungs["demo-tpu"] == Rung(B, "spot")
+    assert report.outcome is RoundOutcome.SUCCEEDED
