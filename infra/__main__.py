@@ -48,7 +48,14 @@ from tpu_training_components import (
     TrainingServiceAccount,
     WorkloadEngines,
 )
-from tpu_training_components.domain.capacity_ladder import Rung, current_rung, index_of, last_deployed_rung
+from tpu_training_components.domain.capacity_ladder import (
+    LADDERS_OUTPUT,
+    Rung,
+    current_rung,
+    index_of,
+    last_deployed_rung,
+    rung_prices,
+)
 from tpu_training_components.domain.goodput import CheckpointPlan
 from tpu_training_components.domain.recovery_rounds import (
     ROUND_ENV,
@@ -697,6 +704,12 @@ def export_outputs(
             )
         ),
     )
+    # Each rung's price and the worst rung's, for VMs with a ladder (`python -m infra.plan` shows them).
+    ladders = {
+        vm.name: rung_prices(vm.ladder, vm.accelerator_type) for vm in settings.tpu_vms if len(vm.ladder) > 1
+    }
+    if ladders:
+        pulumi.export(LADDERS_OUTPUT, ladders)
     # Read back by the next run, and by `python -m infra.status`: each VM's and Job's last recovery.
     last.export(RECOVERIES_OUTPUT, recovery.last_recoveries, recovered_vms | recovered_jobs)
     # Read back by the next run, which refuses to run under another stack or project name.

@@ -10,6 +10,7 @@ import shutil
 import pytest
 import yaml
 from support.fake_tpu_api import FakeTpuApi
+from support.in_process import run_plan
 from support.program import REPO, refused, run_stack
 from support.recover_runs import RecordingRunner
 from tpu_training_components.domain.capacity_ladder import (
@@ -371,3 +372,65 @@ def test_a_once_schedule_counts_stockouts_from_its_records(ladder_stack, tmp_pat
     (report,), _ = _rounds(target, runner, 1, records=str(records))
     assert runner.rounds[-1].rungs["demo-tpu"] == Rung(B, "spot")
     assert report.outcome is RoundOutcome.SUCCEEDED
+
+
+# --- The plan: prices per rung, and which ladder edits restart training ----------------------------
+
+
+def test_the_plan_shows_each_rungs_price_and_the_worst(config):
+    ladder = run_stack(_held_out(config)).outputs["capacityLadders"]["demo-tpu"]
+    prices = [row["usdPerHour"] for row in ladder["rungs"]]
+    # v3-8 in us-central1 (domain/prices.py): Spot on both zones, then on-demand, the worst.
+    assert prices[0] == prices[1] < prices[2] == prices[3] == ladder["worstUsdPerHour"]
+    assert [(row["zone"], row["provisioning"]) for row in ladder["rungs"]] == [
+        (A, "spot"),
+        (B, "spot"),
+        (A, "on-demand"),
+        (B, "on-demand"),
+    ]
+
+
+def test_no_ladder_no_ladder_prices(config):
+    assert "capacityLadders" not in run_stack(config).outputs
+
+
+@pytest.fixture
+def plan_project(tmp_path, config):
+    shutil.copy(REPO / "Pulumi.yaml", tmp_path)
+    (tmp_path / "infra").symlink_to(REPO / "infra")
+    (tmp_path / "deployed.json").write_text(json.dumps(_deployed_on(A, "spot")))
+
+    def plan(name, edit, *args):
+        stack = _held_out(json.loads(json.dumps(config)))
+        edit(stack[VMS][0])
+        (tmp_path / f"Pulumi.{name}.yaml").write_text(yaml.safe_dump({"config": stack}))
+        result = run_plan(
+            "--stack", name, "--previous-outputs", str(tmp_path / "deployed.json"), *args, cwd=tmp_path
+        )
+        assert result.returncode == 0, result.stderr
+        return result
+
+    return tmp_path, plan
+
+
+def _restarts(plan_project, edit):
+    folder, plan = plan_project
+    plan("ladder", lambda vm: None, "--json", str(folder / "base.json"))
+    document = json.loads(
+        plan("ladder", edit, "--compare-to", str(folder / "base.json"), "--json", "-").stdout
+    )
+    return document["changes"]["restartsTraining"]
+
+
+def test_reordering_the_rungs_of_a_running_vm_restarts_nothing(plan_project):
+    def reorder(vm):
+        vm.update(zones=[B, A], provisioning=["on-demand", "spot"])
+
+    assert _restarts(plan_project, reorder) == []
+
+
+def test_removing_the_rung_a_vm_runs_on_restarts_it(plan_project):
+    def drop_spot(vm):
+        vm.update(provisioning=["on-demand"])
+
+    assert _restarts(plan_project, drop_spot) == ["demo-tpu-vm"]

@@ -19,9 +19,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence, cast
 
+from . import catalogue, prices
 from .recovery import StrEnum
+
+LADDERS_OUTPUT = "capacityLadders"
+"""Stack output: for each TPU VM with more than one rung, its rungs' prices and the worst's."""
 
 DEFAULT_ATTEMPTS = 2
 """Stockouts in a row on one rung before the next rung is declared (``recovery.ladder.attempts``)."""
@@ -307,3 +311,47 @@ def zone_to_judge(
         if zone in failed:
             return zone
     return zones[0]
+
+
+# --- What each rung costs ----------------------------------------------------------------------------
+
+
+def rung_prices(ladder: Sequence[Rung], accelerator_type: str) -> dict[str, Any]:
+    """Each rung's hourly list price (``domain.prices``, the table the cost estimate reads) and the
+    worst rung's: what the VM may cost when the cheaper rungs are out of capacity. A rung without
+    a price makes the worst unknown (nothing is guessed)."""
+    accelerator = catalogue.accelerator_type(accelerator_type)
+    rows = []
+    for index, rung in enumerate(ladder):
+        # Preemptible TPU VMs are billed at the Spot price (domain/prices.py).
+        model = cast(prices.Model, "spot" if rung.provisioning == "preemptible" else rung.provisioning)
+        price = prices.tpu_vm_hour(
+            accelerator.generation,
+            catalogue.region_of_zone(rung.zone),
+            accelerator.chips,
+            accelerator.cores,
+            model,
+        )
+        rows.append(
+            {"rung": index, **rung.to_json(), "usdPerHour": price.usd_per_hour, "source": price.source}
+        )
+    known = [row["usdPerHour"] for row in rows]
+    worst = None if None in known else max(known)
+    return {"rungs": rows, "worstUsdPerHour": worst, "pricesAsOf": prices.AS_OF}
+
+
+def render_prices(ladders: Mapping[str, Any]) -> list[str]:
+    """The plan's lines for the ``capacityLadders`` output: each rung's price, then the worst."""
+    lines = []
+    for name, ladder in sorted(ladders.items()):
+        lines.append(f"  {name}:")
+        for row in ladder.get("rungs", []):
+            price = row.get("usdPerHour")
+            shown = f"${price:.2f}/h" if isinstance(price, (int, float)) else f"unknown ({row.get('source')})"
+            lines.append(f"    rung {row['rung']}: {row['zone']} {row['provisioning']}: {shown}")
+        worst = ladder.get("worstUsdPerHour")
+        lines.append(
+            f"    worst rung: {f'${worst:.2f}/h' if isinstance(worst, (int, float)) else 'unknown'} "
+            f"(the headline cost counts the rung declared now)"
+        )
+    return lines
