@@ -335,8 +335,8 @@ def rung_prices(ladder: Sequence[Rung], accelerator_type: str) -> dict[str, Any]
         rows.append(
             {"rung": index, **rung.to_json(), "usdPerHour": price.usd_per_hour, "source": price.source}
         )
-    known = [row["usdPerHour"] for row in rows]
-    worst = None if None in known else max(known)
+    known = [row["usdPerHour"] for row in rows if isinstance(row["usdPerHour"], float)]
+    worst = max(known) if len(known) == len(rows) else None
     return {"rungs": rows, "worstUsdPerHour": worst, "pricesAsOf": prices.AS_OF}
 
 
