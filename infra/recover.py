@@ -353,6 +353,9 @@ class RoundReport:
     """The rung of its capacity ladder each recovered TPU VM is declared on."""
     create_failures: dict[str, CreateFailure] = field(default_factory=dict)
     """How the create of each recovered TPU VM failed, when its `pulumi up` failed."""
+    ladder_moves: tuple[str, ...] = ()
+    """TPU VMs whose next creation goes one rung down: the next round is a new attempt, not a
+    retry, so a watch does not back off before it."""
 
     def recovery_records(self) -> list[dict[str, Any]]:
         """One record per VM or Job the round's `pulumi up` recovered (or tried to): its cause and
@@ -571,6 +574,7 @@ class Recoverer:
         a quota, permission or invalid error is said, with what to fix, and moves nothing."""
         if report.up is None or report.up.status not in (RoundOutcome.SUCCEEDED, RoundOutcome.FAILED):
             return
+        attempts = settings.recovery.ladder.attempts
         recovered = (
             [name for name in report.rungs if name in {d.name for d in report.plan.recovering}]
             if report.plan
@@ -589,6 +593,11 @@ class Recoverer:
             self.ladders[vm.name], line = after_create(vm.ladder, self.ladders[vm.name], failure)
             if failure is not None:
                 self.say(f"warning: TPU VM {vm.name}: {line}")
+            if (
+                failure is CreateFailure.STOCKOUT
+                and declare(vm.ladder, self.ladders[vm.name], attempts).moved
+            ):
+                report.ladder_moves += (vm.name,)
 
     def _notices(self, report: RoundReport, settings: stack_config.StackConfig, now: datetime) -> None:
         """Maintenance notices, after the decisions and apart from them: a notice never changes
@@ -857,6 +866,8 @@ def _rounds(
             # round that could not read live state, or ended early, says nothing.
             backoff.record(outcome)
         delay = next_round_in(interval_seconds, backoff, outcome)
+        if report.ladder_moves:
+            delay = interval_seconds  # the next rung is a first attempt there, not a retry
         if outcome is RoundOutcome.FAILED:
             recoverer.say(
                 f"{recoverer.target.qualified}: `pulumi up` failed {backoff.failures} time(s) in a row; "

@@ -338,6 +338,8 @@ def test_recovery_moves_one_rung_after_two_stockouts_with_cause_stockout(ladder_
         RoundOutcome.SUCCEEDED,
         RoundOutcome.NOT_RUN,
     ]
+    # The second stockout makes the move: a watch starts the next round at its interval, no back-off.
+    assert [r.ladder_moves for r in reports] == [(), ("demo-tpu",), (), ()]
     moved = reports[2].to_json()["decisions"][0]
     assert moved["cause"] == "stockout" and "declared on rung 1 (us-central1-b spot)" in moved["reason"]
     assert reports[0].recovery_records()[0]["createFailure"] == "stockout"
