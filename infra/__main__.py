@@ -55,6 +55,7 @@ from tpu_training_components.domain.capacity_ladder import (
     index_of,
     last_deployed_rung,
     rung_prices,
+    with_stockout_causes,
 )
 from tpu_training_components.domain.goodput import CheckpointPlan
 from tpu_training_components.domain.recovery_rounds import (
@@ -371,6 +372,7 @@ def declare_tpu_vms(
     environments = {vm.name: derived.vm_environment(settings, vm) for vm in settings.tpu_vms}
     vms = {}
     rungs = {}
+    stockouts = last.round.stockouts if last.round is not None else frozenset()
     for vm in settings.tpu_vms:
         vm_network, vm_subnetwork = foundation.network_in(vm.region, (vm.network, vm.subnetwork))
         rung = declared_rung(vm, last, recovery)
@@ -388,7 +390,7 @@ def declare_tpu_vms(
                 "environment": environments[vm.name],
                 "service_account_email": identity.email,
                 "recovery_generation": recovery.vm_generation(vm.name),
-                "recovery_cause": recovery.vm_cause(vm.name),
+                "recovery_cause": "stockout" if vm.name in stockouts else recovery.vm_cause(vm.name),
                 "restart_generation": vm.restart_generation,
                 "external_ip": vm.external_ip,
                 # A secret anywhere in tpuVms (`pulumi config set --secret --path
@@ -711,7 +713,12 @@ def export_outputs(
     if ladders:
         pulumi.export(LADDERS_OUTPUT, ladders)
     # Read back by the next run, and by `python -m infra.status`: each VM's and Job's last recovery.
-    last.export(RECOVERIES_OUTPUT, recovery.last_recoveries, recovered_vms | recovered_jobs)
+    stockouts = last.round.stockouts if last.round is not None else frozenset()
+    last.export(
+        RECOVERIES_OUTPUT,
+        recovery.last_recoveries.apply(lambda found: with_stockout_causes(found, stockouts)),
+        recovered_vms | recovered_jobs,
+    )
     # Read back by the next run, which refuses to run under another stack or project name.
     pulumi.export(DEPLOYED_AS_OUTPUT, deployed_as(pulumi.get_project(), pulumi.get_stack()))
 

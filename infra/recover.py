@@ -353,6 +353,8 @@ class RoundReport:
     """The rung of its capacity ladder each recovered TPU VM is declared on."""
     create_failures: dict[str, CreateFailure] = field(default_factory=dict)
     """How the create of each recovered TPU VM failed, when its `pulumi up` failed."""
+    stockout_moves: set[str] = field(default_factory=set)
+    """TPU VMs this round declares one rung down (cause ``stockout``)."""
     ladder_moves: tuple[str, ...] = ()
     """TPU VMs whose next creation goes one rung down: the next round is a new attempt, not a
     retry, so a watch does not back off before it."""
@@ -553,6 +555,7 @@ class Recoverer:
         if len(vm.ladder) == 1:
             return decision
         if declared.moved:
+            report.stockout_moves.add(vm.name)
             return dataclasses.replace(
                 decision, reason=f"{decision.reason}; {declared.line}", cause=Cause.STOCKOUT
             )
@@ -663,7 +666,9 @@ class Recoverer:
         if self.apply_pending:
             for change in chosen.beside:
                 self.say(f"warning: --apply-pending: applied too: {change.shown}")
-            told = _recovery_round(recovering, None, history, budget, now, report.rungs)
+            told = _recovery_round(
+                recovering, None, history, budget, now, report.rungs, frozenset(report.stockout_moves)
+            )
             report.up_started_at = self.clock()
             return self.up(self.target.qualified, recovery_round=told)
         for line in recovery_targets.describe(chosen):
@@ -678,7 +683,9 @@ class Recoverer:
             return UpResult(RoundOutcome.STOPPED, "a stop was asked before `pulumi up` started; not run", 0.0)
         report.targets = chosen.targets
         recovered = [(kind, d) for kind, d in recovering if targets.urns[d.name] in chosen.targets]
-        told = _recovery_round(recovered, chosen.targets, history, budget, now, report.rungs)
+        told = _recovery_round(
+            recovered, chosen.targets, history, budget, now, report.rungs, frozenset(report.stockout_moves)
+        )
         report.up_started_at = self.clock()
         return self.up(
             self.target.qualified, list(chosen.targets), refresh=chosen.refresh, recovery_round=told
@@ -692,6 +699,7 @@ def _recovery_round(
     budget: RestartBudget,
     now: datetime,
     rungs: Optional[dict[str, Rung]] = None,
+    stockouts: frozenset[str] = frozenset(),
 ) -> RecoveryRound:
     """What the round's `pulumi up` tells the program: what it recovers, and each recovered Job's
     history with this recovery in it."""
@@ -708,6 +716,7 @@ def _recovery_round(
             for name, d in jobs.items()
         },
         rungs={name: rung for name, rung in (rungs or {}).items() if name in vms},
+        stockouts=frozenset(name for name in stockouts if name in vms),
     )
 
 

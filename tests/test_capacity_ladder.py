@@ -23,6 +23,7 @@ from tpu_training_components.domain.capacity_ladder import (
     declare,
     failure_of,
     state_from_records,
+    with_stockout_causes,
     zone_to_judge,
 )
 from tpu_training_components.domain.recovery_rounds import ROUND_ENV, RecoveryRound, RoundOutcome
@@ -272,6 +273,22 @@ def test_a_recovery_round_declares_the_rung_it_was_told(config, monkeypatch):
     assert run.outputs["tpuVms"]["demo-tpu"]["rung"] == 1
 
 
+def test_a_move_for_stockouts_is_the_vms_cause_on_its_label_and_in_last_recoveries(config, monkeypatch):
+    moved = RecoveryRound(
+        False, frozenset({"demo-tpu"}), rungs={"demo-tpu": Rung(B, "spot")}, stockouts=frozenset({"demo-tpu"})
+    )
+    assert RecoveryRound.from_env(moved.to_env()) == moved
+    monkeypatch.setenv(ROUND_ENV, moved.to_env())
+    run = run_stack(_held_out(config), previous_outputs=_deployed_on(A, "spot"))
+    assert _vm(run)["labels"]["recovery-cause"] == "stockout"
+    # lastRecoveries: the program's own decision (it saw the VM missing) with the round's cause.
+    found = {"tpuVms": {"demo-tpu": {"action": "create", "cause": "missing"}, "other": {"cause": "hung"}}}
+    assert with_stockout_causes(found, {"demo-tpu"})["tpuVms"] == {
+        "demo-tpu": {"action": "create", "cause": "stockout"},
+        "other": {"cause": "hung"},
+    }
+
+
 def test_a_round_rung_off_the_ladder_is_refused(config, monkeypatch):
     round_ = RecoveryRound(False, frozenset({"demo-tpu"}), rungs={"demo-tpu": Rung("us-central1-c", "spot")})
     monkeypatch.setenv(ROUND_ENV, round_.to_env())
@@ -342,6 +359,7 @@ def test_recovery_moves_one_rung_after_two_stockouts_with_cause_stockout(ladder_
     assert [r.ladder_moves for r in reports] == [(), ("demo-tpu",), (), ()]
     moved = reports[2].to_json()["decisions"][0]
     assert moved["cause"] == "stockout" and "declared on rung 1 (us-central1-b spot)" in moved["reason"]
+    assert [r.stockouts for r in runner.rounds] == [frozenset(), frozenset(), frozenset({"demo-tpu"})]
     assert reports[0].recovery_records()[0]["createFailure"] == "stockout"
     assert reports[2].recovery_records()[0]["rung"] == {"zone": B, "provisioning": "spot"}
     assert reports[2].recovery_records()[0]["cause"] == "stockout"

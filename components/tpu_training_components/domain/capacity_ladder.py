@@ -355,3 +355,20 @@ def render_prices(ladders: Mapping[str, Any]) -> list[str]:
             f"(the headline cost counts the rung declared now)"
         )
     return lines
+
+
+def with_stockout_causes(last_recoveries: Any, stockouts: Iterable[str]) -> Any:
+    """``lastRecoveries`` (``TrainingRecovery.last_recoveries``) with cause ``stockout`` for the
+    TPU VMs a recovery round declared one rung down: the program saw them only as missing."""
+    moved = set(stockouts)
+    if (
+        not moved
+        or not isinstance(last_recoveries, dict)
+        or not isinstance(last_recoveries.get("tpuVms"), dict)
+    ):
+        return last_recoveries
+    vms = {
+        name: dict(entry, cause="stockout") if name in moved and isinstance(entry, dict) else entry
+        for name, entry in last_recoveries["tpuVms"].items()
+    }
+    return {**last_recoveries, "tpuVms": vms}

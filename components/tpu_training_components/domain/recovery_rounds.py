@@ -156,6 +156,9 @@ class RecoveryRound:
     rungs: Mapping[str, Rung] = field(default_factory=dict)
     """Recovered TPU VM -> the rung of its capacity ladder it is declared on
     (``domain.capacity_ladder``): the watcher counts the stockouts, the program declares it."""
+    stockouts: frozenset[str] = frozenset()
+    """The recovered TPU VMs it declares one rung down their ladder for stockouts: their cause
+    is ``stockout`` (their ``recovery-cause`` label, ``lastRecoveries``)."""
 
     def to_env(self) -> str:
         return json.dumps(
@@ -165,6 +168,7 @@ class RecoveryRound:
                 "jobs": sorted(self.jobs),
                 "restarts": {name: [r.to_json() for r in entries] for name, entries in self.restarts.items()},
                 "rungs": {name: rung.to_json() for name, rung in self.rungs.items()},
+                "stockouts": sorted(self.stockouts),
             },
             sort_keys=True,
         )
@@ -198,12 +202,16 @@ class RecoveryRound:
             raise RoundEnvError(
                 f"{ROUND_ENV}: rungs = {str(given)[:80]!r} is not a map of VM name -> zone and provisioning"
             )
+        stockouts = value.get("stockouts") or []
+        if not _names(stockouts):
+            raise RoundEnvError(f"{ROUND_ENV}: stockouts = {str(stockouts)[:80]!r} is not a list of VM names")
         return RecoveryRound(
             value["targeted"],
             frozenset(vms or ()),
             frozenset(jobs or ()),
             history,
             {name: rung for name, rung in rungs.items() if rung is not None},
+            frozenset(stockouts),
         )
 
 
