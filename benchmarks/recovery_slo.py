@@ -51,13 +51,15 @@ from support.fake_tpu_api import FakeTpuApi  # noqa: E402
 from support.loopback_gcs import LoopbackGcs  # noqa: E402
 from support.recover_runs import RecordingRunner  # noqa: E402
 from support.waiting import eventually  # noqa: E402
-from tpu_training_components.domain.recovery_rounds import RoundOutcome  # noqa: E402
+from tpu_training_components.domain.capacity_ladder import Rung  # noqa: E402
+from tpu_training_components.domain.recovery_rounds import Backoff, RoundOutcome  # noqa: E402
 from tpu_training_components.live import endpoints  # noqa: E402
 
 from infra import offline, recover, recover_events, stack_config  # noqa: E402
 from infra.automation import UpResult  # noqa: E402
 
-ZONE = "europe-west4-a"
+ZONE, NEXT_ZONE = "us-central1-a", "us-central1-b"
+"""The TPU VM's capacity ladder: (a, preemptible), (b, preemptible), (a, on-demand), (b, on-demand)."""
 NAMESPACE = "default"
 VM, JOB, JOBSET = "demo-tpu", "train-job", "train-js"
 POOL = "v6e-4x4"
@@ -78,10 +80,10 @@ def bench_project(folder: Path) -> recover.Target:
         "tpu-training:tpuVms": [
             {
                 "name": VM,
-                "zone": ZONE,
+                "zones": [ZONE, NEXT_ZONE],
                 "acceleratorType": "v3-8",
                 "runtimeVersion": "tpu-vm-tf-2.16.1-pjrt",
-                "provisioning": "preemptible",
+                "provisioning": ["preemptible", "on-demand"],
                 "trainCommand": "python3 train.py",
             }
         ],
@@ -118,6 +120,14 @@ class World:
             kube.put("pods", NAMESPACE, job_pod(index, self.started))
             kube.put("nodes", "", node(f"gke-{POOL}-{index}", pool=POOL))
         self.trainer = Trainer(progress, job_folder, self.started)
+        self.refusals: dict[str, tuple[str, int]] = {}
+        """Zone -> the Cloud TPU API's error for a create there, and how many more to refuse."""
+        self.declared: list[tuple[float, Rung]] = []
+        """Each recovery's rung for the VM, and when its `pulumi up` ran (time.time())."""
+        self.fault_at = 0.0
+        """When the last capacity fault was injected (time.time())."""
+        self.ready: list[tuple[float, str]] = []
+        """When the VM was created READY (time.time()), and in which zone."""
         self.window: Optional[tuple[str, float]] = None
         """The maintenance announced last: its request id, its window's start (epoch seconds)."""
         self.windows = 0
@@ -131,13 +141,32 @@ class World:
         self.trainer.restarted(self.started)
 
     def vm(self) -> dict[str, Any]:
-        return self.tpu.nodes[ZONE][0]
+        return next(node for zone in (ZONE, NEXT_ZONE) for node in self.tpu.nodes.get(zone, []))
 
-    def recreate(self) -> None:
-        """What a `pulumi up` does here: re-create what is not working at a new generation."""
+    def recreate(self, rung: Optional[Rung]) -> Optional[str]:
+        """What a `pulumi up` does here: re-create what is not working at a new generation, the
+        VM on ``rung`` (None: not recovered by this update). Returns the API's error when the
+        VM's create was refused (``refusals``)."""
         self.generation += 1
-        if self.vm()["state"] != "READY":
-            self.vm().update(state="READY", labels={"recovery-generation": str(self.generation)})
+        error = None
+        if rung is not None:
+            now = time.time()
+            self.declared.append((now, rung))
+            for zone in (ZONE, NEXT_ZONE):  # delete-before-replace: the old node goes first
+                self.tpu.nodes[zone] = [n for n in self.tpu.nodes.get(zone, []) if n["name"] != VM]
+            refused = self.refusals.get(rung.zone)
+            if refused is not None and refused[1] > 0:
+                error = refused[0]
+                self.refusals[rung.zone] = (refused[0], refused[1] - 1)
+            else:
+                self.tpu.add(
+                    rung.zone,
+                    VM,
+                    "READY",
+                    labels={"recovery-generation": str(self.generation)},
+                    health="HEALTHY",
+                )
+                self.ready.append((now, rung.zone))
         live_job = self.kube.jobs[NAMESPACE][0]
         if live_job["status"].get("conditions") or self.trainer.hung_since is not None:
             self.kube.remove("jobs", NAMESPACE, JOB)
@@ -148,6 +177,7 @@ class World:
         if self.kube.jobsets[NAMESPACE][0]["status"].get("conditions"):
             self.kube.remove("jobsets", NAMESPACE, JOBSET)
             self.kube.put("jobsets", NAMESPACE, jobset(JOBSET, generation=self.generation, ready=2))
+        return error
 
 
 def job_pod(index: int, started: float, **changes: Any) -> dict[str, Any]:
@@ -254,6 +284,10 @@ class Cause:
     training (a save request read by the trainer); its "up" column is then that time."""
     in_time: Optional[Callable[[World], bool]] = None
     """Whether the action came in time (the save done before the window)."""
+    ups: int = 1
+    """The `pulumi up` runs it takes (a stockout: one per refused create, and the one that works)."""
+    moves: Optional[int] = None
+    """Rung changes it must make (the capacity ladder): counted, and a different count is missed."""
 
 
 def _fail_job(world: World) -> None:
@@ -318,6 +352,46 @@ def _preempt_vm(world: World) -> None:
     world.vm()["state"] = "PREEMPTED"
 
 
+ATTEMPTS = 2
+"""recovery.ladder.attempts, its default: stockouts on one rung before the next."""
+# The Cloud TPU API's errors as pulumi-gcp quotes them (tests/test_capacity_ladder.py has sources).
+STOCKOUT_ERROR = f"googleapi: Error 429: There is no more capacity in the zone '{ZONE}', RESOURCE_EXHAUSTED"
+QUOTA_ERROR = "googleapi: Error 403: Quota 'TPUS_PER_PROJECT' exceeded, QUOTA_EXCEEDED"
+PERMISSION_ERROR = "googleapi: Error 403: Permission 'tpu.nodes.create' denied on resource, PERMISSION_DENIED"
+REFUSALS = ATTEMPTS + 1
+"""How many creates a quota or permission fault refuses: one more than a stockout would need to move."""
+
+
+def _refusing(error: str, times: int) -> Callable[[World], None]:
+    def inject(world: World) -> None:
+        # The VM's own first zone refuses (for a stockout, until the ladder moved it away).
+        world.refusals[ZONE] = (error, times)
+        world.fault_at = time.time()
+        _preempt_vm(world)
+
+    return inject
+
+
+def _ready_after(zone: Optional[str]) -> Callable[[World], Optional[float]]:
+    """When the VM was last created READY (in ``zone``, or anywhere), after the fault."""
+
+    def ready(world: World) -> Optional[float]:
+        found = [at for at, where in world.ready if zone in (None, where) and at >= world.fault_at]
+        return found[0] if found else None
+
+    return ready
+
+
+def _moves(world: World, since: float) -> int:
+    """Recoveries of the VM declared on another rung than the one before them, since ``since``."""
+    rungs = [rung for at, rung in world.declared if at >= since]
+    return sum(1 for before, after in zip(rungs, rungs[1:], strict=False) if after != before)
+
+
+def _lift_refusals(world: World) -> None:
+    world.refusals.clear()
+
+
 CAUSES: dict[str, Cause] = {
     "job-failed": Cause(_fail_job, needs_up=True),
     "jobset-failed": Cause(_fail_jobset, needs_up=True),
@@ -333,6 +407,37 @@ CAUSES: dict[str, Cause] = {
         acted=_request_read,
         in_time=_saved_before_window,
     ),
+    # The first zone has no capacity: two refused creates there, then READY on the next rung
+    # (timed from the preemption to READY there; a watch does not back off before the move).
+    "vm-stockout": Cause(
+        _refusing(STOCKOUT_ERROR, 10**6),
+        needs_up=True,
+        polled=True,
+        after=_lift_refusals,
+        acted=_ready_after(NEXT_ZONE),
+        ups=ATTEMPTS + 1,
+        moves=1,
+    ),
+    # Quota and permission refusals never move the ladder: after they are fixed (the refusals
+    # end), the VM is READY on its first rung, having moved 0 times.
+    "vm-quota": Cause(
+        _refusing(QUOTA_ERROR, REFUSALS),
+        needs_up=True,
+        polled=True,
+        after=_lift_refusals,
+        acted=_ready_after(ZONE),
+        ups=REFUSALS + 1,
+        moves=0,
+    ),
+    "vm-permission": Cause(
+        _refusing(PERMISSION_ERROR, REFUSALS),
+        needs_up=True,
+        polled=True,
+        after=_lift_refusals,
+        acted=_ready_after(ZONE),
+        ups=REFUSALS + 1,
+        moves=0,
+    ),
 }
 """Every cause measured. A new one (hung, maintenance) is one entry here."""
 
@@ -347,8 +452,16 @@ class RecordingUp(RecordingRunner):
 
     def __call__(self, *args: Any, **kwargs: Any) -> UpResult:
         self.started.append(time.monotonic())
-        self.world.recreate()
-        return super().__call__(*args, **kwargs)
+        told = kwargs.get("recovery_round")
+        rung = told.rungs.get(VM) if told is not None and VM in told.tpu_vms else None
+        error = self.world.recreate(rung)
+        result = super().__call__(*args, **kwargs)
+        if error is not None:
+            # As the engine reports a refused create: the resource's URN, then the API's error.
+            return UpResult(
+                RoundOutcome.FAILED, f"{VM}-vm: creating failed: {error}", result.duration_seconds
+            )
+        return result
 
 
 @dataclass
@@ -359,6 +472,8 @@ class Figures:
     missed: int = 0
     late: int = 0
     """Actions that did not come in time (a save not done before its window)."""
+    moves: Optional[int] = None
+    """Rung changes of the VM's capacity ladder, summed over the trials (ladder causes only)."""
 
 
 class Loop:
@@ -402,6 +517,9 @@ class Loop:
                 "stop": self.stop,
                 "emit": lambda report: self.rounds.append(report.trigger),
                 "events": self.events,
+                # Retries of a refused create every interval (the default back-off's first wait
+                # is 60 s); a move to the next rung never waits (infra.recover).
+                "backoff": Backoff(first_seconds=interval, cap_seconds=interval),
             },
         )
         self.thread.start()
@@ -430,6 +548,9 @@ def trial(loop: Loop, cause: Cause, figures: Figures, rng: random.Random) -> Non
     seen = next(index for index, at in enumerate(loop.reads) if at >= injected)
     figures.detection.append(loop.reads[seen] - injected)
     loop.wait(lambda: len(loop.rounds) > seen, bound)  # that round has ended
+    if cause.moves is not None:
+        _ladder_trial(loop, cause, figures, injected_at, ups_before)
+        return
     ups = loop.up.started[ups_before:]
     if cause.needs_up and ups:
         figures.up.append(ups[0] - injected)
@@ -444,6 +565,25 @@ def trial(loop: Loop, cause: Cause, figures: Figures, rng: random.Random) -> Non
                 figures.late += 1
         else:
             figures.missed += 1
+    cause.after(loop.world)
+
+
+def _ladder_trial(loop: Loop, cause: Cause, figures: Figures, injected_at: float, ups_before: int) -> None:
+    """A capacity-ladder fault: wait for the VM READY where it must end, timed from the fault;
+    then its `pulumi up` runs and its rung changes, each against what the cause expects."""
+    assert cause.acted is not None and cause.moves is not None
+    acted = cause.acted
+    if loop.wait(lambda: acted(loop.world) is not None, loop.interval * (cause.ups + 2) + 60):
+        figures.up.append((acted(loop.world) or injected_at) - injected_at)
+    else:
+        figures.missed += 1
+    loop.wait(lambda: len(loop.rounds) >= len(loop.reads), 10)  # every round that read has ended
+    ups = len(loop.up.started) - ups_before
+    figures.false_detections += max(0, ups - cause.ups)
+    moved = _moves(loop.world, injected_at)
+    figures.moves = (figures.moves or 0) + moved
+    if moved != cause.moves or ups < cause.ups:
+        figures.missed += 1
     cause.after(loop.world)
 
 
@@ -533,6 +673,7 @@ def main() -> None:
                     "falseDetections": each.false_detections,
                     "missed": each.missed,
                     "late": each.late,
+                    "moves": each.moves,
                 }
             round_seconds.append(statistics.median(warm_round(target, world) for _ in range(3)))
         one_round = max(round_seconds)
@@ -550,7 +691,11 @@ def main() -> None:
             detect, up = shown(row["detection"]), shown(row["up"])
             counts = f"{row['falseDetections']:5d}  {row['missed']:6d}  {row['late']:4d}"
             print(f"{name:<14} {mode:<9} {detect:>26}  {up}  {counts}")
-    print("(up: `pulumi up` started; for maintenance, the trainer read the save request)")
+    print(
+        "(up: `pulumi up` started; for maintenance, the trainer read the save request; for vm-stockout,\n"
+        " vm-quota and vm-permission, the VM READY again: on the next rung after the stockouts, on its\n"
+        f" first rung once the quota or permission is fixed after {REFUSALS} refusals)"
+    )
     goals = []
     watched = [results[name]["watching"]["detection"] for name in ("job-failed", "jobset-failed")]
     goals.append(
@@ -583,6 +728,24 @@ def main() -> None:
             "every maintenance notice turned into a save before its window",
             all(row["late"] == 0 and row["missed"] == 0 and row["up"] is not None for row in saves),
             ", ".join(f"{row['late']} late, {row['missed']} missed" for row in saves),
+        )
+    )
+    stockouts = [results["vm-stockout"][mode] for mode in ("polling", "watching")]
+    goals.append(
+        (
+            f"a stockout moves the VM one rung after {ATTEMPTS} refused creates, READY there",
+            all(row["missed"] == 0 and row["moves"] == row["trials"] for row in stockouts),
+            ", ".join(f"{row['moves']} move(s) in {row['trials']} trial(s)" for row in stockouts),
+        )
+    )
+    refusals = [
+        results[name][mode] for name in ("vm-quota", "vm-permission") for mode in ("polling", "watching")
+    ]
+    goals.append(
+        (
+            "0 moves for quota and permission faults",
+            all(row["moves"] == 0 and row["missed"] == 0 for row in refusals),
+            f"{sum(row['moves'] or 0 for row in refusals)} move(s)",
         )
     )
     falses = sum(row["falseDetections"] for modes in results.values() for row in modes.values())

@@ -49,6 +49,15 @@ from tpu_training_components import (
     TrainingServiceAccount,
     WorkloadEngines,
 )
+from tpu_training_components.domain.capacity_ladder import (
+    LADDERS_OUTPUT,
+    Rung,
+    current_rung,
+    index_of,
+    last_deployed_rung,
+    rung_prices,
+    with_stockout_causes,
+)
 from tpu_training_components.domain.goodput import CheckpointPlan
 from tpu_training_components.domain.recovery_rounds import (
     ROUND_ENV,
@@ -264,7 +273,11 @@ def declare_recovery(settings: StackConfig, offline: bool, last: LastUpdate) -> 
             # Read before anything was declared (read_last_update), not by a StackReference the
             # engine would read while it writes the state.
             "previous_outputs": last.outputs,
-            "tpu_vms": [judged(RecoveredTpuVm(name=vm.name, zone=vm.zone)) for vm in settings.tpu_vms],
+            # Each VM is judged on the rung it stands on (the last deployed, or the round's).
+            "tpu_vms": [
+                judged(RecoveredTpuVm(name=vm.name, zone=standing_rung(vm, last).zone))
+                for vm in settings.tpu_vms
+            ],
             "jobs": [
                 judged(
                     RecoveredJob(
@@ -295,12 +308,41 @@ def declare_recovery(settings: StackConfig, offline: bool, last: LastUpdate) -> 
 # --- TPU VMs ----------------------------------------------------------------------------------
 
 
+def standing_rung(vm: stack_config.TpuVmConfig, last: LastUpdate) -> Rung:
+    """The rung of its capacity ladder a VM stands on before this update decides: the one a
+    recovery round declares it on, or else the one last deployed (still on the ladder), or else
+    the preferred one."""
+    if last.round is not None and vm.name in last.round.rungs:
+        rung = last.round.rungs[vm.name]
+        if index_of(vm.ladder, rung) is None:
+            raise InvalidArgument(
+                f"{ROUND_ENV}: TPU VM {vm.name}: rung {rung} is not on its ladder "
+                f"({', '.join(str(r) for r in vm.ladder)}); unset it to run `pulumi up` yourself"
+            )
+        return rung
+    return current_rung(vm.ladder, last_deployed_rung(last.outputs, vm.name))
+
+
+def declared_rung(vm: stack_config.TpuVmConfig, last: LastUpdate, recovery: TrainingRecovery) -> Rung:
+    """The rung a VM is declared on: where it stands while it is kept (a running VM never moves,
+    whatever the ladder's order says); a recovery round's rung; the preferred rung when any other
+    update creates or replaces it (climbing back up at its next recovery)."""
+    standing = standing_rung(vm, last)
+    if recovery.vm_decision(vm.name).action == "keep":
+        return standing
+    if last.round is not None and vm.name in last.round.rungs:
+        return standing
+    return vm.ladder[0]
+
+
 @dataclass(frozen=True)
 class TpuVms:
     """The stack's TPU VMs by name, and the environment each one's training receives."""
 
     vms: dict[str, PreemptibleTpuVm] = field(default_factory=dict)
     environments: Environments = field(default_factory=dict)
+    rungs: dict[str, tuple[int, Rung]] = field(default_factory=dict)
+    """Each VM's rung of its capacity ladder, and its place there (0: the preferred)."""
 
 
 def declare_vm_identity(
@@ -326,25 +368,30 @@ def declare_tpu_vms(
     identity: TrainingServiceAccount,
     foundation: Foundation,
     recovery: TrainingRecovery,
+    last: LastUpdate,
 ) -> TpuVms:
     environments = {vm.name: derived.vm_environment(settings, vm) for vm in settings.tpu_vms}
     vms = {}
+    rungs = {}
+    stockouts = last.round.stockouts if last.round is not None else frozenset()
     for vm in settings.tpu_vms:
         vm_network, vm_subnetwork = foundation.network_in(vm.region, (vm.network, vm.subnetwork))
+        rung = declared_rung(vm, last, recovery)
+        rungs[vm.name] = (vm.ladder.index(rung), rung)
         vms[vm.name] = PreemptibleTpuVm(
             vm.name,
             {
-                "zone": vm.zone,
+                "zone": rung.zone,
                 "accelerator_type": vm.accelerator_type,
                 "runtime_version": vm.runtime_version,
-                "provisioning": vm.provisioning,
+                "provisioning": rung.provisioning,
                 "train_command": vm.train_command,
                 "setup_command": vm.setup_command,
                 "checkpoint_dir": derived.vm_checkpoint_dir(settings, vm),
                 "environment": environments[vm.name],
                 "service_account_email": identity.email,
                 "recovery_generation": recovery.vm_generation(vm.name),
-                "recovery_cause": recovery.vm_cause(vm.name),
+                "recovery_cause": "stockout" if vm.name in stockouts else recovery.vm_cause(vm.name),
                 "restart_generation": vm.restart_generation,
                 "external_ip": vm.external_ip,
                 # A secret anywhere in tpuVms (`pulumi config set --secret --path
@@ -359,7 +406,7 @@ def declare_tpu_vms(
             # APIs and the internet (NAT), before the startup script runs.
             opts=pulumi.ResourceOptions(depends_on=[identity, *foundation.after_network]),
         )
-    return TpuVms(vms, environments)
+    return TpuVms(vms, environments, rungs)
 
 
 # --- GKE: the cluster and its TPU node pools --------------------------------------------------
@@ -611,9 +658,19 @@ def export_outputs(
     if stack_config.is_config_secret(f"{stack_config.PROJECT}:tpuVms"):
         environments = pulumi.Output.secret(environments)  # they hold the secret env values
     last.export("trainingEnvironments", environments, recovered_vms)
+    # zone and provisioning: the rung the next run finds it on (domain/capacity_ladder.py).
     last.export(
         "tpuVms",
-        {name: {"zone": v.zone, "state": v.state, "health": v.health} for name, v in tpu_vms.vms.items()},
+        {
+            name: {
+                "zone": v.zone,
+                "provisioning": tpu_vms.rungs[name][1].provisioning,
+                "rung": tpu_vms.rungs[name][0],
+                "state": v.state,
+                "health": v.health,
+            }
+            for name, v in tpu_vms.vms.items()
+        },
         recovered_vms,
     )
     # Read back by the next run's TrainingRecovery as "what this stack last deployed".
@@ -669,8 +726,19 @@ def export_outputs(
             )
         ),
     )
+    # Each rung's price and the worst rung's, for VMs with a ladder (`python -m infra.plan` shows them).
+    ladders = {
+        vm.name: rung_prices(vm.ladder, vm.accelerator_type) for vm in settings.tpu_vms if len(vm.ladder) > 1
+    }
+    if ladders:
+        pulumi.export(LADDERS_OUTPUT, ladders)
     # Read back by the next run, and by `python -m infra.status`: each VM's and Job's last recovery.
-    last.export(RECOVERIES_OUTPUT, recovery.last_recoveries, recovered_vms | recovered_jobs)
+    stockouts = last.round.stockouts if last.round is not None else frozenset()
+    last.export(
+        RECOVERIES_OUTPUT,
+        recovery.last_recoveries.apply(lambda found: with_stockout_causes(found, stockouts)),
+        recovered_vms | recovered_jobs,
+    )
     # Read back by the next run, which refuses to run under another stack or project name.
     pulumi.export(DEPLOYED_AS_OUTPUT, deployed_as(pulumi.get_project(), pulumi.get_stack()))
 
@@ -719,7 +787,9 @@ def main() -> None:
     # `python -m infra.plan` sets this unless --live: an offline plan reads no live state.
     recovery = declare_recovery(settings, offline=os.environ.get("TPU_TRAINING_OFFLINE") == "1", last=last)
     tpu_vms = (
-        declare_tpu_vms(settings, vm_identity, foundation, recovery) if vm_identity is not None else TpuVms()
+        declare_tpu_vms(settings, vm_identity, foundation, recovery, last)
+        if vm_identity is not None
+        else TpuVms()
     )
     gke = declare_gke(settings, settings.cluster, foundation) if settings.cluster is not None else None
     workloads = (

@@ -121,6 +121,10 @@ def _type(annotation: Any, links: dict[type[BaseModel], str]) -> str:
         return f"map of {_type(args[0], links)} to {_type(args[1], links)}"
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return f"object ({links[annotation]})"
+    if origin in (Union, types.UnionType):  # one value or a list of them (tpuVms[].provisioning)
+        if len(args) == 2 and get_origin(args[1]) is tuple and get_args(args[1])[0] == args[0]:
+            return f"{_type(args[0], links)}, or a list of them"
+        return " or ".join(_type(arg, links) for arg in args)
     names = {str: "string", int: "integer", float: "number", bool: "boolean"}
     if annotation in names:
         return names[annotation]

@@ -146,7 +146,7 @@ def affected_runs(settings: stack_config.StackConfig, notice: MaintenanceNotice)
         return [
             Run("tpuVm", vm.name, derived.vm_checkpoint_dir(settings, vm))
             for vm in settings.tpu_vms
-            if vm.name == notice.node and vm.zone == notice.zone
+            if vm.name == notice.node and notice.zone in vm.ladder_zones
         ]
     pool = _gke_pools(settings).get(notice.pool)
     return [
@@ -166,7 +166,7 @@ def read_notices(
     notices: list[MaintenanceNotice] = []
     warnings: list[str] = []
     if tpu_nodes is not None:
-        ours = {(vm.zone, vm.name) for vm in settings.tpu_vms}
+        ours = {(zone, vm.name) for vm in settings.tpu_vms for zone in vm.ladder_zones}
         for (zone, name), node in sorted(tpu_nodes.nodes.items()):
             if (zone, name) in ours:
                 read = tpu_notice(name, zone, node.maintenance, now)
@@ -190,7 +190,7 @@ def unread_listings(
     settings: stack_config.StackConfig, tpu_nodes: Optional[LiveNodes], pool_nodes: Optional[PoolNodes]
 ) -> list[tuple[str, str]]:
     """(what, why) for each listing of the stack's nodes that could not be read."""
-    zones = sorted({vm.zone for vm in settings.tpu_vms})
+    zones = sorted({zone for vm in settings.tpu_vms for zone in vm.ladder_zones})
     unread = []
     if zones and tpu_nodes is None:
         unread.append(("TPU nodes", "not listed this round"))

@@ -89,6 +89,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence  # noqa: E402
 import pulumi  # noqa: E402
 import yaml  # noqa: E402
 from tpu_training_components.domain import cost_estimate  # noqa: E402
+from tpu_training_components.domain.capacity_ladder import LADDERS_OUTPUT, render_prices  # noqa: E402
 from tpu_training_components.domain.naming import generation_problem  # noqa: E402
 from tpu_training_components.domain.recovery import UNKNOWN_KEPT  # noqa: E402
 from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT  # noqa: E402
@@ -601,6 +602,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if changes is not None:
             print(plan_diff.render(args.compare_to, changes, document))
         print(cost_estimate.render(cost_estimate.estimate(result.registrations)))
+        ladders = result.outputs.get(LADDERS_OUTPUT)
+        if isinstance(ladders, dict) and ladders:
+            print("Capacity ladders, per hour (docs/cost.md#capacity-ladders):")
+            print("\n".join(render_prices(ladders)))
         print(render_summary(result, live=args.live, compared=changes is not None))
         if notices is not None:
             print("maintenance notices:" if notices.notices else "maintenance notices: none")
@@ -660,7 +665,9 @@ def live_notices(project: offline.Project, stack: str) -> NoticeRound:
             lambda: loaded.append(stack_config.load(stack)), project=project.name, stack=stack, config=config
         )
         settings = loaded[0]
-        nodes = list_live_nodes(settings.gcp_project, {vm.zone for vm in settings.tpu_vms})
+        nodes = list_live_nodes(
+            settings.gcp_project, {zone for vm in settings.tpu_vms for zone in vm.ladder_zones}
+        )
         return name_notices(settings, nodes, datetime.now(timezone.utc))
     except Exception as exc:  # noqa: BLE001 - notices never stop a plan
         return NoticeRound(warnings=[f"maintenance notices not read: {failure_summary(exc)}"])

@@ -50,6 +50,7 @@ if __name__ == "__main__":
     signal.signal(signal.SIGINT, _interrupted_at_start)
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -61,7 +62,17 @@ from types import FrameType
 from typing import Any, Callable, Optional, Sequence, TextIO
 
 import pulumi
-from tpu_training_components.domain.recovery import Decision, failure_summary, utc_now
+from tpu_training_components.domain.capacity_ladder import (
+    CreateFailure,
+    LadderState,
+    Rung,
+    after_create,
+    declare,
+    failure_of,
+    state_from_records,
+    zone_to_judge,
+)
+from tpu_training_components.domain.recovery import Cause, Decision, failure_summary, utc_now
 from tpu_training_components.domain.recovery_records import RoundTimes, recovery_record
 from tpu_training_components.domain.recovery_rounds import (
     ENDED_EARLY,
@@ -276,12 +287,18 @@ class Probe:
         # One reader (one storage client, made when first needed) for the VMs' and the Jobs' records.
         read_progress = self.read_progress or reconcile.progress_reader(settings.gcp_project)
         now = self.clock()
-        self.tpu_nodes = list_live_nodes(
-            settings.gcp_project, {vm.zone for vm in settings.tpu_vms}, client=self.tpu_client
+        self.tpu_nodes = live = list_live_nodes(
+            settings.gcp_project,
+            {zone for vm in settings.tpu_vms for zone in vm.ladder_zones},
+            client=self.tpu_client,
         )
         vms = reconcile.reconcile_tpu_vms(
             settings.gcp_project,
-            [(vm.name, vm.zone) for vm in settings.tpu_vms],
+            # A VM with a capacity ladder is judged where it lives, on any of its rungs' zones.
+            [
+                (vm.name, zone_to_judge(vm.name, vm.ladder_zones, live.nodes, live.failures))
+                for vm in settings.tpu_vms
+            ],
             grace=timedelta(minutes=settings.recovery.maintenance_grace_minutes),
             live=self.tpu_nodes,
             hang_checks=checks,
@@ -332,6 +349,15 @@ class RoundReport:
     """When the round had decided (its live state read)."""
     up_started_at: Optional[datetime] = None
     up_ended_at: Optional[datetime] = None
+    rungs: dict[str, Rung] = field(default_factory=dict)
+    """The rung of its capacity ladder each recovered TPU VM is declared on."""
+    create_failures: dict[str, CreateFailure] = field(default_factory=dict)
+    """How the create of each recovered TPU VM failed, when its `pulumi up` failed."""
+    stockout_moves: set[str] = field(default_factory=set)
+    """TPU VMs this round declares one rung down (cause ``stockout``)."""
+    ladder_moves: tuple[str, ...] = ()
+    """TPU VMs whose next creation goes one rung down: the next round is a new attempt, not a
+    retry, so a watch does not back off before it."""
 
     def recovery_records(self) -> list[dict[str, Any]]:
         """One record per VM or Job the round's `pulumi up` recovered (or tried to): its cause and
@@ -340,11 +366,18 @@ class RoundReport:
             return []
         times = RoundTimes(self.detected_at, self.up_started_at, self.up_ended_at, self.up.status.value)
         recovering = set(self.plan.recovering)
-        return [
-            recovery_record(self.stack, kind, decision, times)
-            for kind, decision in self.decisions
-            if decision in recovering
-        ]
+        records = []
+        for kind, decision in self.decisions:
+            if decision not in recovering:
+                continue
+            record = recovery_record(self.stack, kind, decision, times)
+            if kind == "tpuVm" and decision.name in self.rungs:
+                # Its rung, and how its create failed: what a later run counts stockouts from.
+                record["rung"] = self.rungs[decision.name].to_json()
+                failure = self.create_failures.get(decision.name)
+                record["createFailure"] = failure.value if failure is not None else None
+            records.append(record)
+        return records
 
     @property
     def outcome(self) -> RoundOutcome:
@@ -416,6 +449,7 @@ class Recoverer:
         apply_pending: bool = False,
         notices: Optional[Callable[[stack_config.StackConfig, datetime], NoticeRound]] = None,
         clock: Callable[[], datetime] = utc_now,
+        records: Optional[str] = None,
     ) -> None:
         self.target = target
         self.clock = clock
@@ -433,6 +467,11 @@ class Recoverer:
         self.notices = notices
         """Reads the maintenance notices and asks for saves (``infra.maintenance``); None: not read."""
         self.rounds = 0
+        self.ladders: dict[str, LadderState] = {}
+        """Each TPU VM's place on its capacity ladder: its rung and its stockouts in a row there,
+        kept between the rounds of a watch (domain/capacity_ladder.py)."""
+        self.records = records
+        """The ``--records`` file: where a run that has not seen a VM yet reads its stockouts."""
 
     def run_round(self) -> RoundReport:
         self.rounds += 1
@@ -482,7 +521,7 @@ class Recoverer:
         report.decisions = [
             (kind, with_budget(d, history.get(d.name, ()) if outputs is not None else None, budget, now))
             if kind == "job"
-            else (kind, d)
+            else (kind, self._on_ladder(settings, d, report))
             for kind, d in decisions
         ]
         for kind, decision in report.decisions:
@@ -498,6 +537,70 @@ class Recoverer:
         if report.up_started_at is not None:
             report.up_ended_at = self.clock()
         self.say(f"{self.target.qualified}: pulumi up {report.up.status}: {report.up.message}")
+        self._after_creates(settings, report)
+
+    def _on_ladder(
+        self, settings: stack_config.StackConfig, decision: Decision, report: RoundReport
+    ) -> Decision:
+        """A TPU VM that recovery creates or replaces, declared on a rung of its capacity ladder:
+        the preferred one, the same one after a stockout, or the next one after
+        ``recovery.ladder.attempts`` stockouts in a row (then its cause is ``stockout``)."""
+        vm = next((vm for vm in settings.tpu_vms if vm.name == decision.name), None)
+        if vm is None or decision.action == "keep":
+            return decision
+        state = self.ladders.get(vm.name) or self._recorded(vm.name, vm.ladder)
+        declared = declare(vm.ladder, state, settings.recovery.ladder.attempts)
+        self.ladders[vm.name] = declared.state
+        report.rungs[vm.name] = declared.state.rung
+        if len(vm.ladder) == 1:
+            return decision
+        if declared.moved:
+            report.stockout_moves.add(vm.name)
+            return dataclasses.replace(
+                decision, reason=f"{decision.reason}; {declared.line}", cause=Cause.STOCKOUT
+            )
+        return dataclasses.replace(decision, reason=f"{decision.reason}; {declared.line}")
+
+    def _recorded(self, name: str, ladder: Sequence[Rung]) -> Optional[LadderState]:
+        if self.records is None:
+            return None
+        try:
+            with open(self.records, encoding="utf-8") as lines:
+                records = [json.loads(line) for line in lines if line.strip()]
+        except (OSError, ValueError) as exc:
+            self.say(f"warning: --records {self.records}: not read ({exc}); stockouts count from this run")
+            return None
+        return state_from_records(ladder, name, [r for r in records if isinstance(r, dict)])
+
+    def _after_creates(self, settings: stack_config.StackConfig, report: RoundReport) -> None:
+        """Count what the update's creates met: a stockout brings the VM nearer its next rung;
+        a quota, permission or invalid error is said, with what to fix, and moves nothing."""
+        if report.up is None or report.up.status not in (RoundOutcome.SUCCEEDED, RoundOutcome.FAILED):
+            return
+        attempts = settings.recovery.ladder.attempts
+        recovered = (
+            [name for name in report.rungs if name in {d.name for d in report.plan.recovering}]
+            if report.plan
+            else []
+        )
+        for vm in settings.tpu_vms:
+            if vm.name not in recovered or vm.name not in self.ladders:
+                continue
+            failure = (
+                failure_of(vm.name, report.up.message, recovered)
+                if report.up.status is RoundOutcome.FAILED
+                else None
+            )
+            if failure is not None:
+                report.create_failures[vm.name] = failure
+            self.ladders[vm.name], line = after_create(vm.ladder, self.ladders[vm.name], failure)
+            if failure is not None:
+                self.say(f"warning: TPU VM {vm.name}: {line}")
+            if (
+                failure is CreateFailure.STOCKOUT
+                and declare(vm.ladder, self.ladders[vm.name], attempts).moved
+            ):
+                report.ladder_moves += (vm.name,)
 
     def _notices(self, report: RoundReport, settings: stack_config.StackConfig, now: datetime) -> None:
         """Maintenance notices, after the decisions and apart from them: a notice never changes
@@ -563,7 +666,9 @@ class Recoverer:
         if self.apply_pending:
             for change in chosen.beside:
                 self.say(f"warning: --apply-pending: applied too: {change.shown}")
-            told = _recovery_round(recovering, None, history, budget, now)
+            told = _recovery_round(
+                recovering, None, history, budget, now, report.rungs, frozenset(report.stockout_moves)
+            )
             report.up_started_at = self.clock()
             return self.up(self.target.qualified, recovery_round=told)
         for line in recovery_targets.describe(chosen):
@@ -578,7 +683,9 @@ class Recoverer:
             return UpResult(RoundOutcome.STOPPED, "a stop was asked before `pulumi up` started; not run", 0.0)
         report.targets = chosen.targets
         recovered = [(kind, d) for kind, d in recovering if targets.urns[d.name] in chosen.targets]
-        told = _recovery_round(recovered, chosen.targets, history, budget, now)
+        told = _recovery_round(
+            recovered, chosen.targets, history, budget, now, report.rungs, frozenset(report.stockout_moves)
+        )
         report.up_started_at = self.clock()
         return self.up(
             self.target.qualified, list(chosen.targets), refresh=chosen.refresh, recovery_round=told
@@ -591,10 +698,13 @@ def _recovery_round(
     history: dict[str, tuple[Recovery, ...]],
     budget: RestartBudget,
     now: datetime,
+    rungs: Optional[dict[str, Rung]] = None,
+    stockouts: frozenset[str] = frozenset(),
 ) -> RecoveryRound:
     """What the round's `pulumi up` tells the program: what it recovers, and each recovered Job's
     history with this recovery in it."""
     jobs = {d.name: d for kind, d in recovered if kind == "job"}
+    vms = {d.name for kind, d in recovered if kind == "tpuVm"}
     return RecoveryRound(
         targeted=targets is not None,
         tpu_vms=frozenset(d.name for kind, d in recovered if kind == "tpuVm"),
@@ -605,6 +715,8 @@ def _recovery_round(
             )
             for name, d in jobs.items()
         },
+        rungs={name: rung for name, rung in (rungs or {}).items() if name in vms},
+        stockouts=frozenset(name for name in stockouts if name in vms),
     )
 
 
@@ -763,6 +875,8 @@ def _rounds(
             # round that could not read live state, or ended early, says nothing.
             backoff.record(outcome)
         delay = next_round_in(interval_seconds, backoff, outcome)
+        if report.ladder_moves:
+            delay = interval_seconds  # the next rung is a first attempt there, not a retry
         if outcome is RoundOutcome.FAILED:
             recoverer.say(
                 f"{recoverer.target.qualified}: `pulumi up` failed {backoff.failures} time(s) in a row; "
@@ -873,6 +987,7 @@ def main(argv: Optional[Sequence[str]] = None, *, probe: Optional[Probe] = None)
         stopping=lambda: stop.stopped,
         apply_pending=args.apply_pending,
         notices=notice_step(reads, write=not args.dry_run),
+        records=args.records,
     )
     return watch(recoverer, interval_seconds=args.watch, stop=stop, emit=emit, events=events)
 

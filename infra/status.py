@@ -158,7 +158,7 @@ def runs_of(settings: stack_config.StackConfig) -> list[RunStatus]:
             (
                 "tpuVm",
                 vm.name,
-                vm.zone,
+                ", ".join(vm.ladder_zones),
                 derived.vm_checkpoint_dir(settings, vm),
                 derived.vm_environment(settings, vm),
             )

@@ -54,7 +54,8 @@ def test_the_plan_speed_benchmark_runs_every_section(tmp_path):
 def test_the_recovery_slo_benchmark_measures_every_cause_polling_and_watching(tmp_path):
     """benchmarks/recovery_slo.py --smoke: one trial per cause and mode. Timings are printed, not
     asserted; what holds at any speed is: every cause was injected in both modes and seen by a
-    round, every cause that needs a `pulumi up` got one, and no `pulumi up` came uncalled for."""
+    round, every cause that needs a `pulumi up` got one, no `pulumi up` came uncalled for, and
+    the capacity ladder moved once per stockout trial and never for quota or permission."""
     figures = tmp_path / "slo.json"
     done = smoke("recovery_slo.py", figures)
     assert "\nGoals (issue 27)\n" in done.stdout
@@ -66,6 +67,9 @@ def test_the_recovery_slo_benchmark_measures_every_cause_polling_and_watching(tm
         "vm-preempted",
         "job-hung",
         "maintenance",
+        "vm-stockout",
+        "vm-quota",
+        "vm-permission",
     }
     for cause, modes in document["causes"].items():
         assert set(modes) == {"polling", "watching"}, cause
@@ -76,3 +80,7 @@ def test_the_recovery_slo_benchmark_measures_every_cause_polling_and_watching(tm
             # trainer and saved for before the window.
             assert (row["up"] is None) is (cause == "pod-evicted"), (cause, mode)
             assert row["late"] == 0, (cause, mode)
+            # The capacity ladder (issue 36): a stockout in the first zone moves the VM one rung
+            # per trial; quota and permission refusals never move it.
+            expected_moves = {"vm-stockout": row["trials"], "vm-quota": 0, "vm-permission": 0}.get(cause)
+            assert row["moves"] == expected_moves, (cause, mode, row)

@@ -51,6 +51,7 @@ from support.recover_runs import (
     recoverer,
     set_behaviour,
 )
+from tpu_training_components.domain.capacity_ladder import Rung
 from tpu_training_components.domain.recovery_rounds import ROUND_ENV, RecoveryRound, RoundOutcome, as_deployed
 from tpu_training_components.errors import InvalidArgument
 
@@ -195,7 +196,9 @@ def test_a_job_whose_pool_or_parameters_have_a_pending_edit_is_blocked_alone(api
     assert runner.targets == [[VM_URN]]
     (line,) = [line for line in said if "train-v6e is not recovered" in line]
     assert edit.shown in line and "--apply-pending" in line
-    assert runner.rounds[0] == RecoveryRound(True, frozenset({"demo-tpu"}), frozenset(), {})
+    # The VM's rung too (domain/capacity_ladder.py): a ladder of one, its zone and capacity type.
+    rungs = {"demo-tpu": Rung(ZONE, "preemptible")}
+    assert runner.rounds[0] == RecoveryRound(True, frozenset({"demo-tpu"}), frozenset(), {}, rungs)
     assert recover.exit_status(report) == recover.EXIT_OK
 
 

@@ -234,9 +234,10 @@ def warnings(config: StackKeys) -> tuple[str, ...]:
     """What is valid but may not work, for the plan and `pulumi preview` to show."""
     found: list[str] = []
     for index, vm in enumerate(config.tpu_vms):
-        warning = zone_warning(vm.accelerator.generation, vm.zone)
-        if warning:
-            found.append(f"{PROJECT}:tpuVms[{index}].zone: {warning}")
+        for zone in vm.ladder_zones:
+            warning = zone_warning(vm.accelerator.generation, zone)
+            if warning:
+                found.append(f"{PROJECT}:tpuVms[{index}].{'zones' if vm.zones else 'zone'}: {warning}")
         runtime = runtime_version_warning(
             vm.runtime_version, vm.accelerator.generation, multi_host=vm.accelerator.multi_host
         )
@@ -277,7 +278,7 @@ def _save_fit_warnings(config: StackKeys) -> list[str]:
     cost = config.checkpointing.cost_seconds
     found = []
     for index, vm in enumerate(config.tpu_vms):
-        if vm.provisioning in ("preemptible", "spot"):
+        if vm.preferred_provisioning in ("preemptible", "spot"):
             plan = derived.vm_checkpoints(config, vm)
             problem = save_fit_problem(cost, PREEMPTIBLE_TPU_VM, plan.interval_seconds if plan else None)
             if problem:

@@ -5,7 +5,7 @@ these functions, before the program reads a value."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, cast
 
 from tpu_training_components.domain import naming
 from tpu_training_components.domain.goodput import (
@@ -136,7 +136,9 @@ def job_checkpoint_dir(config: StackKeys, job: JobConfig) -> str:
 
 def plan_vm_checkpoints(checkpointing: CheckpointingConfig, vm: TpuVmConfig) -> CheckpointPlan:
     """Young's interval for a VM's run, or ``GoodputError``."""
-    model: InterruptionModel = "onDemand" if vm.provisioning == "on-demand" else vm.provisioning
+    # The preferred capacity type: where a ladder's VM runs unless its capacity runs out.
+    preferred = vm.preferred_provisioning
+    model = cast(InterruptionModel, "onDemand" if preferred == "on-demand" else preferred)
     # One TPU node resource is preempted, stopped or maintained as a whole: hosts=1.
     mean = mean_seconds_between_interruptions(
         model, overrides_hours=checkpointing.mean_hours_between_interruptions

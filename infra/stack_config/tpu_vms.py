@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional, Union
 
 from pydantic import (
     AfterValidator,
@@ -15,6 +15,7 @@ from pydantic import (
     model_validator,
 )
 from tpu_training_components.domain import catalogue, naming
+from tpu_training_components.domain.capacity_ladder import Rung, build_ladder
 from tpu_training_components.domain.gcp_locations import zone_problem
 from tpu_training_components.domain.tpu_software import runtime_version_problem
 
@@ -33,10 +34,13 @@ class TpuVmConfig(Model):
     """One entry of ``tpu-training:tpuVms``: a TPU VM that trains and resumes from checkpoints."""
 
     name: Annotated[StrictStr, AfterValidator(dns_label("TPU node name", 63))]
-    zone: StrictStr
+    # One of `zone` and `zones`: `zones` is the capacity ladder's zones, in order of preference.
+    zone: Optional[StrictStr] = None
+    zones: Optional[tuple[StrictStr, ...]] = None
     accelerator_type: StrictStr
     runtime_version: Annotated[StrictStr, AfterValidator(no_problem(naming.runtime_version_problem))]
-    provisioning: Provisioning = "spot"
+    # One capacity type, or the ladder's capacity types in order of preference.
+    provisioning: Union[Provisioning, tuple[Provisioning, ...]] = "spot"
     # A blank command "succeeds" at once, and the script would mark training complete untrained.
     train_command: Annotated[StrictStr, AfterValidator(not_blank("the training command"))]
     setup_command: Optional[StrictStr] = None
@@ -62,19 +66,70 @@ class TpuVmConfig(Model):
 
     @model_validator(mode="after")
     def _subnetwork_in_the_vms_region(self) -> TpuVmConfig:
+        if self.zone is None and self.zones is None:
+            return self  # _one_of_zone_and_zones says so
         problem = self.subnetwork and naming.subnetwork_problem(self.subnetwork, self.region)
         if problem:
             raise ValueError(f"subnetwork: {problem}")
         return self
 
+    @field_validator("zone", "zones", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        # Optional only because the other key may be given instead: a null is a mistake.
+        if value is None:
+            raise ValueError("is null; give a zone (zone) or a list of zones in one region (zones)")
+        return value
+
     @field_validator("zone")
     @classmethod
-    def _zone_is_a_zone(cls, zone: str) -> str:
-        catalogue.region_of_zone(zone)
-        problem = zone_problem(zone)
-        if problem:
-            raise ValueError(problem)
+    def _zone_is_a_zone(cls, zone: Optional[str]) -> Optional[str]:
+        if zone is not None:
+            _check_zone(zone)
         return zone
+
+    @field_validator("zones")
+    @classmethod
+    def _zones_in_one_region(cls, zones: Optional[tuple[str, ...]]) -> Optional[tuple[str, ...]]:
+        if zones is None:
+            return zones
+        if not zones:
+            raise ValueError("is empty; give at least one zone, the preferred first")
+        for zone in zones:
+            _check_zone(zone)
+        repeats = sorted({zone for zone in zones if zones.count(zone) > 1})
+        if repeats:
+            raise ValueError(f"repeats {', '.join(repeats)}; each zone is one rung of the ladder")
+        regions = {catalogue.region_of_zone(zone) for zone in zones}
+        if len(regions) > 1:
+            # The checkpoint bucket is regional: a rung in another region would not resume from it.
+            raise ValueError(
+                f"{', '.join(zones)} are in {len(regions)} regions ({', '.join(sorted(regions))}); the zones "
+                f"of one VM must share a region, where its checkpoint bucket is"
+            )
+        return zones
+
+    @field_validator("provisioning")
+    @classmethod
+    def _capacity_types_once(cls, value: Any) -> Any:
+        if isinstance(value, tuple):
+            if not value:
+                raise ValueError("is empty; give one capacity type or a list of them, the preferred first")
+            repeats = sorted({kind for kind in value if value.count(kind) > 1})
+            if repeats:
+                raise ValueError(f"repeats {', '.join(repeats)}; each capacity type is listed once")
+        return value
+
+    @model_validator(mode="after")
+    def _one_of_zone_and_zones(self) -> TpuVmConfig:
+        if self.zone is not None and self.zones is not None:
+            raise ValueError(
+                f"zone ({self.zone}) and zones ({', '.join(self.zones)}) are both given; give zones alone "
+                f"for a ladder of zones, or zone alone"
+            )
+        if self.zone is None and self.zones is None:
+            raise ValueError("zone: required (or zones: a list of zones in one region, the preferred first)")
+        return self
 
     @field_validator("accelerator_type")
     @classmethod
@@ -83,9 +138,38 @@ class TpuVmConfig(Model):
         return value
 
     @property
+    def ladder_zones(self) -> tuple[str, ...]:
+        """The zones it may run in, the preferred first (``zone`` alone is a ladder of one)."""
+        if self.zones is not None:
+            return self.zones
+        assert self.zone is not None  # _one_of_zone_and_zones
+        return (self.zone,)
+
+    @property
+    def capacity_types(self) -> tuple[str, ...]:
+        """The capacity types it may run on, the preferred first."""
+        return self.provisioning if isinstance(self.provisioning, tuple) else (self.provisioning,)
+
+    @property
+    def preferred_provisioning(self) -> str:
+        return self.capacity_types[0]
+
+    @property
+    def ladder(self) -> tuple[Rung, ...]:
+        """Its rungs in order (``domain.capacity_ladder``: capacity types outer, zones inner)."""
+        return build_ladder(self.ladder_zones, self.capacity_types)
+
+    @property
     def region(self) -> str:
-        return catalogue.region_of_zone(self.zone)
+        return catalogue.region_of_zone(self.ladder_zones[0])
 
     @property
     def accelerator(self) -> catalogue.AcceleratorType:
         return catalogue.accelerator_type(self.accelerator_type)
+
+
+def _check_zone(zone: str) -> None:
+    catalogue.region_of_zone(zone)
+    problem = zone_problem(zone)
+    if problem:
+        raise ValueError(problem)

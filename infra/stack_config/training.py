@@ -15,6 +15,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from tpu_training_components.domain.capacity_ladder import DEFAULT_ATTEMPTS
 from tpu_training_components.domain.goodput import (
     InterruptionModel,
 )
@@ -114,6 +115,14 @@ class RestartBudgetConfig(Model):
         return RestartBudget(self.restarts, timedelta(hours=self.window_hours))
 
 
+class LadderConfig(Model):
+    """``tpu-training:recovery.ladder``: when a TPU VM moves down its capacity ladder
+    (domain/capacity_ladder.py)."""
+
+    # At least one stockout; more than 100 in a row on one rung is a wait, not a ladder.
+    attempts: StrictInt = Field(default=DEFAULT_ATTEMPTS, ge=1, le=100)
+
+
 class RecoveryConfig(Model):
     """``tpu-training:recovery``: how `pulumi up` recovers TPU VMs."""
 
@@ -121,6 +130,7 @@ class RecoveryConfig(Model):
     maintenance_grace_minutes: StrictInt = Field(default=30, ge=0, le=7 * 24 * 60)
     read_live_state: StrictBool = True
     restart_budget: RestartBudgetConfig = RestartBudgetConfig()
+    ladder: LadderConfig = LadderConfig()
     # Hang detection (domain/progress.py): on by default, as it replaces nothing that has not
     # published progress; hangMinutes None: 20 measured steps, at least 10 minutes.
     hang_detection: StrictBool = True

@@ -149,6 +149,9 @@ class Cause(StrEnum):
     """Kueue gave up on a queued workload whose flex-start booking expired."""
     QUEUED_CAPACITY_REVOKED = "queued-capacity-revoked"
     """Kueue gave up on a queued workload after GKE took its capacity back (or never gave it)."""
+    STOCKOUT = "stockout"
+    """A TPU VM declared on the next rung of its capacity ladder after its creates were refused
+    for want of capacity (``domain.capacity_ladder``)."""
     MISSING = "missing"
     """No such VM or Job live: deleted, or never created yet."""
 

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Collection, Mapping, Optional, Sequence
 
+from .capacity_ladder import Rung
 from .recovery import Decision, StrEnum
 from .restart_budget import Recovery, read_history
 
@@ -152,6 +153,12 @@ class RecoveryRound:
     restarts: Mapping[str, tuple[Recovery, ...]] = field(default_factory=dict)
     """Recovered Job or JobSet -> its recoveries within the restart budget's window, this one
     included (the stack output ``restart_budget.RESTARTS_OUTPUT``)."""
+    rungs: Mapping[str, Rung] = field(default_factory=dict)
+    """Recovered TPU VM -> the rung of its capacity ladder it is declared on
+    (``domain.capacity_ladder``): the watcher counts the stockouts, the program declares it."""
+    stockouts: frozenset[str] = frozenset()
+    """The recovered TPU VMs it declares one rung down their ladder for stockouts: their cause
+    is ``stockout`` (their ``recovery-cause`` label, ``lastRecoveries``)."""
 
     def to_env(self) -> str:
         return json.dumps(
@@ -160,6 +167,8 @@ class RecoveryRound:
                 "tpuVms": sorted(self.tpu_vms),
                 "jobs": sorted(self.jobs),
                 "restarts": {name: [r.to_json() for r in entries] for name, entries in self.restarts.items()},
+                "rungs": {name: rung.to_json() for name, rung in self.rungs.items()},
+                "stockouts": sorted(self.stockouts),
             },
             sort_keys=True,
         )
@@ -185,7 +194,25 @@ class RecoveryRound:
         history, problems = read_history(value.get("restarts") or {})
         if problems:
             raise RoundEnvError(f"{ROUND_ENV}: {problems[0]}")
-        return RecoveryRound(value["targeted"], frozenset(vms or ()), frozenset(jobs or ()), history)
+        given = value.get("rungs") or {}
+        rungs = (
+            {name: Rung.from_json(rung) for name, rung in given.items()} if isinstance(given, dict) else None
+        )
+        if rungs is None or None in rungs.values():
+            raise RoundEnvError(
+                f"{ROUND_ENV}: rungs = {str(given)[:80]!r} is not a map of VM name -> zone and provisioning"
+            )
+        stockouts = value.get("stockouts") or []
+        if not _names(stockouts):
+            raise RoundEnvError(f"{ROUND_ENV}: stockouts = {str(stockouts)[:80]!r} is not a list of VM names")
+        return RecoveryRound(
+            value["targeted"],
+            frozenset(vms or ()),
+            frozenset(jobs or ()),
+            history,
+            {name: rung for name, rung in rungs.items() if rung is not None},
+            frozenset(stockouts),
+        )
 
 
 def _names(value: Any) -> bool:

@@ -275,6 +275,12 @@ class TrainingRecovery(pulumi.ComponentResource):
         """The generation to declare for Job ``name`` (one of ``jobs``)."""
         return self._one(self.job_generations, name, "jobs")
 
+    def vm_decision(self, name: str) -> Decision:
+        """What recovery decided for TPU VM ``name`` (one of ``tpu_vms``): kept, created or
+        replaced, and why."""
+        self._one(self.vm_generations, name, "tpu_vms")
+        return next(d for d in self._decided["tpu_vms"] if d.name == name)
+
     def vm_cause(self, name: str) -> pulumi.Output[str]:
         """Why TPU VM ``name`` was last re-created ("" when never, as far as the stack recorded):
         ``PreemptibleTpuVm``'s ``recovery_cause``."""
