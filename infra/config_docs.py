@@ -106,14 +106,6 @@ def _type(annotation: Any, links: dict[type[BaseModel], str]) -> str:
     if origin is Literal:
         words = [f"`{arg}`" for arg in args]
         return ", ".join(words[:-1]) + f" or {words[-1]}" if len(words) > 1 else words[0]
-    if (
-        origin is Union
-        and len(args) == 2
-        and get_origin(args[1]) is tuple
-        and get_args(args[1])[0] == args[0]
-    ):
-        # One value or a list of them (a pool's capacity, or its ladder).
-        return f"{_type(args[0], links)}, or a list of them"
     if origin is tuple:
         model = _nested_model(args[0])
         return f"list of objects ({links[model]})" if model else f"list of {_type(args[0], links)}s"
@@ -121,7 +113,8 @@ def _type(annotation: Any, links: dict[type[BaseModel], str]) -> str:
         return f"map of {_type(args[0], links)} to {_type(args[1], links)}"
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return f"object ({links[annotation]})"
-    if origin in (Union, types.UnionType):  # one value or a list of them (tpuVms[].provisioning)
+    if origin in (Union, types.UnionType):
+        # One value or a list of them: a capacity or its ladder (tpuVms[].provisioning, a pool's).
         if len(args) == 2 and get_origin(args[1]) is tuple and get_args(args[1])[0] == args[0]:
             return f"{_type(args[0], links)}, or a list of them"
         return " or ".join(_type(arg, links) for arg in args)
