@@ -445,3 +445,36 @@ def test_a_job_becomes_a_jobset_and_back_without_re_creating_the_runs_objects(
             assert not other.get("default"), "the old workload is gone"
             # The run's ServiceAccount, ConfigMap and Service are the ones first deployed.
             assert {path: o["metadata"]["uid"] for path, o in kube.objects.items()} == kept
+
+
+def test_two_stockouts_move_a_preempted_vm_one_rung_down_its_ladder(
+    project: EngineProject, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
+) -> None:
+    tpu, _ = cloud
+    second_zone = "europe-west4-b"
+    ladder = dict(_VM, zones=[ZONE, second_zone])
+    del ladder["zone"]
+    project.init(STACK, {**TPU_VM_CONFIG, "tpu-training:tpuVms": [ladder]})
+    project.deploy(STACK)
+    assert tpu.node(ZONE, VM) is not None
+    records = tmp_path / "records.jsonl"
+    tpu.set_state(ZONE, VM, "PREEMPTED")
+
+    # The API refuses the re-create as a stockout does, twice (recovery.ladder.attempts' default):
+    # each round's real `pulumi up` fails, and the VM stays on its rung.
+    tpu.refuse_creates = 2
+    for _ in range(2):
+        failed = project.recover(STACK, "--once", "--records", str(records))
+        assert failed.returncode != 0, failed.stdout[-3000:]
+        assert tpu.node(second_zone, VM) is None, "no move before the attempts are spent"
+    # The third round declares it on the next rung (the second zone), where the create works.
+    moved = project.recover(STACK, "--once", "--records", str(records))
+    assert moved.returncode == 0, moved.stdout[-3000:] + moved.stderr[-3000:]
+    node = tpu.node(second_zone, VM)
+    assert node is not None and node["state"] == "READY", tpu.nodes
+    assert node["labels"]["recovery-cause"] == "stockout"
+    vm = project.json("stack", "output", "tpuVms", "--stack", STACK)[VM]
+    assert (vm["rung"], vm["zone"]) == (1, second_zone), vm
+    assert [r["cause"] for r in map(json.loads, records.read_text().splitlines()) if r.get("name") == VM][
+        -1:
+    ] == ["stockout"], records.read_text()[-2000:]
