@@ -392,6 +392,20 @@ def _lift_refusals(world: World) -> None:
     world.refusals.clear()
 
 
+def _refused_then_fixed(error: str) -> Cause:
+    """A fault that never moves the ladder (quota, permission): once it is fixed (the refusals
+    end), the VM is READY on its first rung, having moved 0 times."""
+    return Cause(
+        _refusing(error, REFUSALS),
+        needs_up=True,
+        polled=True,
+        after=_lift_refusals,
+        acted=_ready_after(ZONE),
+        ups=REFUSALS + 1,
+        moves=0,
+    )
+
+
 CAUSES: dict[str, Cause] = {
     "job-failed": Cause(_fail_job, needs_up=True),
     "jobset-failed": Cause(_fail_jobset, needs_up=True),
@@ -420,24 +434,8 @@ CAUSES: dict[str, Cause] = {
     ),
     # Quota and permission refusals never move the ladder: after they are fixed (the refusals
     # end), the VM is READY on its first rung, having moved 0 times.
-    "vm-quota": Cause(
-        _refusing(QUOTA_ERROR, REFUSALS),
-        needs_up=True,
-        polled=True,
-        after=_lift_refusals,
-        acted=_ready_after(ZONE),
-        ups=REFUSALS + 1,
-        moves=0,
-    ),
-    "vm-permission": Cause(
-        _refusing(PERMISSION_ERROR, REFUSALS),
-        needs_up=True,
-        polled=True,
-        after=_lift_refusals,
-        acted=_ready_after(ZONE),
-        ups=REFUSALS + 1,
-        moves=0,
-    ),
+    "vm-quota": _refused_then_fixed(QUOTA_ERROR),
+    "vm-permission": _refused_then_fixed(PERMISSION_ERROR),
 }
 """Every cause measured. A new one (hung, maintenance) is one entry here."""
 
