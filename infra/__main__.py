@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 if __name__ == "__main__" and __package__ == "infra":
     # `python -m infra`: the language host runs this file by its path (no package; see the end of
@@ -115,6 +116,26 @@ class LastUpdate:
         pulumi.export(key, pulumi.Output.secret(deployed) if key in self.secrets else deployed)
 
 
+CHECKPOINT_READ_ATTEMPTS = 5
+"""Reads of the stack's own outputs before the program gives up on a torn checkpoint."""
+
+
+def _read_stack_outputs(own: str) -> Any:
+    """The engine's read of this stack's outputs, tried again on a torn read: with a file backend,
+    an update that starts at once (`pulumi up --skip-preview`, and recovery's own rounds) writes the
+    stack's checkpoint while the program reads it, and the read now and then fails with "failed to
+    load checkpoint: EOF" (seen in the engine tier, Pulumi v3.274.1, pkg/backend/diy/state.go).
+    Any other failure, or the same one every time, ends the program as before."""
+    for attempt in range(1, CHECKPOINT_READ_ATTEMPTS + 1):
+        try:
+            return pulumi.runtime.invoke("pulumi:pulumi:readStackOutputs", {"name": own})
+        except Exception as exc:  # the SDK raises a bare Exception for a failed invoke
+            if "failed to load checkpoint" not in str(exc) or attempt == CHECKPOINT_READ_ATTEMPTS:
+                raise
+            time.sleep(0.2 * attempt)
+    raise AssertionError("unreachable")
+
+
 def read_last_update() -> LastUpdate:
     """The stack's outputs as of its last update, read now, before anything is declared: a check
     in an Output's apply would run while the engine already replaces resources. The engine's own
@@ -124,7 +145,7 @@ def read_last_update() -> LastUpdate:
     invoke. Raises ``InvalidArgument`` for a renamed stack or a recovery round's value that
     `infra.recover` did not write."""
     own = f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
-    result = pulumi.runtime.invoke("pulumi:pulumi:readStackOutputs", {"name": own})
+    result = _read_stack_outputs(own)
     outputs = (result.value or {}).get("outputs")
     secret = (result.value or {}).get("secretOutputNames") or []
     previous = outputs if isinstance(outputs, dict) else {}

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import yaml
 from support.in_process import run_plan
 from support.program import INFRA, REPO
@@ -312,3 +314,45 @@ def test_a_command_run_from_inside_infra_runs_for_the_project_above():
     )
     assert done.returncode == 64, done.stderr
     assert "Traceback" not in done.stderr and "error: --stack 'a/b/c/d'" in done.stderr
+
+
+def _program_namespace() -> dict:
+    """infra/__main__.py's functions, loaded as the language host loads the file but not run."""
+    sys.path.insert(0, str(INFRA))
+    try:
+        return runpy.run_path(str(INFRA / "__main__.py"), run_name="infra_program_under_test")
+    finally:
+        sys.path.remove(str(INFRA))
+
+
+def test_a_torn_checkpoint_read_of_the_stacks_own_outputs_is_tried_again_and_other_failures_are_not(
+    monkeypatch,
+):
+    # The engine tier saw it (Pulumi v3.274.1, file backend, `up --skip-preview`): the program's
+    # read of its own stack's outputs failed with "failed to load checkpoint: EOF" while the
+    # engine wrote the checkpoint.
+    program = _program_namespace()
+    torn = Exception("invoke of pulumi:pulumi:readStackOutputs failed: failed to load checkpoint: EOF")
+    answers: list = [torn, torn, "outputs"]
+    monkeypatch.setattr(program["time"], "sleep", lambda seconds: None)
+
+    def invoke(token, args):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(program["pulumi"].runtime, "invoke", invoke)
+    assert program["_read_stack_outputs"]("org/project/stack") == "outputs"
+    assert answers == []
+
+    answers[:] = [torn] * program["CHECKPOINT_READ_ATTEMPTS"] + ["never read"]
+    with pytest.raises(Exception, match="failed to load checkpoint"):
+        program["_read_stack_outputs"]("org/project/stack")
+    assert answers == ["never read"], "it gives up after its attempts"
+
+    other = Exception("invoke of pulumi:pulumi:readStackOutputs failed: unknown stack")
+    answers[:] = [other, "never read"]
+    with pytest.raises(Exception, match="unknown stack"):
+        program["_read_stack_outputs"]("org/project/stack")
+    assert answers == ["never read"], "any other failure is not tried again"
