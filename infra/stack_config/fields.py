@@ -4,7 +4,7 @@ functions."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping, Optional
+from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping, Optional, Sequence
 
 from pydantic import (
     AfterValidator,
@@ -95,5 +95,6 @@ LabelValue = Annotated[StrictStr, AfterValidator(no_problem(naming.label_value_p
 EnvName = Annotated[StrictStr, AfterValidator(no_problem(user_env_problem))]
 
 
-def repeated(names: list[str]) -> list[str]:
+def repeated(names: Sequence[str]) -> list[str]:
+    """The names given more than once, sorted."""
     return sorted({n for n in names if names.count(n) > 1})

@@ -44,6 +44,7 @@ from .fields import (
     Model,
     dns_label,
     no_problem,
+    repeated,
 )
 
 
@@ -271,9 +272,9 @@ class NodePoolConfig(Model):
                 f"cloud.google.com/kubernetes-engine/docs/reference/crds/computeclass); allowed in a "
                 f"list: {', '.join(LADDER_RUNGS)}"
             )
-        repeated = sorted({rung for rung in ladder if ladder.count(rung) > 1})
-        if repeated:
-            raise ValueError(f"the list repeats {', '.join(repeated)}; each capacity is one rung")
+        repeats = repeated(ladder)
+        if repeats:
+            raise ValueError(f"the list repeats {', '.join(repeats)}; each capacity is one rung")
         reservation = info.data.get("reservation")
         if "reserved" in ladder and reservation is None:
             raise ValueError(

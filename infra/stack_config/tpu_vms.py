@@ -27,6 +27,7 @@ from .fields import (
     dns_label,
     no_problem,
     not_blank,
+    repeated,
 )
 
 
@@ -97,7 +98,7 @@ class TpuVmConfig(Model):
             raise ValueError("is empty; give at least one zone, the preferred first")
         for zone in zones:
             _check_zone(zone)
-        repeats = sorted({zone for zone in zones if zones.count(zone) > 1})
+        repeats = repeated(zones)
         if repeats:
             raise ValueError(f"repeats {', '.join(repeats)}; each zone is one rung of the ladder")
         regions = {catalogue.region_of_zone(zone) for zone in zones}
@@ -115,7 +116,7 @@ class TpuVmConfig(Model):
         if isinstance(value, tuple):
             if not value:
                 raise ValueError("is empty; give one capacity type or a list of them, the preferred first")
-            repeats = sorted({kind for kind in value if value.count(kind) > 1})
+            repeats = repeated(value)
             if repeats:
                 raise ValueError(f"repeats {', '.join(repeats)}; each capacity type is listed once")
         return value
