@@ -126,14 +126,15 @@ def _read_stack_outputs(own: str) -> Any:
     stack's checkpoint while the program reads it, and the read now and then fails with "failed to
     load checkpoint: EOF" (seen in the engine tier, Pulumi v3.274.1, pkg/backend/diy/state.go).
     Any other failure, or the same one every time, ends the program as before."""
-    for attempt in range(1, CHECKPOINT_READ_ATTEMPTS + 1):
+    for attempt in range(1, CHECKPOINT_READ_ATTEMPTS):
         try:
             return pulumi.runtime.invoke("pulumi:pulumi:readStackOutputs", {"name": own})
         except Exception as exc:  # the SDK raises a bare Exception for a failed invoke
-            if "failed to load checkpoint" not in str(exc) or attempt == CHECKPOINT_READ_ATTEMPTS:
+            if "failed to load checkpoint" not in str(exc):
                 raise
-            time.sleep(0.2 * attempt)
-    raise AssertionError("unreachable")
+        time.sleep(0.2 * attempt)
+    # The last attempt: whatever it raises ends the program.
+    return pulumi.runtime.invoke("pulumi:pulumi:readStackOutputs", {"name": own})
 
 
 def read_last_update() -> LastUpdate:
