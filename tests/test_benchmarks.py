@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from support.program import REPO
 
 
@@ -25,6 +26,7 @@ def smoke(script: str, figures: Path) -> subprocess.CompletedProcess[str]:
     return done
 
 
+@pytest.mark.slow
 def test_the_plan_speed_benchmark_runs_every_section(tmp_path):
     figures = tmp_path / "figures.json"
     done = smoke("plan_speed.py", figures)
@@ -51,6 +53,7 @@ def test_the_plan_speed_benchmark_runs_every_section(tmp_path):
     assert [goal["reached"] is None for goal in document["goals"]] == [True, False, True, True]
 
 
+@pytest.mark.slow
 def test_the_recovery_slo_benchmark_measures_every_cause_polling_and_watching(tmp_path):
     """benchmarks/recovery_slo.py --smoke: one trial per cause and mode. Timings are printed, not
     asserted; what holds at any speed is: every cause was injected in both modes and seen by a

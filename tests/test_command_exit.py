@@ -71,6 +71,7 @@ def _clean(done: subprocess.CompletedProcess[str]) -> None:
     assert "Exception ignored" not in done.stderr, done.stderr
 
 
+@pytest.mark.slow
 def test_rounds_whose_reads_run_out_of_time_end_soon_after_the_deadline_with_75(world, tmp_path, monkeypatch):
     tpu, kube = world
     answered, usual = _recover_once()

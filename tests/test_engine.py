@@ -295,28 +295,30 @@ def _previewed(project: EngineProject) -> dict[str, str]:
     return found
 
 
-def _compare_each(project: EngineProject, edits: dict[str, tuple[str, Any]], base: Path) -> dict[str, Any]:
+def _compare_each(
+    project: EngineProject, edits: dict[str, tuple[str, Any]], base: Path
+) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
     """For each edit, applied alone to the deployed stack's file: where --compare-to's prediction
-    and the engine's preview disagree."""
+    and the engine's preview disagree, and what the engine previewed for each edit."""
     _write_base_plan(project, base)
     stack_file = project.root / f"Pulumi.{STACK}.yaml"
     deployed = stack_file.read_text()
-    disagreements = {}
+    disagreements, previews = {}, {}
     for edit, (key, value) in edits.items():
         project.set_config(STACK, key, value)
-        predicted, previewed = _predicted(project, base), _previewed(project)
+        predicted, previews[edit] = _predicted(project, base), _previewed(project)
         assert predicted, f"{edit}: the plan predicts no change"
-        if predicted != previewed:
-            disagreements[edit] = {"--compare-to": predicted, "engine": previewed}
+        if predicted != previews[edit]:
+            disagreements[edit] = {"--compare-to": predicted, "engine": previews[edit]}
         stack_file.write_text(deployed)
-    return disagreements
+    return disagreements, previews
 
 
 def test_compare_to_predicts_what_the_engine_previews_for_each_documented_tpu_vm_edit(
     project: EngineProject, tmp_path: Path
 ) -> None:
     _deployed(project)
-    disagreements = _compare_each(project, DOCUMENTED_EDITS, tmp_path / "base.json")
+    disagreements, _ = _compare_each(project, DOCUMENTED_EDITS, tmp_path / "base.json")
     assert not disagreements, json.dumps(disagreements, indent=1)
 
 
@@ -345,11 +347,11 @@ def test_compare_to_predicts_what_the_engine_previews_for_each_documented_gke_ed
         project = _gke_project(tmp_path, cloud, kube)
         project.init(STACK, {**GKE_CONFIG, "tpu-training:checkpointing": {"costSeconds": 60}})
         project.deploy(STACK)
-        disagreements = _compare_each(project, GKE_DOCUMENTED_EDITS, tmp_path / "base.json")
+        disagreements, previews = _compare_each(project, GKE_DOCUMENTED_EDITS, tmp_path / "base.json")
         assert not disagreements, json.dumps(disagreements, indent=1)
         # The tuning edit, by the engine's own preview: the Job is not replaced.
-        project.set_config(STACK, "tpu-training:checkpointing", {"costSeconds": 120})
-        assert JOB_URN not in _previewed(project)
+        assert JOB_URN not in previews["costSeconds (tuning)"]
+        assert JOB_URN in previews["image"], "the Job's URN is not the one the engine previews"
 
 
 def test_the_policy_pack_is_enforced_by_the_real_cli(project: EngineProject, policy_python: Path) -> None:

@@ -390,6 +390,7 @@ def test_the_minimum_cli_is_the_projects_required_version():
     assert f'requiredPulumiVersion: ">={MIN_CLI_VERSION}"' in (REPO / "Pulumi.yaml").read_text()
 
 
+@pytest.mark.slow
 def test_an_up_that_never_ends_is_a_failure_after_its_timeout(stub):
     set_behaviour(stub, up="succeed", hold=True)  # never released
     try:

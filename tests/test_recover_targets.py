@@ -343,6 +343,7 @@ sys.exit(recover.main(["--stack", "dev", "--once", "--dry-run"], probe=probe))
 """
 
 
+@pytest.mark.slow
 def test_a_jobs_list_past_its_deadline_exits_75_by_the_interpreters_own_exit(tmp_path):
     # The list's request is cut off at the deadline (no thread is left blocked in its socket read):
     # the exit status is the round's (75), never an abort from interpreter teardown (134).
