@@ -1,6 +1,7 @@
 """Show how a stack's training is doing, in one place.
 
-    python -m infra.status --stack NAME [--json] [--outputs FILE]
+    python -m infra.status --stack NAME [--json] [--outputs FILE] [--html PAGE]
+    python -m infra.status --records FILE [--records FILE ...] [--run NAME] --html PAGE
 
 For each TPU VM and Job of the stack:
 
@@ -22,9 +23,15 @@ Whatever cannot be read (offline, no credentials, no Pulumi CLI, an API down) is
 and the rest is still shown. Endpoints: TPU_API_ENDPOINT, GKE_API_ENDPOINT, KUBECONFIG and
 STORAGE_API_ENDPOINT replace Google's (``live/endpoints.py``).
 
+``--html PAGE`` also writes each run's timeline (steps, saves, interruptions by cause, recovery
+gaps) as one self-contained HTML page; ``--records FILE`` draws it from recover's records and the
+trainer's timed log lines alone, with no stack read (``domain/run_timeline.py``,
+``infra/timeline_figure.py``; docs/status.md).
+
 Exit status (see EXIT_*): 0 everything was read; 2 invalid configuration or project file; 64
-invalid command line; 75 something could not be read (each named in the output): try again, or
-read the rest.
+invalid command line; 65 ``--records`` hold no timeline; 66 a ``--records`` file cannot be read;
+73 ``--html`` cannot be written; 75 something could not be read (each named in the output): try
+again, or read the rest.
 """
 
 from __future__ import annotations
@@ -83,6 +90,8 @@ EXIT_CONFIG_ERROR = 2
 EXIT_USAGE = 64
 EXIT_NO_RECORDS = 65
 """``--records`` files hold no timeline (sysexits.h EX_DATAERR)."""
+EXIT_NO_INPUT = 66
+"""A ``--records`` file does not exist or cannot be read (sysexits.h EX_NOINPUT)."""
 EXIT_CANNOT_WRITE = 73
 """``--html`` names a file that cannot be written (sysexits.h EX_CANTCREAT)."""
 EXIT_UNREAD = 75
@@ -402,7 +411,9 @@ def timeline_of(run: RunStatus) -> RunTimeline:
     last = run.last_recovery or {}
     decided = zoned_time(last.get("decidedAt"))
     if decided is not None:
-        starts = [r.started_at for r in (run.progress.records if run.progress else []) if r.started_at > decided]
+        starts = [
+            r.started_at for r in (run.progress.records if run.progress else []) if r.started_at > decided
+        ]
         interruptions = (
             Interruption(
                 decided,
@@ -411,7 +422,9 @@ def timeline_of(run: RunStatus) -> RunTimeline:
                 detail=f"{last.get('action')} at generation {last.get('generation')}",
             ),
         )
-    return RunTimeline(f"{_SHOWN_KIND[run.kind]} {run.name} ({run.where})", tuple(steps), saves, interruptions)
+    return RunTimeline(
+        f"{_SHOWN_KIND[run.kind]} {run.name} ({run.where})", tuple(steps), saves, interruptions
+    )
 
 
 def _timeline_from_records(files: Sequence[Path], html: Optional[Path], run: Optional[str]) -> int:
@@ -425,15 +438,18 @@ def _timeline_from_records(files: Sequence[Path], html: Optional[Path], run: Opt
             lines.extend(path.read_text(encoding="utf-8", errors="replace").splitlines())
         except FileNotFoundError:
             print(f"error: --records {path}: no such file", file=sys.stderr)
-            return EXIT_USAGE
+            return EXIT_NO_INPUT
         except OSError as exc:
             print(f"error: --records {path}: cannot be read ({exc.strerror or exc})", file=sys.stderr)
-            return EXIT_USAGE
+            return EXIT_NO_INPUT
     named = ", ".join(map(str, files))
     try:
         read = timeline_from_lines(lines, run=run)
     except TimelineError as exc:
-        print(f"error: --records {named}: {exc}" + (" with --run NAME" if "choose" in str(exc) else ""), file=sys.stderr)
+        print(
+            f"error: --records {named}: {exc}" + (" with --run NAME" if "choose" in str(exc) else ""),
+            file=sys.stderr,
+        )
         return EXIT_NO_RECORDS
     if read.timeline.empty:
         print(
@@ -447,7 +463,9 @@ def _timeline_from_records(files: Sequence[Path], html: Optional[Path], run: Opt
         *([f"... and {len(read.not_understood) - 20} more"] if len(read.not_understood) > 20 else []),
         *([f"records of other runs left out: {', '.join(read.other_runs)}"] if read.other_runs else []),
     ]
-    page = timeline_figure.html_page([read.timeline], title=f"Run {read.timeline.name} from {named}", notes=notes)
+    page = timeline_figure.html_page(
+        [read.timeline], title=f"Run {read.timeline.name} from {named}", notes=notes
+    )
     try:
         timeline_figure.write(html, page)
     except timeline_figure.ReportError as exc:

@@ -1,6 +1,6 @@
 """Draw run timelines (``domain.run_timeline``) with matplotlib, and write them as one
-self-contained HTML page: `python -m infra.status --html` and the goodput and recovery-SLO
-benchmarks use it.
+self-contained HTML page (`python -m infra.status --html`) or as a PNG or SVG file (the goodput
+and recovery-SLO benchmarks' ``--figure``).
 
 One panel per run: the steps over time, each committed save, each interruption a line coloured
 by its cause with the cause written beside it, and its recovery gap (until training resumed)
@@ -14,8 +14,8 @@ loads it), with its Agg canvas and no pyplot: no display, no global figure state
 from __future__ import annotations
 
 import html
-import os
 import io
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
@@ -25,9 +25,33 @@ from tpu_training_components.domain.run_timeline import Interruption, RunTimelin
 PANEL_INCHES = (10.0, 3.2)
 """Width and height of one run's panel."""
 DPI = 100
-# Colours of the default matplotlib cycle, fixed per cause in the order first seen: the same
-# cause keeps its colour across panels of one figure.
-_COLOURS = ("#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
+STEP_COLOUR = "#1f77b4"
+SAVE_COLOUR = "#2ca02c"
+CAUSE_COLOURS = (
+    "#d62728",
+    "#ff7f0e",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+    "#bcbd22",
+    "#7f7f7f",
+    "#393b79",
+    "#843c39",
+    "#637939",
+    "#7b4173",
+)
+"""One colour per cause, in the order first seen, so a cause keeps its colour across the panels of
+one figure: matplotlib's default cycle without the steps' blue and the saves' green, then four
+dark ones of its tab20b map, so the recovery-SLO benchmark's nine causes never share one."""
+GAP_ALPHA = 0.15
+"""How strongly a recovery gap is shaded in its cause's colour."""
+ANNOTATED_AT_MOST = 12
+"""A panel with more interruptions names their causes in its legend only: written beside each
+line, dozens of labels would cover one another."""
+STATUS_SHADING = "shaded: from the interruption until training resumed"
+FORMATS = ("png", "svg")
+"""What ``--figure FILE`` may end in."""
 
 
 class ReportError(Exception):
@@ -36,7 +60,7 @@ class ReportError(Exception):
 
 def _colours(timelines: Sequence[RunTimeline]) -> dict[str, str]:
     causes = dict.fromkeys(cause for timeline in timelines for cause in timeline.causes)
-    return {cause: _COLOURS[index % len(_COLOURS)] for index, cause in enumerate(causes)}
+    return {cause: CAUSE_COLOURS[index % len(CAUSE_COLOURS)] for index, cause in enumerate(causes)}
 
 
 def _gap_end(interruption: Interruption, last: datetime) -> datetime:
@@ -56,9 +80,10 @@ def _segments(timeline: RunTimeline) -> list[list[tuple[datetime, int]]]:
     return segments
 
 
-def figure(timelines: Sequence[RunTimeline], *, title: str) -> Any:
+def figure(timelines: Sequence[RunTimeline], *, title: str, shading: str = STATUS_SHADING) -> Any:
     """A matplotlib ``Figure`` of the timelines, one panel each (none is drawn empty: a run with
-    nothing known says so in its panel)."""
+    nothing known says so in its panel); ``shading`` says under the time axis what a shaded gap
+    spans."""
     from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
     from matplotlib.figure import Figure
 
@@ -86,7 +111,7 @@ def figure(timelines: Sequence[RunTimeline], *, title: str) -> Any:
             axes.plot(
                 [at for at, _ in segment],
                 [step for _, step in segment],
-                color="#1f77b4",
+                color=STEP_COLOUR,
                 marker=".",
                 markersize=3,
                 linewidth=1.2,
@@ -98,11 +123,12 @@ def figure(timelines: Sequence[RunTimeline], *, title: str) -> Any:
                 [step for _, step in timeline.saves],
                 linestyle="none",
                 marker="v",
-                color="#2ca02c",
+                color=SAVE_COLOUR,
                 markersize=7,
                 label="save (committed)",
             )
         shown: set[str] = set()
+        annotated = len(timeline.interruptions) <= ANNOTATED_AT_MOST
         for interruption in timeline.interruptions:
             colour = colours[interruption.cause]
             label = None if interruption.cause in shown else f"interrupted: {interruption.cause}"
@@ -110,7 +136,9 @@ def figure(timelines: Sequence[RunTimeline], *, title: str) -> Any:
             axes.axvline(interruption.at, color=colour, linewidth=1.5, label=label)
             end = _gap_end(interruption, last)
             if end > interruption.at:
-                axes.axvspan(interruption.at, end, color=colour, alpha=0.15, linewidth=0)
+                axes.axvspan(interruption.at, end, color=colour, alpha=GAP_ALPHA, linewidth=0)
+            if not annotated:
+                continue
             axes.annotate(
                 interruption.cause,
                 xy=(interruption.at, 1.0),
@@ -129,15 +157,21 @@ def figure(timelines: Sequence[RunTimeline], *, title: str) -> Any:
         axes.xaxis.set_major_formatter(ConciseDateFormatter(locator, tz=timezone.utc))
         axes.grid(True, alpha=0.3)
         axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    axes_list[-1].set_xlabel("time (UTC); shaded: from the interruption until training resumed")
+    axes_list[-1].set_xlabel(f"time (UTC); {shading}")
     return drawing
 
 
-def render(timelines: Sequence[RunTimeline], *, title: str, format: str) -> bytes:
+def render(
+    timelines: Sequence[RunTimeline], *, title: str, format: str, shading: str = STATUS_SHADING
+) -> bytes:
     """The figure as ``png`` or ``svg`` bytes (SVG text stays text: causes are searchable)."""
+    return save(figure(timelines, title=title, shading=shading), format=format)
+
+
+def save(drawing: Any, *, format: str) -> bytes:
+    """A ``figure`` as ``png`` or ``svg`` bytes, at ``DPI``."""
     import matplotlib
 
-    drawing = figure(timelines, title=title)
     buffer = io.BytesIO()
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "tpu-training"}):
         drawing.savefig(buffer, format=format, dpi=DPI, metadata=_metadata(format))
@@ -167,21 +201,26 @@ def html_page(timelines: Sequence[RunTimeline], *, title: str, notes: Sequence[s
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{html.escape(title)}</title>",
         "<style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:.2em .6em;text-align:left}svg{max-width:100%;height:auto}</style>",
+        "td,th{border:1px solid #ccc;padding:.2em .6em;text-align:left}"
+        "svg{max-width:100%;height:auto}</style>",
         "</head><body>",
         f"<h1>{html.escape(title)}</h1>",
         svg,
     ]
     for timeline in timelines:
         parts.append(f"<h2>{html.escape(timeline.name)}</h2>")
-        first = f"step {timeline.steps[0][1]} at {_stamp(timeline.steps[0][0])}" if timeline.steps else "no step"
+        first = (
+            f"step {timeline.steps[0][1]} at {_stamp(timeline.steps[0][0])}" if timeline.steps else "no step"
+        )
         newest = f"step {timeline.steps[-1][1]} at {_stamp(timeline.steps[-1][0])}" if timeline.steps else ""
         parts.append(
             f"<p>{html.escape(first)}{' to ' + html.escape(newest) if newest else ''}; "
             f"{len(timeline.saves)} save(s); {len(timeline.interruptions)} interruption(s)</p>"
         )
         if timeline.interruptions:
-            parts.append("<table><tr><th>interrupted</th><th>cause</th><th>until resumed</th><th>detail</th></tr>")
+            parts.append(
+                "<table><tr><th>interrupted</th><th>cause</th><th>until resumed</th><th>detail</th></tr>"
+            )
             for interruption in timeline.interruptions:
                 cells = (
                     _stamp(interruption.at),
@@ -197,6 +236,23 @@ def html_page(timelines: Sequence[RunTimeline], *, title: str, notes: Sequence[s
         parts.append("</ul>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def figure_format(path: Path) -> str:
+    """The format ``path`` asks for by its suffix; ``ReportError`` unless one of ``FORMATS``."""
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in FORMATS:
+        allowed = " or ".join(f".{name}" for name in FORMATS)
+        given = f"not {path.suffix!r}" if path.suffix else "this one has no suffix"
+        raise ReportError(f"{path}: a figure file ends in {allowed}; {given}")
+    return suffix
+
+
+def write_figure(
+    path: Path, timelines: Sequence[RunTimeline], *, title: str, shading: str = STATUS_SHADING
+) -> None:
+    """The timelines drawn into ``path``, PNG or SVG by its suffix (the benchmarks' ``--figure``)."""
+    write(path, render(timelines, title=title, format=figure_format(path), shading=shading))
 
 
 def check_writable(path: Path) -> None:
@@ -221,5 +277,6 @@ def write(path: Path, content: str | bytes) -> None:
             temporary.write_bytes(content)
         temporary.replace(path)
     except OSError as exc:
-        temporary.unlink(missing_ok=True)
+        if temporary.is_file():  # what this call wrote; anything else there is not its to remove
+            temporary.unlink()
         raise ReportError(f"{path}: cannot be written ({exc.strerror or exc})") from None

@@ -2,15 +2,19 @@
 recorded run (the reference trainer's real output with kubectl's timestamps, and recovery
 records; tests/fixtures/recorded-run/README.md) into steps, saves, interruptions by cause and
 recovery gaps (domain/run_timeline.py), and draws it with matplotlib (infra/timeline_figure.py).
-The drawing is checked as pixels (its size, how much is drawn, each cause's colour) and as SVG
-text (each cause written in it); bad input is a clear error with its own exit status."""
+The drawing is checked as pixels of its PNG (its size, each cause's line in its colour where it
+happened, each recovery gap shaded and nothing else, the steps and the saves) and as SVG text
+(each cause written in it); bad input is a clear error with its own exit status; and matplotlib
+is loaded only when something is drawn. (The stack-mode `--html` is in tests/test_status.py.)"""
 
 from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 from datetime import datetime, timezone
-from pathlib import Path
+from typing import Any
 
 import pytest
 from support.program import REPO
@@ -110,26 +114,139 @@ def test_lines_that_are_neither_are_named_and_nothing_is_guessed():
         timeline_from_lines(["", "  "])
 
 
-def test_the_png_really_draws_the_run(recorded):
-    from PIL import Image
+RGB = tuple[int, int, int]
 
-    timeline = timeline_from_lines(recorded).timeline
-    png = timeline_figure.render([timeline], title="Run demo-tpu", format="png")
-    image = Image.open(io.BytesIO(png)).convert("RGB")
-    width, height = image.size
-    assert (width, height) == (
+
+def rgb(hex_colour: str) -> RGB:
+    return (int(hex_colour[1:3], 16), int(hex_colour[3:5], 16), int(hex_colour[5:7], 16))
+
+
+def tint(hex_colour: str) -> RGB:
+    """``hex_colour`` at the gaps' alpha over the white background."""
+    alpha = timeline_figure.GAP_ALPHA
+    return tuple(round(255 * (1 - alpha) + c * alpha) for c in rgb(hex_colour))  # type: ignore[return-value]
+
+
+def near(pixel: RGB, colour: RGB, slack: int = 3) -> bool:
+    return all(abs(a - b) <= slack for a, b in zip(pixel, colour, strict=True))
+
+
+class Drawn:
+    """The recorded run drawn to PNG, read back as pixels, with the figure's own transforms to
+    find where a moment and a step are on it."""
+
+    def __init__(self, timeline: Any) -> None:
+        from matplotlib.dates import date2num
+        from PIL import Image
+
+        self.timeline = timeline
+        self.drawing = timeline_figure.figure([timeline], title="Run demo-tpu")
+        png = timeline_figure.save(self.drawing, format="png")
+        self.image = Image.open(io.BytesIO(png)).convert("RGB")
+        (self.axes,) = self.drawing.axes
+        self.box = self.axes.get_window_extent()
+        self._date2num = date2num
+
+    def x(self, moment: datetime) -> int:
+        return round(self.axes.transData.transform((self._date2num(moment), 0))[0])
+
+    def xy(self, moment: datetime, step: int) -> tuple[int, int]:
+        x, y = self.axes.transData.transform((self._date2num(moment), step))
+        return round(x), round(self.image.height - y)
+
+    def column(self, x: int) -> list[RGB]:
+        """The pixels of column ``x`` inside the axes, their frame left out."""
+        top = round(self.image.height - self.box.y1) + 3
+        bottom = round(self.image.height - self.box.y0) - 3
+        return [self.image.getpixel((x, row)) for row in range(top, bottom)]  # type: ignore[misc]
+
+    def share(self, x: int, colour: RGB) -> float:
+        pixels = self.column(x)
+        return sum(near(pixel, colour) for pixel in pixels) / len(pixels)
+
+
+@pytest.fixture(scope="module")
+def drawn(recorded) -> Drawn:
+    return Drawn(timeline_from_lines(recorded).timeline)
+
+
+def test_the_png_has_the_size_of_one_panel(drawn):
+    assert drawn.image.size == (
         int(timeline_figure.PANEL_INCHES[0] * timeline_figure.DPI),
         int((timeline_figure.PANEL_INCHES[1] + 0.6) * timeline_figure.DPI),
     )
-    colours = image.getcolors(maxcolors=width * height)
-    assert colours is not None
-    counts = {colour: count for count, colour in colours}
-    drawn = sum(count for colour, count in counts.items() if colour != (255, 255, 255))
-    assert drawn > 0.05 * width * height, "next to nothing drawn"
-    # The step line, the saves and each cause's line are there, in their own colours.
-    for hex_colour in ("#1f77b4", "#2ca02c", "#d62728", "#ff7f0e"):
-        rgb = tuple(int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
-        assert counts.get(rgb, 0) >= 20, hex_colour
+
+
+def test_each_interruption_is_a_line_in_its_causes_colour_where_it_happened(drawn):
+    colours = {"maintenance": timeline_figure.CAUSE_COLOURS[0], "preempted": timeline_figure.CAUSE_COLOURS[1]}
+    assert drawn.timeline.causes == tuple(colours)
+    for interruption in drawn.timeline.interruptions:
+        colour = rgb(colours[interruption.cause])
+        x = drawn.x(interruption.at)
+        # The line is about two pixels wide: one of the columns at its moment is the cause's
+        # colour from top to bottom (but where the cause is written over it).
+        best = max(drawn.share(column, colour) for column in (x - 1, x, x + 1))
+        assert best > 0.6, (interruption.cause, best)
+
+
+def test_each_recovery_gap_is_shaded_in_its_causes_colour_and_training_is_not(drawn):
+    first, second = drawn.timeline.interruptions
+    for interruption, hex_colour in zip(
+        drawn.timeline.interruptions, timeline_figure.CAUSE_COLOURS, strict=False
+    ):
+        assert interruption.resumed_at is not None
+        middle = interruption.at + (interruption.resumed_at - interruption.at) / 2
+        assert drawn.share(drawn.x(middle), tint(hex_colour)) > 0.9, interruption.cause
+    # While it trained (before the first stop, and after the last resume) nothing is shaded.
+    for moment in (
+        drawn.timeline.steps[0][0] + (first.at - drawn.timeline.steps[0][0]) / 2,
+        drawn.timeline.steps[-1][0] - (drawn.timeline.steps[-1][0] - second.resumed_at) / 2,  # type: ignore[operator]
+    ):
+        shaded = [drawn.share(drawn.x(moment), tint(colour)) for colour in timeline_figure.CAUSE_COLOURS[:2]]
+        assert shaded == [0.0, 0.0], moment
+
+
+def test_the_steps_are_a_line_and_each_save_a_marker_where_it_was_committed(drawn):
+    blue, green = rgb(timeline_figure.STEP_COLOUR), rgb(timeline_figure.SAVE_COLOUR)
+
+    def around(at: datetime, step: int) -> list[RGB]:
+        x, y = drawn.xy(at, step)
+        return [drawn.image.getpixel((x + dx, y + dy)) for dx in range(-2, 3) for dy in range(-2, 3)]  # type: ignore[misc]
+
+    saved = {drawn.xy(at, step) for at, step in drawn.timeline.saves}
+    stops = {drawn.x(interruption.at) for interruption in drawn.timeline.interruptions}
+    points = [
+        (at, step)
+        for at, step in drawn.timeline.steps
+        if all(abs(x - sx) + abs(y - sy) > 12 for x, y in [drawn.xy(at, step)] for sx, sy in saved)
+        and all(abs(drawn.x(at) - stop) > 3 for stop in stops)
+    ]
+    assert len(points) > 20
+    # Each step seen is a dot of the step line (where no save and no interruption covers it).
+    for at, step in points:
+        assert any(near(pixel, blue) for pixel in around(at, step)), (at, step)
+    for at, step in drawn.timeline.saves:
+        assert any(near(pixel, green) for pixel in around(at, step)), (at, step)
+
+
+def test_matplotlib_is_loaded_only_when_something_is_drawn():
+    """The stack program, `infra.status` and `infra.plan` never load matplotlib (a second of
+    imports); drawing does. A fresh interpreter: this one has drawn already."""
+    program = (
+        "import sys\n"
+        "import tpu_training_components, infra.stack_config, infra.plan, infra.status\n"
+        "import infra.timeline_figure\n"
+        "heavy = lambda: sorted({m.split('.')[0] for m in sys.modules} & {'matplotlib', 'numpy', 'PIL'})\n"
+        "print(heavy())\n"
+        "from tpu_training_components.domain.run_timeline import RunTimeline\n"
+        "infra.timeline_figure.render([RunTimeline('r')], title='t', format='svg')\n"
+        "print(heavy())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[]", "['PIL', 'matplotlib', 'numpy']"]
 
 
 def test_the_page_is_self_contained_with_every_cause_written(recorded, tmp_path, capsys):
@@ -138,7 +255,7 @@ def test_the_page_is_self_contained_with_every_cause_written(recorded, tmp_path,
     out = capsys.readouterr().out
     assert code == status.EXIT_OK
     assert out == (
-        f"timeline of demo-tpu written to {page}: 35 step point(s), 9 save(s), 2 interruption(s) "
+        f"timeline of demo-tpu written to {page}: 45 step point(s), 9 save(s), 2 interruption(s) "
         "(maintenance, preempted)\n"
     )
     text = page.read_text()
@@ -146,40 +263,113 @@ def test_the_page_is_self_contained_with_every_cause_written(recorded, tmp_path,
     for cause in ("maintenance", "preempted"):
         assert f">{cause}<" in svg or f"> {cause}<" in svg or cause in svg, cause
         assert f"interrupted: {cause}" in svg
-    assert "<script" not in text and "src=" not in text and 'href="http' not in text.replace(
-        'href="http://www.w3.org', ""
+    assert (
+        "<script" not in text
+        and "src=" not in text
+        and 'href="http' not in text.replace('href="http://www.w3.org', "")
     )
     assert "<td>2026-11-28 15:31:03Z</td><td>preempted</td><td>11 s</td>" in text
 
 
-def test_bad_input_is_a_clear_error_never_a_traceback(tmp_path, capsys):
-    page = tmp_path / "report.html"
-
+@pytest.fixture
+def run_status(capsys):
     def run(*argv: str) -> tuple[int, str]:
         code = status.main(list(argv))
-        return code, capsys.readouterr().err
+        captured = capsys.readouterr()
+        assert captured.out == "", captured.out  # an error writes nothing but its message
+        return code, captured.err
 
-    assert run("--records", str(tmp_path / "nope.log"), "--html", str(page)) == (
-        status.EXIT_USAGE,
-        f"error: --records {tmp_path / 'nope.log'}: no such file\n",
+    return run
+
+
+def test_records_that_cannot_be_read_exit_66(run_status, tmp_path):
+    page = tmp_path / "report.html"
+    missing = tmp_path / "nope.log"
+    assert run_status("--records", str(missing), "--html", str(page)) == (
+        status.EXIT_NO_INPUT,
+        f"error: --records {missing}: no such file\n",
     )
+    assert run_status("--records", str(tmp_path), "--html", str(page)) == (
+        status.EXIT_NO_INPUT,
+        f"error: --records {tmp_path}: cannot be read (Is a directory)\n",
+    )
+    assert not page.exists()
+
+
+def test_records_with_no_timeline_in_them_exit_65(run_status, tmp_path):
+    page = tmp_path / "report.html"
     empty = tmp_path / "empty.log"
     empty.write_text("")
-    code, err = run("--records", str(empty), "--html", str(page))
-    assert code == status.EXIT_NO_RECORDS and err.startswith(f"error: --records {empty}: no recovery record")
-    code, err = run("--records", str(TRAINER_LOG), "--html", str(tmp_path / "no-folder" / "r.html"))
-    assert code == status.EXIT_CANNOT_WRITE
-    assert err == f"error: --html {tmp_path / 'no-folder' / 'r.html'}: its folder {tmp_path / 'no-folder'} does not exist\n"
-    code, err = run("--records", str(TRAINER_LOG), "--html", str(tmp_path))
-    assert (code, err) == (status.EXIT_CANNOT_WRITE, f"error: --html {tmp_path} is a folder; give a file name\n")
-    assert run("--records", str(TRAINER_LOG)) == (
+    code, err = run_status("--records", str(empty), "--html", str(page))
+    assert code == status.EXIT_NO_RECORDS
+    assert err.startswith(f"error: --records {empty}: no recovery record (`infra.recover --records`)")
+    assert err.endswith("in an empty file\n")
+    several = tmp_path / "several.jsonl"
+    several.write_text(record() + "\n" + record(name="other") + "\n")
+    code, err = run_status("--records", str(several), "--html", str(page))
+    assert code == status.EXIT_NO_RECORDS
+    assert err == (
+        f"error: --records {several}: the recovery records name 2 runs (demo-tpu, other); "
+        "choose one with --run NAME\n"
+    )
+    code, err = run_status("--records", str(several), "--html", str(page), "--run", "absent")
+    assert (code, err) == (
+        status.EXIT_NO_RECORDS,
+        f"error: --records {several}: nothing of run 'absent' (the records name demo-tpu, other)\n",
+    )
+    assert not page.exists()
+
+
+def test_a_page_that_cannot_be_written_exits_73_before_anything_is_read(run_status, tmp_path, monkeypatch):
+    missing = tmp_path / "nope.log"  # never read: the page is checked first
+    no_folder = tmp_path / "no-folder" / "r.html"
+    assert run_status("--records", str(missing), "--html", str(no_folder)) == (
+        status.EXIT_CANNOT_WRITE,
+        f"error: --html {no_folder}: its folder {no_folder.parent} does not exist\n",
+    )
+    assert run_status("--records", str(missing), "--html", str(tmp_path)) == (
+        status.EXIT_CANNOT_WRITE,
+        f"error: --html {tmp_path} is a folder; give a file name\n",
+    )
+    # (As root every folder is writable: the permission check is fed a refusal.)
+    monkeypatch.setattr(timeline_figure.os, "access", lambda path, mode: False)
+    assert run_status("--records", str(missing), "--html", str(tmp_path / "r.html")) == (
+        status.EXIT_CANNOT_WRITE,
+        f"error: --html {tmp_path / 'r.html'}: not writable here (permission denied)\n",
+    )
+
+
+def test_a_page_whose_write_fails_exits_73_and_leaves_nothing_half_written(tmp_path, capsys):
+    page = tmp_path / "report.html"
+    # The write's temporary file cannot be made: a folder holds its name.
+    (tmp_path / ".report.html.partial").mkdir()
+    code = status.main(["--records", str(TRAINER_LOG), "--html", str(page)])
+    captured = capsys.readouterr()
+    assert (code, captured.out) == (status.EXIT_CANNOT_WRITE, "")
+    assert captured.err == f"error: --html {page}: cannot be written (Is a directory)\n"
+    assert not page.exists() and (tmp_path / ".report.html.partial").is_dir()
+
+
+def test_options_that_need_another_are_a_usage_error(run_status):
+    assert run_status("--records", str(TRAINER_LOG)) == (
         status.EXIT_USAGE,
         "error: --records draws a timeline: give --html FILE to write it to\n",
     )
-    several = tmp_path / "several.jsonl"
-    several.write_text(record() + "\n" + record(name="other") + "\n")
-    code, err = run("--records", str(several), "--html", str(page))
-    assert code == status.EXIT_NO_RECORDS and err.endswith("choose one with --run NAME\n")
-    code, err = run("--records", str(several), "--html", str(page), "--run", "absent")
-    assert code == status.EXIT_NO_RECORDS and "nothing of run 'absent'" in err
-    assert not page.exists()
+    assert run_status("--run", "demo-tpu") == (
+        status.EXIT_USAGE,
+        "error: --run chooses among the runs of --records FILE; give --records\n",
+    )
+
+
+def test_a_figure_file_is_png_or_svg_by_its_name(tmp_path):
+    assert timeline_figure.figure_format(tmp_path / "a.PNG") == "png"
+    assert timeline_figure.figure_format(tmp_path / "a.svg") == "svg"
+    with pytest.raises(
+        timeline_figure.ReportError, match=r"a.pdf: a figure file ends in .png or .svg; not '.pdf'"
+    ):
+        timeline_figure.figure_format(tmp_path / "a.pdf")
+    with pytest.raises(
+        timeline_figure.ReportError,
+        match="figure: a figure file ends in .png or .svg; this one has no suffix",
+    ):
+        timeline_figure.figure_format(tmp_path / "figure")

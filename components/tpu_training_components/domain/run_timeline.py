@@ -8,11 +8,12 @@ It is read from lines of text (``timeline_from_lines``), each one of:
   (when its training stopped) or else ``detectedAt`` (nothing earlier is known of the fault);
 - a trainer event line with a time in front, as ``kubectl logs --timestamps`` and Cloud Logging
   exports print it (``2026-11-26T08:41:12.123456789Z tpu-trainer: step step=41 ...``; the
-  trainer's own lines carry no time, docs/trainer.md): ``step`` and ``resume`` lines are steps
-  over time (and the step a ``stopped`` line names), ``committed`` lines saves (a checkpoint is usable once committed), ``stopped`` an
-  interruption by SIGTERM, and a ``resume`` after earlier lines with no stop between them an
-  interruption of unknown cause, at the last line before it (as ml-goodput-measurement infers a
-  disruption from a step going backwards).
+  trainer's own lines carry no time, docs/trainer.md): ``step``, ``resume``, ``saving``,
+  ``stopped`` and ``complete`` lines are steps over time (each names the step training had
+  reached when it was printed), ``committed`` lines saves (a checkpoint is usable once
+  committed), ``stopped`` an interruption by SIGTERM, and a ``resume`` after earlier lines with
+  no stop between them an interruption of unknown cause, at the last line before it (as
+  ml-goodput-measurement infers a disruption from a step going backwards).
 
 Trainer lines name no run: they belong to the run being drawn. Anything else is counted as not
 understood, never guessed at.
@@ -32,13 +33,18 @@ from .recovery_records import RECORD_FORMAT
 TRAINER_PREFIX = "tpu-trainer:"
 UNKNOWN_CAUSE = "unknown"
 """Training resumed with no stop and no recovery record to say why."""
+STEP_EVENTS = ("step", "resume", "saving", "stopped", "complete")
+"""The trainer's events whose ``step=`` is where training stood when the line was printed (a
+``committed`` line names an earlier step: its save started before)."""
 STOPPED_CAUSE = "stopped (SIGTERM)"
 """The trainer said it was stopped: a drain, a preemption notice or a maintenance event."""
 
 # "<RFC 3339 time> ... tpu-trainer: EVENT key=value ...": the time first (kubectl --timestamps,
 # journald's short-iso, a Cloud Logging export), the trainer's line anywhere after it.
 _TRAINER_LINE = re.compile(
-    r"^(?P<time>\d{4}-\d\d-\d\dT[0-9:.]+(?:Z|[+-]\d\d:?\d\d))\s.*?" + re.escape(TRAINER_PREFIX) + r" (?P<event>\S+)(?P<rest>.*)$"
+    r"^(?P<time>\d{4}-\d\d-\d\dT[0-9:.]+(?:Z|[+-]\d\d:?\d\d))\s.*?"
+    + re.escape(TRAINER_PREFIX)
+    + r" (?P<event>\S+)(?P<rest>.*)$"
 )
 _FIELD = re.compile(r"(\w+)=(\S+)")
 
@@ -137,12 +143,18 @@ def timeline_from_lines(lines: Iterable[str], *, run: Optional[str] = None) -> R
         raise TimelineError(
             "no recovery record (`infra.recover --records`) and no timed trainer line "
             f"(`<time> {TRAINER_PREFIX} EVENT ...`, as `kubectl logs --timestamps` prints them) in "
-            + (f"{len(not_understood)} line(s); first: {not_understood[0]}" if not_understood else "an empty file")
+            + (
+                f"{len(not_understood)} line(s); first: {not_understood[0]}"
+                if not_understood
+                else "an empty file"
+            )
         )
     names = list(dict.fromkeys(str(record["name"]) for record in records))
     if run is None:
         if len(names) > 1:
-            raise TimelineError(f"the recovery records name {len(names)} runs ({', '.join(names)}); choose one")
+            raise TimelineError(
+                f"the recovery records name {len(names)} runs ({', '.join(names)}); choose one"
+            )
         run = names[0] if names else "run"
     chosen = [record for record in records if record["name"] == run]
     timeline = build(run, events, chosen)
@@ -150,7 +162,9 @@ def timeline_from_lines(lines: Iterable[str], *, run: Optional[str] = None) -> R
 
 
 def build(
-    name: str, events: Iterable[tuple[datetime, str, dict[str, str]]], records: Iterable[dict[str, object]] = ()
+    name: str,
+    events: Iterable[tuple[datetime, str, dict[str, str]]],
+    records: Iterable[dict[str, object]] = (),
 ) -> RunTimeline:
     """One run's timeline from its trainer events (time, event, fields) and its recovery records."""
     steps: list[tuple[datetime, int]] = []
@@ -169,7 +183,7 @@ def build(
         if event == "stopped":
             interruptions.append(Interruption(at, STOPPED_CAUSE, detail=f"at step {step}"))
             open_gap = len(interruptions) - 1
-        if event in ("step", "resume", "stopped") and step is not None:
+        if event in STEP_EVENTS and step is not None:
             steps.append((at, step))
         if event == "committed" and step is not None:
             saves.append((at, step))
@@ -197,4 +211,3 @@ def _with_record(interruptions: list[Interruption], record: dict[str, object]) -
     up_ended = zoned_time(record.get("upEndedAt"))
     interruptions.append(Interruption(at, cause, resumed_at=up_ended, detail=detail))
     return interruptions
-
