@@ -212,7 +212,11 @@ def html_page(timelines: Sequence[RunTimeline], *, title: str, notes: Sequence[s
         first = (
             f"step {timeline.steps[0][1]} at {_stamp(timeline.steps[0][0])}" if timeline.steps else "no step"
         )
-        newest = f"step {timeline.steps[-1][1]} at {_stamp(timeline.steps[-1][0])}" if timeline.steps else ""
+        newest = (
+            f"step {timeline.steps[-1][1]} at {_stamp(timeline.steps[-1][0])}"
+            if len(timeline.steps) > 1
+            else ""
+        )
         parts.append(
             f"<p>{html.escape(first)}{' to ' + html.escape(newest) if newest else ''}; "
             f"{len(timeline.saves)} save(s); {len(timeline.interruptions)} interruption(s)</p>"
