@@ -94,7 +94,8 @@ def figure(timelines: Sequence[RunTimeline], *, title: str, shading: str = STATU
     axes_list = drawing.subplots(count, 1, squeeze=False)[:, 0]
     for axes, timeline in zip(axes_list, timelines, strict=False):
         axes.set_title(timeline.name, loc="left")
-        axes.set_ylabel("step")
+        if timeline.steps:
+            axes.set_ylabel("step")
         moments = [
             *(at for at, _ in timeline.steps),
             *(at for at, _ in timeline.saves),
@@ -157,7 +158,9 @@ def figure(timelines: Sequence[RunTimeline], *, title: str, shading: str = STATU
         axes.xaxis.set_major_formatter(ConciseDateFormatter(locator, tz=timezone.utc))
         axes.grid(True, alpha=0.3)
         axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    axes_list[-1].set_xlabel(f"time (UTC); {shading}")
+    # Under the whole figure, not the last panel: the legends beside the panels leave them narrower
+    # than a long explanation.
+    drawing.supxlabel(f"time (UTC); {shading}", fontsize=9)
     return drawing
 
 
