@@ -1,7 +1,8 @@
 """Show how a stack's training is doing, in one place.
 
-    python -m infra.status --stack NAME [--json] [--outputs FILE] [--html PAGE]
-    python -m infra.status --records FILE [--records FILE ...] [--run NAME] --html PAGE
+    python -m infra.status --stack NAME [--json] [--outputs FILE] [--html PAGE] [--figure FILE]
+    python -m infra.status --records FILE [--records FILE ...] [--run NAME] [--html PAGE]
+        [--figure FILE]
 
 For each TPU VM and Job of the stack:
 
@@ -24,14 +25,14 @@ and the rest is still shown. Endpoints: TPU_API_ENDPOINT, GKE_API_ENDPOINT, KUBE
 STORAGE_API_ENDPOINT replace Google's (``live/endpoints.py``).
 
 ``--html PAGE`` also writes each run's timeline (steps, saves, interruptions by cause, recovery
-gaps) as one self-contained HTML page; ``--records FILE`` draws it from recover's records and the
-trainer's timed log lines alone, with no stack read (``domain/run_timeline.py``,
-``infra/timeline_figure.py``; docs/status.md).
+gaps) as one self-contained HTML page, ``--figure FILE`` the same drawing as a PNG or SVG file;
+``--records FILE`` draws it from recover's records and the trainer's timed log lines alone, with
+no stack read (``domain/run_timeline.py``, ``infra/timeline_figure.py``; docs/status.md).
 
 Exit status (see EXIT_*): 0 everything was read; 2 invalid configuration or project file; 64
 invalid command line; 65 ``--records`` hold no timeline; 66 a ``--records`` file cannot be read;
-73 ``--html`` cannot be written; 75 something could not be read (each named in the output): try
-again, or read the rest.
+73 ``--html`` or ``--figure`` cannot be written; 75 something could not be read (each named in the
+output): try again, or read the rest.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ EXIT_NO_RECORDS = 65
 EXIT_NO_INPUT = 66
 """A ``--records`` file does not exist or cannot be read (sysexits.h EX_NOINPUT)."""
 EXIT_CANNOT_WRITE = 73
-"""``--html`` names a file that cannot be written (sysexits.h EX_CANTCREAT)."""
+"""``--html`` or ``--figure`` names a file that cannot be written (sysexits.h EX_CANTCREAT)."""
 EXIT_UNREAD = 75
 """Something could not be read; the rest was shown (sysexits.h EX_TEMPFAIL)."""
 
@@ -427,10 +428,39 @@ def timeline_of(run: RunStatus) -> RunTimeline:
     )
 
 
-def _timeline_from_records(files: Sequence[Path], html: Optional[Path], run: Optional[str]) -> int:
+def _write_timelines(
+    timelines: Sequence[RunTimeline],
+    *,
+    title: str,
+    notes: Sequence[str],
+    html: Optional[Path],
+    figure: Optional[Path],
+) -> bool:
+    """The page (``--html``) and the figure (``--figure``) asked for; False, said, when one
+    could not be written."""
+    option = "--html"
+    try:
+        if html is not None:
+            timeline_figure.write(html, timeline_figure.html_page(timelines, title=title, notes=notes))
+        option = "--figure"
+        if figure is not None:
+            timeline_figure.write_figure(figure, timelines, title=title)
+    except timeline_figure.ReportError as exc:
+        print(f"error: {option} {exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def _timeline_from_records(
+    files: Sequence[Path], html: Optional[Path], figure: Optional[Path], run: Optional[str]
+) -> int:
     """``--records``: the timeline from the files alone, no stack read, no cloud."""
-    if html is None:
-        print("error: --records draws a timeline: give --html FILE to write it to", file=sys.stderr)
+    if html is None and figure is None:
+        print(
+            "error: --records draws a timeline: give --html PAGE or --figure FILE.png|FILE.svg "
+            "to write it to",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     lines: list[str] = []
     for path in files:
@@ -463,19 +493,15 @@ def _timeline_from_records(files: Sequence[Path], html: Optional[Path], run: Opt
         *([f"... and {len(read.not_understood) - 20} more"] if len(read.not_understood) > 20 else []),
         *([f"records of other runs left out: {', '.join(read.other_runs)}"] if read.other_runs else []),
     ]
-    page = timeline_figure.html_page(
-        [read.timeline], title=f"Run {read.timeline.name} from {named}", notes=notes
-    )
-    try:
-        timeline_figure.write(html, page)
-    except timeline_figure.ReportError as exc:
-        print(f"error: --html {exc}", file=sys.stderr)
+    title = f"Run {read.timeline.name} from {named}"
+    if not _write_timelines([read.timeline], title=title, notes=notes, html=html, figure=figure):
         return EXIT_CANNOT_WRITE
     for note in notes:
         print(f"warning: {note}", file=sys.stderr)
     timeline = read.timeline
+    written = " and ".join(str(path) for path in (html, figure) if path is not None)
     print(
-        f"timeline of {timeline.name} written to {html}: {len(timeline.steps)} step point(s), "
+        f"timeline of {timeline.name} written to {written}: {len(timeline.steps)} step point(s), "
         f"{len(timeline.saves)} save(s), {len(timeline.interruptions)} interruption(s)"
         + (f" ({', '.join(timeline.causes)})" if timeline.causes else "")
     )
@@ -488,7 +514,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Show each TPU VM's and Job's live state, recovery decision, newest checkpoint, "
         "progress and last recovery.",
         epilog="Exit status: 0 everything read; 2 invalid configuration; 64 invalid command line; "
-        "75 something could not be read (named in the output).",
+        "65 --records hold no timeline; 66 a --records file cannot be read; 73 --html or --figure "
+        "cannot be written; 75 something could not be read (named in the output).",
     )
     parser.add_argument("--stack", default="dev", help="stack name: reads Pulumi.<stack>.yaml (default: dev)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -500,11 +527,17 @@ def _parser() -> argparse.ArgumentParser:
         "as one self-contained HTML page",
     )
     parser.add_argument(
+        "--figure",
+        metavar="FILE",
+        type=Path,
+        help="also draw each run's timeline into this .png or .svg file (the page's figure alone)",
+    )
+    parser.add_argument(
         "--records",
         metavar="FILE",
         type=Path,
         action="append",
-        help="draw the timeline from this file alone, no stack read (with --html; repeatable): "
+        help="draw the timeline from this file alone, no stack read (with --html or --figure; repeatable): "
         "recovery records (`infra.recover --records`) and timed trainer lines (`kubectl logs --timestamps`)",
     )
     parser.add_argument(
@@ -528,14 +561,23 @@ def main(
     now: Optional[datetime] = None,
 ) -> int:
     args = _parser().parse_args(argv)
-    if args.html is not None:
+    if args.figure is not None:
         try:
-            timeline_figure.check_writable(args.html)
+            timeline_figure.figure_format(args.figure)
         except timeline_figure.ReportError as exc:
-            print(f"error: --html {exc}", file=sys.stderr)
+            print(f"error: --figure {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    # Before anything is read: a page or figure that cannot be written is said at once.
+    for option, path in (("--html", args.html), ("--figure", args.figure)):
+        if path is None:
+            continue
+        try:
+            timeline_figure.check_writable(path)
+        except timeline_figure.ReportError as exc:
+            print(f"error: {option} {exc}", file=sys.stderr)
             return EXIT_CANNOT_WRITE
     if args.records:
-        return _timeline_from_records(args.records, args.html, args.run)
+        return _timeline_from_records(args.records, args.html, args.figure, args.run)
     if args.run is not None:
         print("error: --run chooses among the runs of --records FILE; give --records", file=sys.stderr)
         return EXIT_USAGE
@@ -583,8 +625,8 @@ def main(
         print(json.dumps(document, indent=2))
     else:
         print(render(stack, settings.gcp_project, runs, now, notices))
-    if args.html is not None:
-        page = timeline_figure.html_page(
+    if args.html is not None or args.figure is not None:
+        written = _write_timelines(
             [timeline_of(run) for run in runs],
             title=f"Stack {stack} (project {settings.gcp_project}), {_time(now)}",
             notes=[
@@ -593,13 +635,13 @@ def main(
                 "`--records FILE` (recover's records, the trainer's timed log lines).",
                 *(f"{run.name}: not read: {unread}" for run in runs for unread in run.unread),
             ],
+            html=args.html,
+            figure=args.figure,
         )
-        try:
-            timeline_figure.write(args.html, page)
-        except timeline_figure.ReportError as exc:
-            print(f"error: --html {exc}", file=sys.stderr)
+        if not written:
             return EXIT_CANNOT_WRITE
-        print(f"timeline written to {args.html}", file=sys.stderr)
+        targets = " and ".join(str(path) for path in (args.html, args.figure) if path is not None)
+        print(f"timeline written to {targets}", file=sys.stderr)
     return EXIT_UNREAD if any(run.unread for run in runs) else EXIT_OK
 
 

@@ -293,14 +293,30 @@ def test_html_draws_what_status_read_of_each_run(world, capsys, tmp_path):
     assert "<h2>Job train-v6e (default)</h2>\n<p>no step; 0 save(s); 0 interruption(s)</p>" in text
 
 
-def test_html_with_json_keeps_stdout_json(world, capsys, tmp_path):
+def test_html_and_figure_with_json_keep_stdout_json(world, capsys, tmp_path):
     _, _, outputs = world
-    page = tmp_path / "report.html"
-    code = status.main(["--stack", "dev", "--outputs", str(outputs), "--json", "--html", str(page)], now=NOW)
+    page, picture = tmp_path / "report.html", tmp_path / "timeline.png"
+    argv = [
+        "--stack",
+        "dev",
+        "--outputs",
+        str(outputs),
+        "--json",
+        "--html",
+        str(page),
+        "--figure",
+        str(picture),
+    ]
+    code = status.main(argv, now=NOW)
     captured = capsys.readouterr()
     assert code == status.EXIT_OK
     assert [r["name"] for r in json.loads(captured.out)["runs"]] == ["demo-tpu", "train-v6e"]
+    assert captured.err == f"timeline written to {page} and {picture}\n"
     assert page.is_file()
+    from PIL import Image
+
+    with Image.open(picture) as image:  # a panel per run
+        assert image.format == "PNG" and image.size == (1000, round((2 * 3.2 + 0.6) * 100))
 
 
 def test_html_that_cannot_be_written_exits_73_after_the_status(world, capsys, tmp_path):

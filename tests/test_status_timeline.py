@@ -353,7 +353,7 @@ def test_a_page_whose_write_fails_exits_73_and_leaves_nothing_half_written(tmp_p
 def test_options_that_need_another_are_a_usage_error(run_status):
     assert run_status("--records", str(TRAINER_LOG)) == (
         status.EXIT_USAGE,
-        "error: --records draws a timeline: give --html FILE to write it to\n",
+        "error: --records draws a timeline: give --html PAGE or --figure FILE.png|FILE.svg to write it to\n",
     )
     assert run_status("--run", "demo-tpu") == (
         status.EXIT_USAGE,
@@ -373,3 +373,52 @@ def test_a_figure_file_is_png_or_svg_by_its_name(tmp_path):
         match="figure: a figure file ends in .png or .svg; this one has no suffix",
     ):
         timeline_figure.figure_format(tmp_path / "figure")
+
+
+DOCS_PICTURE = REPO / "docs" / "images" / "recorded-run-timeline.png"
+DOCS_COMMAND = [
+    "--records",
+    "tests/fixtures/recorded-run/trainer.log",
+    "--records",
+    "tests/fixtures/recorded-run/recovery.jsonl",
+    "--figure",
+]
+
+
+def test_the_picture_in_the_docs_is_what_the_command_draws(tmp_path, capsys, monkeypatch):
+    """docs/status.md shows the recorded run's timeline and the command that drew it: it still
+    draws exactly that (else run the command in the docs again, and look at the picture)."""
+    from PIL import Image, ImageChops
+
+    monkeypatch.chdir(REPO)  # the command as the docs give it, from the project folder
+    drawn = tmp_path / "timeline.png"
+    assert status.main([*DOCS_COMMAND, str(drawn)]) == status.EXIT_OK
+    assert capsys.readouterr().out.startswith(f"timeline of demo-tpu written to {drawn}: 45 step point(s)")
+    docs = (REPO / "docs" / "status.md").read_text()
+    command = " ".join(["python -m infra.status", *DOCS_COMMAND, str(DOCS_PICTURE.relative_to(REPO))])
+    assert command in docs and "](images/recorded-run-timeline.png)" in docs
+    assert DOCS_PICTURE.stat().st_size < 150_000
+    with Image.open(drawn) as fresh, Image.open(DOCS_PICTURE) as committed:
+        assert fresh.size == committed.size
+        assert ImageChops.difference(fresh.convert("RGB"), committed.convert("RGB")).getbbox() is None
+
+
+def test_figure_alone_or_beside_the_page(tmp_path, capsys):
+    page, picture = tmp_path / "report.html", tmp_path / "timeline.svg"
+    argv = ["--records", str(TRAINER_LOG), "--records", str(RECOVERIES)]
+    assert status.main([*argv, "--html", str(page), "--figure", str(picture)]) == status.EXIT_OK
+    assert capsys.readouterr().out.startswith(f"timeline of demo-tpu written to {page} and {picture}: ")
+    svg = picture.read_text()
+    assert svg.startswith("<?xml") and "interrupted: maintenance" in svg and "interrupted: preempted" in svg
+    assert "<svg" in page.read_text()
+
+
+def test_a_figure_that_is_not_png_or_svg_is_a_usage_error(run_status, tmp_path):
+    assert run_status("--records", str(TRAINER_LOG), "--figure", str(tmp_path / "t.pdf")) == (
+        status.EXIT_USAGE,
+        f"error: --figure {tmp_path / 't.pdf'}: a figure file ends in .png or .svg; not '.pdf'\n",
+    )
+    assert run_status("--records", str(TRAINER_LOG), "--figure", str(tmp_path / "none" / "t.png")) == (
+        status.EXIT_CANNOT_WRITE,
+        f"error: --figure {tmp_path / 'none' / 't.png'}: its folder {tmp_path / 'none'} does not exist\n",
+    )
