@@ -3,6 +3,7 @@ killed at a known mean rate, against the model's prediction from costs measured 
 
     .venv/bin/python benchmarks/goodput_measured.py [--interruptions 30] [--mean-hours 2]
         [--cost-seconds 60] [--step-seconds 0.01] [--seed 21] [--json PATH] [--smoke]
+        [--figure FILE.png|FILE.svg]
 
 Time is scaled down so it runs in minutes. A calibration comes first: what the trainer's own saves
 hold training up for (C), how long after it starts a save is committed (c), the step time, and
@@ -27,6 +28,10 @@ restart (to the trainer's "resume": process, imports, compile, restore), the res
 the work redone. No figure is asserted by the tests (``--smoke`` is run by
 tests/test_trainer_goodput.py for its shape only: a quarter of M's work per case and one kill
 half-way through it, so its figures mean nothing).
+
+``--figure FILE`` draws each case's run as the timeline `infra.status --html` draws one
+(infra/timeline_figure.py): its steps over time from the trainer's own lines, its committed saves,
+each kill a line, shaded until the trainer's next ``resume``.
 """
 
 from __future__ import annotations
@@ -41,7 +46,8 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
@@ -52,7 +58,13 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from support.sandbox import Sandbox  # noqa: E402
 from tpu_training_components.domain.goodput import expected_lost_fraction  # noqa: E402
+from tpu_training_components.domain.run_timeline import Interruption, RunTimeline, build  # noqa: E402
 
+from infra import timeline_figure  # noqa: E402
+
+KILLED = "SIGKILL (a preemption)"
+"""The cause of every interruption the benchmark makes."""
+RESTARTED = "shaded: from each kill until the trainer's next resume (detection and restart)"
 HOUR = 3600.0
 DEADLINE_SECONDS = 1800.0
 SMOKE_WORK = 0.25
@@ -177,7 +189,9 @@ def calibrate(root: Path, step_seconds: float, saves: int, restarts: int) -> Cal
 
 def run_case(
     case: Case, root: Path, step_seconds: float, calibration: Calibration, mean: float, gaps: Any
-) -> Case:
+) -> tuple[Case, RunTimeline]:
+    """The case run, its figures filled in, and its timeline: the trainer's lines (steps, saves)
+    with each kill, until the next resume."""
     sandbox = Sandbox(root, environment(case.train_steps, step_seconds, case.interval_seconds, root))
     boot = sandbox.boot()
     deadline = time.monotonic() + DEADLINE_SECONDS
@@ -240,7 +254,23 @@ def run_case(
     )
     case.predicted_young = expected_lost_fraction(calibration.save_seconds, mean, case.interval_seconds)
     case.mean_gap_seconds = statistics.fmean(drawn) if drawn else 0.0
-    return case
+
+    # The harness timed each line on the monotonic clock: placed on the wall clock, once.
+    offset = time.time() - time.monotonic()
+
+    def wall(at: float) -> datetime:
+        return datetime.fromtimestamp(at + offset, timezone.utc)
+
+    timeline = build(case.name, [(wall(event.at), event.event, dict(event.fields)) for event in boot.events])
+    # The trainer's lines alone make each kill an interruption of unknown cause at its last line;
+    # the benchmark knows when it killed, and why.
+    kills_drawn = tuple(
+        Interruption(
+            wall(killed), KILLED, resumed_at=wall(resume.at), detail=f"resumed at step {resume.int('step')}"
+        )
+        for killed, resume in zip(kills, after, strict=True)
+    )
+    return case, replace(timeline, interruptions=kills_drawn)
 
 
 def per_interruption(case: Case) -> str:
@@ -263,11 +293,23 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=21)
     parser.add_argument("--json", type=Path)
     parser.add_argument(
+        "--figure",
+        type=Path,
+        metavar="FILE",
+        help="draw each case's run (steps, saves, kills, restarts) as a timeline into this .png or .svg file",
+    )
+    parser.add_argument(
         "--smoke", action="store_true", help="1 interruption per case, a quarter of M's work: for the tests"
     )
     args = parser.parse_args(argv)
     if args.smoke:
         args.interruptions = 1
+    if args.figure is not None:
+        try:  # before minutes of runs, not after
+            timeline_figure.figure_format(args.figure)
+            timeline_figure.check_writable(args.figure)
+        except timeline_figure.ReportError as exc:
+            parser.error(f"--figure {exc}")
 
     with tempfile.TemporaryDirectory(prefix="goodput-") as scratch:
         root = Path(scratch)
@@ -293,6 +335,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         )
         rng = random.Random(args.seed)
         cases = []
+        timelines: list[RunTimeline] = []
         for name, interval in (("young", young), ("hourly", hourly)):
             predicted = expected_lost_fraction(cost, mean, interval)
             # Enough work for about the asked number of interruptions: training time = N x M.
@@ -304,10 +347,11 @@ def main(argv: Optional[list[str]] = None) -> int:
                 gaps = smoke_gaps(useful / 2)
             else:
                 gaps = stratified_gaps(mean, max(2, args.interruptions), rng)
-            case = run_case(
+            case, timeline = run_case(
                 Case(name, interval, steps), root / name, args.step_seconds, calibration, mean, gaps
             )
             cases.append(case)
+            timelines.append(replace(timeline, name=f"{name}: a checkpoint every {interval:.3f} s (scaled)"))
             print(
                 f"\n{name}: checkpoint every {interval:.3f} s ({interval / scale / 60:.1f} min unscaled), "
                 f"{case.train_steps} steps, {case.interruptions} interruptions "
@@ -341,6 +385,16 @@ def main(argv: Optional[list[str]] = None) -> int:
             f"without restarts): {'yes' if y.measured_lost <= h.measured_lost else 'no'} "
             f"(measured {h.measured_lost / y.measured_lost:.2f}x)"
         )
+        if args.figure is not None:
+            title = (
+                f"Goodput measured: {args.mean_hours:g} h between interruptions, "
+                f"{args.cost_seconds:g} s saves (scaled)"
+            )
+            try:
+                timeline_figure.write_figure(args.figure, timelines, title=title, shading=RESTARTED)
+            except timeline_figure.ReportError as exc:
+                raise SystemExit(f"error: --figure {exc}") from None
+            print(f"Timeline of the cases: {args.figure}")
         if args.json:
             args.json.write_text(
                 json.dumps(

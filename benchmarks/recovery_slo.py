@@ -2,6 +2,7 @@
 starts, polling alone vs watching the cluster.
 
     .venv/bin/python benchmarks/recovery_slo.py [--smoke] [--trials N] [--interval SECONDS] [--json FILE]
+        [--figure FILE.png|FILE.svg]
     .venv/bin/python benchmarks/recovery_slo.py --engine ...   (the real engine: engine_recovery.py)
 
 A closed loop: `infra.recover`'s own `watch()` and `Recoverer` with the real `Probe` (the real
@@ -23,6 +24,10 @@ simulated trainer read recovery's save request; "in time" when its save was done
 window) are causes like the others. The simulated trainer's healthy records jitter up to 3x its
 step time: a hang detected then is a false detection. To add a cause, add a ``Cause`` to
 ``CAUSES``: how to inject it into the fakes, and whether a `pulumi up` must follow.
+
+``--figure FILE`` draws the trials as the timeline `infra.status --html` draws a run's
+(infra/timeline_figure.py): a panel per mode, each fault a line in its cause's colour, shaded
+until recovery acted on it (``RECOVERED``).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -53,9 +58,10 @@ from support.recover_runs import RecordingRunner  # noqa: E402
 from support.waiting import eventually  # noqa: E402
 from tpu_training_components.domain.capacity_ladder import Rung  # noqa: E402
 from tpu_training_components.domain.recovery_rounds import Backoff, RoundOutcome  # noqa: E402
+from tpu_training_components.domain.run_timeline import Interruption, RunTimeline  # noqa: E402
 from tpu_training_components.live import endpoints  # noqa: E402
 
-from infra import offline, recover, recover_events, stack_config  # noqa: E402
+from infra import offline, recover, recover_events, stack_config, timeline_figure  # noqa: E402
 from infra.automation import UpResult  # noqa: E402
 
 ZONE, NEXT_ZONE = "us-central1-a", "us-central1-b"
@@ -474,6 +480,17 @@ class Figures:
     """Rung changes of the VM's capacity ladder, summed over the trials (ladder causes only)."""
 
 
+RECOVERED = (
+    "shaded: from the fault until recovery acted\n(`pulumi up` started; maintenance: save request read; "
+    "stockout, quota, permission: VM READY again; evicted Pod: seen)"
+)
+"""What the figure's shaded gaps span, said under its time axis."""
+
+
+def _wall(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, timezone.utc)
+
+
 class Loop:
     """`recover.watch` running in a thread for one mode, every round's reading time noted."""
 
@@ -484,6 +501,8 @@ class Loop:
         self.up = RecordingUp(world)
         self.reads: list[float] = []
         self.rounds: list[str] = []
+        self.interruptions: list[Interruption] = []
+        """Each trial's fault, for the figure: its cause, when, and until recovery acted."""
         self.said: list[str] = []
         self.stop = recover.StopSignal(self.said.append, gap_seconds=gap)
         self.settle = (
@@ -530,8 +549,9 @@ class Loop:
         self.thread.join(60)
 
 
-def trial(loop: Loop, cause: Cause, figures: Figures, rng: random.Random) -> None:
-    """Inject ``cause`` at a random moment, and measure until its round has ended."""
+def trial(loop: Loop, name: str, cause: Cause, figures: Figures, rng: random.Random) -> None:
+    """Inject ``cause`` (named ``name``) at a random moment, and measure until its round has
+    ended; its fault and when recovery acted on it go into ``loop.interruptions``."""
     ups_before = len(loop.up.started)
     spread = loop.interval if cause.polled or loop.events is None else min(1.0, loop.interval)
     threading.Event().wait(loop.settle + rng.uniform(0, spread))
@@ -539,6 +559,8 @@ def trial(loop: Loop, cause: Cause, figures: Figures, rng: random.Random) -> Non
     ups_before = len(loop.up.started)
     injected, injected_at = time.monotonic(), time.time()
     cause.inject(loop.world)
+    fault = Interruption(_wall(injected_at), name, detail="missed")
+    loop.interruptions.append(fault)  # an open gap until recovery is seen to act
     bound = loop.interval + 60
     if not loop.wait(lambda: any(at >= injected for at in loop.reads), bound):
         figures.missed += 1
@@ -546,19 +568,29 @@ def trial(loop: Loop, cause: Cause, figures: Figures, rng: random.Random) -> Non
     seen = next(index for index, at in enumerate(loop.reads) if at >= injected)
     figures.detection.append(loop.reads[seen] - injected)
     loop.wait(lambda: len(loop.rounds) > seen, bound)  # that round has ended
+
+    def acted_after(seconds: float, how: str) -> None:
+        loop.interruptions[-1] = Interruption(fault.at, name, fault.at + timedelta(seconds=seconds), how)
+
     if cause.moves is not None:
-        _ladder_trial(loop, cause, figures, injected_at, ups_before)
+        ready = _ladder_trial(loop, cause, figures, injected_at, ups_before)
+        if ready is not None:
+            acted_after(ready - injected_at, "VM READY again")
         return
     ups = loop.up.started[ups_before:]
     if cause.needs_up and ups:
         figures.up.append(ups[0] - injected)
+        acted_after(ups[0] - injected, "`pulumi up` started")
     elif cause.needs_up:
         figures.missed += 1
+    elif cause.acted is None:
+        acted_after(loop.reads[seen] - injected, "seen by a round; nothing to do")
     figures.false_detections += len(ups) - (1 if cause.needs_up and ups else 0)
     if cause.acted is not None:
         acted = cause.acted
         if loop.wait(lambda: acted(loop.world) is not None, bound):
             figures.up.append((acted(loop.world) or injected_at) - injected_at)
+            acted_after((acted(loop.world) or injected_at) - injected_at, "save request read")
             if cause.in_time is not None and not cause.in_time(loop.world):
                 figures.late += 1
         else:
@@ -566,13 +598,18 @@ def trial(loop: Loop, cause: Cause, figures: Figures, rng: random.Random) -> Non
     cause.after(loop.world)
 
 
-def _ladder_trial(loop: Loop, cause: Cause, figures: Figures, injected_at: float, ups_before: int) -> None:
+def _ladder_trial(
+    loop: Loop, cause: Cause, figures: Figures, injected_at: float, ups_before: int
+) -> Optional[float]:
     """A capacity-ladder fault: wait for the VM READY where it must end, timed from the fault;
-    then its `pulumi up` runs and its rung changes, each against what the cause expects."""
+    then its `pulumi up` runs and its rung changes, each against what the cause expects.
+    Returns when (time.time()) the VM was READY, None if it never was."""
     assert cause.acted is not None and cause.moves is not None
     acted = cause.acted
+    ready: Optional[float] = None
     if loop.wait(lambda: acted(loop.world) is not None, loop.interval * (cause.ups + 2) + 60):
-        figures.up.append((acted(loop.world) or injected_at) - injected_at)
+        ready = acted(loop.world) or injected_at
+        figures.up.append(ready - injected_at)
     else:
         figures.missed += 1
     loop.wait(lambda: len(loop.rounds) >= len(loop.reads), 10)  # every round that read has ended
@@ -583,6 +620,7 @@ def _ladder_trial(loop: Loop, cause: Cause, figures: Figures, injected_at: float
     if moved != cause.moves or ups < cause.ups:
         figures.missed += 1
     cause.after(loop.world)
+    return ready
 
 
 def quantiles(values: list[float]) -> Optional[dict[str, float]]:
@@ -608,12 +646,29 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=10.0, help="seconds between rounds (the backstop)")
     parser.add_argument("--json", type=Path, help="write the figures to this file")
     parser.add_argument(
+        "--figure",
+        type=Path,
+        metavar="FILE",
+        help="draw every trial's fault and how long until recovery acted, as a timeline, into this "
+        ".png or .svg file",
+    )
+    parser.add_argument(
         "--engine",
         action="store_true",
         help="the real Pulumi engine's `pulumi up` in the loop, timed to the recovered resource "
         "(benchmarks/engine_recovery.py; needs `bash .ci/engine`)",
     )
     args = parser.parse_args()
+    if args.figure is not None:
+        if args.engine:
+            parser.error(
+                "--figure draws the loopback loop's trials; --engine times the real engine's instead"
+            )
+        try:  # before minutes of trials, not after
+            timeline_figure.figure_format(args.figure)
+            timeline_figure.check_writable(args.figure)
+        except timeline_figure.ReportError as exc:
+            parser.error(f"--figure {exc}")
     if args.engine:
         import engine_recovery
 
@@ -626,6 +681,7 @@ def main() -> None:
     rng = random.Random(27)
     results: dict[str, dict[str, Any]] = {}
     round_seconds: list[float] = []
+    timelines: list[RunTimeline] = []
 
     with FakeTpuApi() as tpu, FakeJobSetApi() as kube, tempfile.TemporaryDirectory() as scratch:
         os.environ["TPU_API_ENDPOINT"] = tpu.endpoint
@@ -661,8 +717,11 @@ def main() -> None:
             rng.shuffle(order)
             figures = {name: Figures() for name in CAUSES}
             for name in order:
-                trial(loop, CAUSES[name], figures[name], rng)
+                trial(loop, name, CAUSES[name], figures[name], rng)
             loop.end()
+            timelines.append(
+                RunTimeline(f"{mode}: {trials} trial(s) per cause", interruptions=tuple(loop.interruptions))
+            )
             for name, each in figures.items():
                 results.setdefault(name, {})[mode] = {
                     "trials": trials,
@@ -751,6 +810,13 @@ def main() -> None:
     print("Goals (issue 27)")
     for what, reached, value in goals:
         print(f"  {what}: {'yes' if reached else 'NO'} ({value})")
+    if args.figure is not None:
+        title = f"Recovery SLO: faults by cause, interval {interval:g} s"
+        try:
+            timeline_figure.write_figure(args.figure, timelines, title=title, shading=RECOVERED)
+        except timeline_figure.ReportError as exc:
+            raise SystemExit(f"error: --figure {exc}") from None
+        print(f"Timeline of the trials: {args.figure}")
     if args.json:
         args.json.write_text(
             json.dumps(

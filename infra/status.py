@@ -1,6 +1,8 @@
 """Show how a stack's training is doing, in one place.
 
-    python -m infra.status --stack NAME [--json] [--outputs FILE]
+    python -m infra.status --stack NAME [--json] [--outputs FILE] [--html PAGE] [--figure FILE]
+    python -m infra.status --records FILE [--records FILE ...] [--run NAME] [--html PAGE]
+        [--figure FILE]
 
 For each TPU VM and Job of the stack:
 
@@ -22,9 +24,15 @@ Whatever cannot be read (offline, no credentials, no Pulumi CLI, an API down) is
 and the rest is still shown. Endpoints: TPU_API_ENDPOINT, GKE_API_ENDPOINT, KUBECONFIG and
 STORAGE_API_ENDPOINT replace Google's (``live/endpoints.py``).
 
+``--html PAGE`` also writes each run's timeline (steps, saves, interruptions by cause, recovery
+gaps) as one self-contained HTML page, ``--figure FILE`` the same drawing as a PNG or SVG file;
+``--records FILE`` draws it from recover's records and the trainer's timed log lines alone, with
+no stack read (``domain/run_timeline.py``, ``infra/timeline_figure.py``; docs/status.md).
+
 Exit status (see EXIT_*): 0 everything was read; 2 invalid configuration or project file; 64
-invalid command line; 75 something could not be read (each named in the output): try again, or
-read the rest.
+invalid command line; 65 ``--records`` hold no timeline; 66 a ``--records`` file cannot be read;
+73 ``--html`` or ``--figure`` cannot be written; 75 something could not be read (each named in the
+output): try again, or read the rest.
 """
 
 from __future__ import annotations
@@ -50,15 +58,23 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from tpu_training_components.domain.recovery import UNKNOWN_KEPT, Decision, failure_summary
+from tpu_training_components.domain.recovery import UNKNOWN_KEPT, Decision, failure_summary, zoned_time
+from tpu_training_components.domain.run_timeline import (
+    UNKNOWN_CAUSE,
+    Interruption,
+    RunTimeline,
+    TimelineError,
+    timeline_from_lines,
+)
 from tpu_training_components.live import endpoints
 from tpu_training_components.live.checkpoints import CheckpointState, read_checkpoints
 from tpu_training_components.live.progress_records import ProgressReading, read_progress
 from tpu_training_components.resources.reconcile import RECOVERIES_OUTPUT
 
-from infra import offline, stack_config
+from infra import offline, stack_config, timeline_figure
 from infra.maintenance import NoticeRound, unread_warning
 from infra.plan import (
     CommandLineParser,
@@ -73,6 +89,12 @@ from infra.recover import Probe, SecretsNeedTheCli, Target, load_settings, notic
 EXIT_OK = 0
 EXIT_CONFIG_ERROR = 2
 EXIT_USAGE = 64
+EXIT_NO_RECORDS = 65
+"""``--records`` files hold no timeline (sysexits.h EX_DATAERR)."""
+EXIT_NO_INPUT = 66
+"""A ``--records`` file does not exist or cannot be read (sysexits.h EX_NOINPUT)."""
+EXIT_CANNOT_WRITE = 73
+"""``--html`` or ``--figure`` names a file that cannot be written (sysexits.h EX_CANTCREAT)."""
 EXIT_UNREAD = 75
 """Something could not be read; the rest was shown (sysexits.h EX_TEMPFAIL)."""
 
@@ -371,16 +393,158 @@ def render(
     return "\n".join(_said_once(lines))
 
 
+def timeline_of(run: RunStatus) -> RunTimeline:
+    """What status read of a run, as a timeline: the newest checkpoint a save, each process's
+    latest step a point (when it last advanced), the last recovery an interruption at the time
+    it was decided, resumed when a process of the run started after it (unknown otherwise)."""
+    steps = sorted(
+        (record.advanced_at, record.step)
+        for record in (run.progress.records if run.progress else [])
+        if record.step is not None
+    )
+    checkpoint = run.checkpoints
+    saves = (
+        ((checkpoint.saved_at, checkpoint.step),)
+        if checkpoint is not None and checkpoint.step is not None and checkpoint.saved_at is not None
+        else ()
+    )
+    interruptions: tuple[Interruption, ...] = ()
+    last = run.last_recovery or {}
+    decided = zoned_time(last.get("decidedAt"))
+    if decided is not None:
+        starts = [
+            r.started_at for r in (run.progress.records if run.progress else []) if r.started_at > decided
+        ]
+        interruptions = (
+            Interruption(
+                decided,
+                str(last.get("cause") or UNKNOWN_CAUSE),
+                resumed_at=min(starts) if starts else None,
+                detail=f"{last.get('action')} at generation {last.get('generation')}",
+            ),
+        )
+    return RunTimeline(
+        f"{_SHOWN_KIND[run.kind]} {run.name} ({run.where})", tuple(steps), saves, interruptions
+    )
+
+
+def _write_timelines(
+    timelines: Sequence[RunTimeline],
+    *,
+    title: str,
+    notes: Sequence[str],
+    html: Optional[Path],
+    figure: Optional[Path],
+) -> bool:
+    """The page (``--html``) and the figure (``--figure``) asked for; False, said, when one
+    could not be written."""
+    option = "--html"
+    try:
+        if html is not None:
+            timeline_figure.write(html, timeline_figure.html_page(timelines, title=title, notes=notes))
+        option = "--figure"
+        if figure is not None:
+            timeline_figure.write_figure(figure, timelines, title=title)
+    except timeline_figure.ReportError as exc:
+        print(f"error: {option} {exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def _timeline_from_records(
+    files: Sequence[Path], html: Optional[Path], figure: Optional[Path], run: Optional[str]
+) -> int:
+    """``--records``: the timeline from the files alone, no stack read, no cloud."""
+    if html is None and figure is None:
+        print(
+            "error: --records draws a timeline: give --html PAGE or --figure FILE.png|FILE.svg "
+            "to write it to",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    lines: list[str] = []
+    for path in files:
+        try:
+            lines.extend(path.read_text(encoding="utf-8", errors="replace").splitlines())
+        except FileNotFoundError:
+            print(f"error: --records {path}: no such file", file=sys.stderr)
+            return EXIT_NO_INPUT
+        except OSError as exc:
+            print(f"error: --records {path}: cannot be read ({exc.strerror or exc})", file=sys.stderr)
+            return EXIT_NO_INPUT
+    named = ", ".join(map(str, files))
+    try:
+        read = timeline_from_lines(lines, run=run)
+    except TimelineError as exc:
+        print(
+            f"error: --records {named}: {exc}" + (" with --run NAME" if "choose" in str(exc) else ""),
+            file=sys.stderr,
+        )
+        return EXIT_NO_RECORDS
+    if read.timeline.empty:
+        print(
+            f"error: --records {named}: nothing of run {read.timeline.name!r} "
+            f"(the records name {', '.join(read.other_runs)})",
+            file=sys.stderr,
+        )
+        return EXIT_NO_RECORDS
+    notes = [
+        *(f"not understood: {line}" for line in read.not_understood[:20]),
+        *([f"... and {len(read.not_understood) - 20} more"] if len(read.not_understood) > 20 else []),
+        *([f"records of other runs left out: {', '.join(read.other_runs)}"] if read.other_runs else []),
+    ]
+    title = f"Run {read.timeline.name} from {named}"
+    if not _write_timelines([read.timeline], title=title, notes=notes, html=html, figure=figure):
+        return EXIT_CANNOT_WRITE
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
+    timeline = read.timeline
+    written = " and ".join(str(path) for path in (html, figure) if path is not None)
+    print(
+        f"timeline of {timeline.name} written to {written}: {len(timeline.steps)} step point(s), "
+        f"{len(timeline.saves)} save(s), {len(timeline.interruptions)} interruption(s)"
+        + (f" ({', '.join(timeline.causes)})" if timeline.causes else "")
+    )
+    return EXIT_OK
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = CommandLineParser(
         prog="python -m infra.status",
         description="Show each TPU VM's and Job's live state, recovery decision, newest checkpoint, "
         "progress and last recovery.",
         epilog="Exit status: 0 everything read; 2 invalid configuration; 64 invalid command line; "
-        "75 something could not be read (named in the output).",
+        "65 --records hold no timeline; 66 a --records file cannot be read; 73 --html or --figure "
+        "cannot be written; 75 something could not be read (named in the output).",
     )
     parser.add_argument("--stack", default="dev", help="stack name: reads Pulumi.<stack>.yaml (default: dev)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument(
+        "--html",
+        metavar="FILE",
+        type=Path,
+        help="also write each run's timeline (steps, saves, interruptions by cause, recovery gaps) "
+        "as one self-contained HTML page",
+    )
+    parser.add_argument(
+        "--figure",
+        metavar="FILE",
+        type=Path,
+        help="also draw each run's timeline into this .png or .svg file (the page's figure alone)",
+    )
+    parser.add_argument(
+        "--records",
+        metavar="FILE",
+        type=Path,
+        action="append",
+        help="draw the timeline from this file alone, no stack read (with --html or --figure; repeatable): "
+        "recovery records (`infra.recover --records`) and timed trainer lines (`kubectl logs --timestamps`)",
+    )
+    parser.add_argument(
+        "--run",
+        metavar="NAME",
+        help="with --records: the run to draw when the records name several",
+    )
     parser.add_argument(
         "--outputs",
         metavar="FILE",
@@ -397,6 +561,26 @@ def main(
     now: Optional[datetime] = None,
 ) -> int:
     args = _parser().parse_args(argv)
+    if args.figure is not None:
+        try:
+            timeline_figure.figure_format(args.figure)
+        except timeline_figure.ReportError as exc:
+            print(f"error: --figure {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    # Before anything is read: a page or figure that cannot be written is said at once.
+    for option, path in (("--html", args.html), ("--figure", args.figure)):
+        if path is None:
+            continue
+        try:
+            timeline_figure.check_writable(path)
+        except timeline_figure.ReportError as exc:
+            print(f"error: {option} {exc}", file=sys.stderr)
+            return EXIT_CANNOT_WRITE
+    if args.records:
+        return _timeline_from_records(args.records, args.html, args.figure, args.run)
+    if args.run is not None:
+        print("error: --run chooses among the runs of --records FILE; give --records", file=sys.stderr)
+        return EXIT_USAGE
     try:
         stack, stack_project = stack_name(args.stack)
         project = load_project_for(args.stack, stack_project)
@@ -441,6 +625,23 @@ def main(
         print(json.dumps(document, indent=2))
     else:
         print(render(stack, settings.gcp_project, runs, now, notices))
+    if args.html is not None or args.figure is not None:
+        written = _write_timelines(
+            [timeline_of(run) for run in runs],
+            title=f"Stack {stack} (project {settings.gcp_project}), {_time(now)}",
+            notes=[
+                "Drawn from what status reads: each run's newest checkpoint, each process's latest "
+                "step and the last recovery. For the whole history give the records alone: "
+                "`--records FILE` (recover's records, the trainer's timed log lines).",
+                *(f"{run.name}: not read: {unread}" for run in runs for unread in run.unread),
+            ],
+            html=args.html,
+            figure=args.figure,
+        )
+        if not written:
+            return EXIT_CANNOT_WRITE
+        targets = " and ".join(str(path) for path in (args.html, args.figure) if path is not None)
+        print(f"timeline written to {targets}", file=sys.stderr)
     return EXIT_UNREAD if any(run.unread for run in runs) else EXIT_OK
 
 

@@ -1,7 +1,8 @@
 """The benchmarks, smallest case: smoke tests. Their timings are printed, never asserted; what is
 asserted are facts that hold at any speed. benchmarks/plan_speed.py: every case ran, the offline
 plan loads no client library, and a --live plan makes one call per zone and one per namespace.
-benchmarks/recovery_slo.py: see its test."""
+benchmarks/recovery_slo.py: see its test; its --figure is the trials drawn as a timeline (each
+cause's fault a line in its colour, the gaps until recovery acted shaded), checked as pixels."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ from pathlib import Path
 
 import pytest
 from support.program import REPO
+from support.timeline_png import TimelinePng
+
+from infra import timeline_figure
 
 
-def smoke(script: str, figures: Path) -> subprocess.CompletedProcess[str]:
-    """``benchmarks/SCRIPT --smoke --json FIGURES``, which must succeed."""
+def smoke(script: str, figures: Path, *more: str) -> subprocess.CompletedProcess[str]:
+    """``benchmarks/SCRIPT --smoke --json FIGURES [MORE]``, which must succeed."""
     done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / script), "--smoke", "--json", str(figures)],
+        [sys.executable, str(REPO / "benchmarks" / script), "--smoke", "--json", str(figures), *more],
         capture_output=True,
         text=True,
         timeout=300,
@@ -60,8 +64,10 @@ def test_the_recovery_slo_benchmark_measures_every_cause_polling_and_watching(tm
     round, every cause that needs a `pulumi up` got one, no `pulumi up` came uncalled for, and
     the capacity ladder moved once per stockout trial and never for quota or permission."""
     figures = tmp_path / "slo.json"
-    done = smoke("recovery_slo.py", figures)
+    picture = tmp_path / "slo.png"
+    done = smoke("recovery_slo.py", figures, "--figure", str(picture))
     assert "\nGoals (issue 27)\n" in done.stdout
+    assert done.stdout.endswith(f"\nTimeline of the trials: {picture}\n")
     document = json.loads(figures.read_text())
     assert set(document["causes"]) == {
         "job-failed",
@@ -87,3 +93,35 @@ def test_the_recovery_slo_benchmark_measures_every_cause_polling_and_watching(tm
             # per trial; quota and permission refusals never move it.
             expected_moves = {"vm-stockout": row["trials"], "vm-quota": 0, "vm-permission": 0}.get(cause)
             assert row["moves"] == expected_moves, (cause, mode, row)
+
+    # The figure: a panel per mode; nine causes, nine colours, each a line in both panels (a
+    # panel high, less its labels), and every gap until recovery acted shaded in its colour
+    # (the polling mode's gaps are at least a round each, so every cause has one).
+    png = TimelinePng(picture)
+    panel = timeline_figure.PANEL_INCHES[1] * timeline_figure.DPI
+    assert png.size == (1000, round(2 * panel + 0.6 * timeline_figure.DPI))
+    colours = timeline_figure.CAUSE_COLOURS[: len(document["causes"])]
+    assert len(set(colours)) == 9
+    lines = {colour: png.tallest_line(colour) for colour in colours}
+    assert all(height > panel / 2 for height in lines.values()), lines
+    shaded = {colour: png.shaded(colour) for colour in colours}
+    assert sum(1 for pixels in shaded.values() if pixels > 200) >= 6, shaded
+
+
+def test_the_recovery_slo_figure_must_be_png_or_svg_and_is_refused_before_the_trials(tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "recovery_slo.py"),
+            "--smoke",
+            "--figure",
+            str(tmp_path / "a.pdf"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.endswith(
+        f"error: --figure {tmp_path / 'a.pdf'}: a figure file ends in .png or .svg; not '.pdf'\n"
+    )

@@ -269,3 +269,70 @@ def test_a_progress_record_that_is_not_one_is_named_and_the_rest_shown(world, ca
         "not JSON" in text
     )
     assert "  training:      step 47 (training)" in text  # demo-tpu's, still shown
+
+
+def test_html_draws_what_status_read_of_each_run(world, capsys, tmp_path):
+    """`--html` beside the stack's status: each run a panel, drawn from what status read (its
+    newest checkpoint a save, each process's latest step, the last recovery an interruption
+    until the run's process started after it); the text on stdout is unchanged."""
+    _, _, outputs = world
+    page = tmp_path / "report.html"
+    _, plain = run(capsys, "--stack", "dev", "--outputs", str(outputs))
+    code = status.main(["--stack", "dev", "--outputs", str(outputs), "--html", str(page)], now=NOW)
+    captured = capsys.readouterr()
+    assert code == status.EXIT_OK, captured.err
+    assert captured.out == plain and captured.err == f"timeline written to {page}\n"
+    text = page.read_text()
+    assert text.startswith("<!DOCTYPE html>") and "<script" not in text
+    svg = text[text.index("<svg") : text.index("</svg>")]
+    assert "TPU VM demo-tpu (europe-west4-a)" in svg and "Job train-v6e (default)" in svg
+    assert "interrupted: node is PREEMPTED" in svg
+    # Decided 06:15, its trainer started 06:20 (the progress record's started_at): a 300 s gap.
+    assert "<td>2026-11-26 06:15:00Z</td><td>node is PREEMPTED</td><td>300 s</td>" in text
+    assert "<h2>TPU VM demo-tpu (europe-west4-a)</h2>\n<p>step 47 at 2026-11-26 08:58:30Z; 1 save(s)" in text
+    assert "<h2>Job train-v6e (default)</h2>\n<p>no step; 0 save(s); 0 interruption(s)</p>" in text
+
+
+def test_html_and_figure_with_json_keep_stdout_json(world, capsys, tmp_path):
+    _, _, outputs = world
+    page, picture = tmp_path / "report.html", tmp_path / "timeline.png"
+    argv = [
+        "--stack",
+        "dev",
+        "--outputs",
+        str(outputs),
+        "--json",
+        "--html",
+        str(page),
+        "--figure",
+        str(picture),
+    ]
+    code = status.main(argv, now=NOW)
+    captured = capsys.readouterr()
+    assert code == status.EXIT_OK
+    assert [r["name"] for r in json.loads(captured.out)["runs"]] == ["demo-tpu", "train-v6e"]
+    assert captured.err == f"timeline written to {page} and {picture}\n"
+    assert page.is_file()
+    from PIL import Image
+
+    with Image.open(picture) as image:  # a panel per run
+        assert image.format == "PNG" and image.size == (1000, round((2 * 3.2 + 0.6) * 100))
+
+
+def test_html_that_cannot_be_written_exits_73_after_the_status(world, capsys, tmp_path):
+    """The page is checked before the stack is read; if its write still fails (here its temporary
+    name is taken), the status is shown and the exit says the page was not written."""
+    _, _, outputs = world
+    page = tmp_path / "report.html"
+    (tmp_path / ".report.html.partial").mkdir()
+    code = status.main(["--stack", "dev", "--outputs", str(outputs), "--html", str(page)], now=NOW)
+    captured = capsys.readouterr()
+    assert code == status.EXIT_CANNOT_WRITE
+    assert captured.out.startswith("Status of stack dev ")
+    assert captured.err == f"error: --html {page}: cannot be written (Is a directory)\n"
+    assert not page.exists()
+    assert (
+        status.main(["--stack", "dev", "--html", str(tmp_path / "none" / "r.html")])
+        == status.EXIT_CANNOT_WRITE
+    )
+    assert capsys.readouterr().out == ""  # nothing read: the stack's status is not shown

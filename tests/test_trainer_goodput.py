@@ -1,8 +1,9 @@
 """benchmarks/goodput_measured.py, smallest case: a smoke test. It runs the real trainer under the
 real startup script, a calibration then each case a quarter of a mean gap's work with one
 interruption half-way through it; the figures are printed, never asserted. What is asserted holds
-at any speed: both cases ran to completion through a kill and a restart, and every figure the
-docs quote is printed and consistent with the others."""
+at any speed: both cases ran to completion through a kill and a restart, every figure the
+docs quote is printed and consistent with the others, and --figure drew both runs as timelines
+(each kill a line, shaded until the restart, the steps and saves)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,19 @@ import sys
 
 import pytest
 from support.program import REPO
+from support.timeline_png import TimelinePng
+
+from infra import timeline_figure
 
 pytestmark = pytest.mark.usefixtures("jax_compilation_cache")
 
 
 def test_the_goodput_benchmark_runs_both_cases(tmp_path):
     figures = tmp_path / "goodput.json"
+    picture = tmp_path / "goodput.png"
+    script = str(REPO / "benchmarks" / "goodput_measured.py")
     done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "goodput_measured.py"), "--smoke", "--json", str(figures)],
+        [sys.executable, script, "--smoke", "--json", str(figures), "--figure", str(picture)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -55,3 +61,18 @@ def test_the_goodput_benchmark_runs_both_cases(tmp_path):
         assert case["detect_seconds"] > 0 and case["restart_seconds"] > 0
         assert case["measured_lost"] == 1 - case["useful_seconds"] / case["wall_seconds"]
         assert 0 < case["predicted_young"] < case["predicted"] < 1
+
+    # The figure: a panel per case, each with its one kill a line a panel high and the restart
+    # after it shaded, both in the first cause's colour; the steps' line and the saves' markers.
+    assert done.stdout.endswith(f"\nTimeline of the cases: {picture}\n")
+    png = TimelinePng(picture)
+    panel = timeline_figure.PANEL_INCHES[1] * timeline_figure.DPI
+    assert png.size == (1000, round(2 * panel + 0.6 * timeline_figure.DPI))
+    killed = timeline_figure.CAUSE_COLOURS[0]
+    assert png.tallest_line(killed) > panel / 2
+    assert png.shaded(killed) > 1000
+    assert (
+        png.tallest_line(timeline_figure.STEP_COLOUR) >= 3
+        and png.tallest_line(timeline_figure.SAVE_COLOUR) >= 3
+    )
+    assert png.tallest_line(timeline_figure.CAUSE_COLOURS[1]) == 0  # one cause only
