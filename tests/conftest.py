@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from support import policy_env, stub_pulumi
+from support import policy_env, scheduling, stub_pulumi
 from support.generations import DECIDED_AT, FRESH
 from support.program import INFRA, REPO, dev_config
 
@@ -52,66 +52,21 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return 2 * cores
 
 
-# The order the workers run the suite in: whole modules, the longest first, so that no long
-# module starts last and runs on alone while the other workers idle (on 2 cores the suite's wall
-# time is its CPU time over two plus that tail). A module is one unit of work, as pytest-xdist's
-# loadscope runs it, so each module's fixtures are set up once; the engine tier's tests are units
-# of their own (each deploys its own stack and shares nothing but the session's engine, and
-# together they are the longest module by far). How long a unit runs is told by what its tests
-# start: the real Pulumi CLI (marker ``engine``), the real trainer's processes (fixture
-# ``jax_compilation_cache``), or a long wait (marker ``slow``).
-SPLIT_PER_TEST = ("tests/test_engine.py",)
-
-
-def _tier(item: pytest.Item) -> int:
-    if item.get_closest_marker("engine"):
-        return 3
-    if "jax_compilation_cache" in getattr(item, "fixturenames", ()):
-        return 2
-    if item.get_closest_marker("slow"):
-        return 1
-    return 0
-
-
-def _module(nodeid: str) -> str:
-    return nodeid.split("::", 1)[0]
-
-
-def _unit(nodeid: str) -> str:
-    module = _module(nodeid)
-    return nodeid if module in SPLIT_PER_TEST else module
-
-
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Units with the longest tests first, then the larger ones; within a unit, the order the
-    collection (and pytest-randomly's shuffle) gave. A stable sort: ties keep that order too."""
-    tiers: dict[str, int] = {}
-    sizes: dict[str, int] = {}
-    for item in items:
-        unit = _unit(item.nodeid)
-        tiers[unit] = max(tiers.get(unit, 0), _tier(item))
-        sizes[unit] = sizes.get(unit, 0) + 1
-    items.sort(key=lambda item: (-tiers[_unit(item.nodeid)], -sizes[_unit(item.nodeid)]))
+    """The longest units of work first (support.scheduling)."""
+    scheduling.longest_units_first(items)
 
 
 # optionalhook: without pytest-xdist (`-p no:xdist`) the hook is never called.
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """`-n`'s default distribution (``load``) becomes one by units (above), handed out in the
-    collection's order, each to the first worker that is free. Any other ``--dist`` is left as
-    asked."""
+    """`-n`'s default distribution (``load``) becomes one by units of work (support.scheduling),
+    handed out in the collection's order, each to the first worker that is free. Any other
+    ``--dist`` is left as asked."""
     if config.getvalue("dist") != "load":
         return None
-    from xdist.scheduler import LoadScopeScheduling
-
-    class LongestUnitsFirst(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return _unit(nodeid)
-
-    # The units in collection order, not loadscope's default of the most tests first.
-    config.option.loadscopereorder = False
-    return LongestUnitsFirst(config, log)
+    return scheduling.scheduler(config, log)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
