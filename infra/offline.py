@@ -595,18 +595,56 @@ def run_program(
     program directory first on ``sys.path`` and ``__name__ == "__main__"``. ``previous_outputs``
     are the stack's outputs from its last update (what its own stack reference reads)."""
     config, secret_keys, warnings = stack_config(project, stack)
-    program_dir = str(project.program_dir)
-    if program_dir not in sys.path:
-        sys.path.insert(0, program_dir)
-    _share_config_module(project.program_dir)
-    result = run(
-        lambda: runpy.run_path(str(project.program_dir / "__main__.py"), run_name="__main__"),
-        project=project.name,
-        stack=stack,
-        config=config,
-        secret_keys=secret_keys,
-        preview=preview,
-        previous_outputs=previous_outputs,
-    )
+    with _program_on_path(project.program_dir):
+        _share_config_module(project.program_dir)
+        result = run(
+            lambda: runpy.run_path(str(project.program_dir / "__main__.py"), run_name="__main__"),
+            project=project.name,
+            stack=stack,
+            config=config,
+            secret_keys=secret_keys,
+            preview=preview,
+            previous_outputs=previous_outputs,
+        )
     result.warnings[:0] = warnings
     return result
+
+
+@contextlib.contextmanager
+def _program_on_path(program_dir: Path) -> Iterator[None]:
+    """The program's folder first on ``sys.path`` while it runs, and its top-level imports (its
+    `import stack_config`) its own folder's. A process that plans two projects in turn (a test,
+    or an importer planning several copies of this project) would otherwise run the second
+    program with the first one's `stack_config`, whose project folder is the first one's: the
+    trainer's files would be read and uploaded from there. Afterwards ``sys.path`` and the
+    modules under the program's names are as they were."""
+
+    # The names the program's folder makes importable: its modules and packages (not __main__,
+    # which runpy sets for the run itself, nor __init__ or __pycache__).
+    names = {
+        path.stem
+        for path in program_dir.iterdir()
+        if (path.suffix == ".py" or path.is_dir()) and not path.name.startswith("__")
+    }
+
+    def program_side(name: str) -> bool:
+        return name.partition(".")[0] in names
+
+    def from_program_dir(module: Any) -> bool:
+        source = getattr(module, "__file__", None)
+        return source is not None and Path(source).resolve().is_relative_to(program_dir.resolve())
+
+    saved_path = list(sys.path)
+    before = {name: module for name, module in sys.modules.items() if program_side(name)}
+    # Another folder's modules under this program's names: set aside for the run.
+    for name, module in before.items():
+        if not from_program_dir(module):
+            del sys.modules[name]
+    sys.path.insert(0, str(program_dir))
+    try:
+        yield
+    finally:
+        sys.path[:] = saved_path
+        for name in [name for name in sys.modules if program_side(name)]:
+            del sys.modules[name]
+        sys.modules.update(before)

@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import sys
+from pathlib import Path
 
+from support.in_process import run_plan
 from support.program import REPO, refused, run_stack
 
 from infra.stack_config.storage import unlisted_sibling_imports
@@ -111,3 +115,28 @@ def test_the_dev_stack_refuses_a_trainer_without_the_modules_train_py_imports(co
     assert "files leaves out modules of trainer/ that the listed code imports: " in message
     assert "outcomes.py (imported by train.py)" in message
     assert f"add {', '.join(repr(name) for name in modules)}" in message
+
+
+def test_a_copy_of_the_project_planned_in_this_process_leaves_the_next_plan_its_own_files(tmp_path):
+    """One process planning two copies of the project in turn (as the engine tier's predictions
+    do): each program reads its own folder's trainer, not the first one's (a `stack_config`
+    left in sys.modules by the first program once made the second upload the first's files)."""
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    shutil.copy(REPO / "Pulumi.yaml", copy / "Pulumi.yaml")
+    shutil.copy(REPO / "Pulumi.dev.yaml", copy / "Pulumi.dev.yaml")
+    for part in ("infra", "trainer"):
+        shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+    path_before, config_module_before = list(sys.path), sys.modules.get("stack_config")
+
+    def sources(cwd: Path) -> set[str]:
+        done = run_plan("--json", "-", cwd=cwd)
+        assert done.returncode in (0, 1), done.stderr
+        resources = json.loads(done.stdout)["resources"]
+        return {r["inputs"]["source"]["fileAsset"] for r in resources if r["type"] == BUCKET_OBJECT}
+
+    # (A file outside this repository is shown by its absolute path.)
+    assert sources(copy) == {str(copy / "trainer" / name) for name in TRAINER_FILES}
+    assert sources(REPO) == {f"trainer/{name}" for name in TRAINER_FILES}
+    # And the process is left as it was found.
+    assert sys.path == path_before and sys.modules.get("stack_config") is config_module_before
