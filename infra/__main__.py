@@ -818,9 +818,7 @@ def declare_monitoring(settings: StackConfig, foundation: Foundation) -> Optiona
     if intervals:
         # The slowest run sets the alert: a faster one would page for the slow one's normal gaps.
         args["checkpoint_interval_seconds"] = max(intervals)
-    return StackMonitoring(
-        "monitoring", args, opts=pulumi.ResourceOptions(depends_on=foundation.after_apis)
-    )
+    return StackMonitoring("monitoring", args, opts=pulumi.ResourceOptions(depends_on=foundation.after_apis))
 
 
 # --- The program --------------------------------------------------------------------------------

@@ -69,8 +69,10 @@ class LogMetric:
 
 
 def trainer_event_filter(event: str) -> str:
-    """Entries of one trainer event: the line's prefix, then the event word and a space."""
-    return f'textPayload=~"{re.escape(TRAINER_PREFIX)} {event} "'
+    """Entries of one trainer event: the line's prefix, then the event word and a space. Not
+    anchored: a TPU VM's startup-script log puts its own prefix before the trainer's line, a
+    container's does not. No character here is special to RE2 or needs a backslash."""
+    return f'textPayload=~"{TRAINER_PREFIX} {event} "'
 
 
 def recovery_filter(extra: str = "") -> str:
