@@ -251,8 +251,10 @@ def test_notify_becomes_email_channels_that_every_alert_reaches(config):
         "oncall@example.org",
         "ops@example.com",
     ]
+    project = config["gcp:project"]
+    names = sorted(f"projects/{project}/notificationChannels/{c.name}" for c in channels)
     for alert in run.by_type("gcp:monitoring/alertPolicy:AlertPolicy"):
-        assert len(alert.inputs["notificationChannels"]) == 2
+        assert sorted(alert.inputs["notificationChannels"]) == names
 
 
 @pytest.mark.parametrize("entry", ["ops@example.com", "slack:#ops", "email:", "email:ops"])
