@@ -40,6 +40,8 @@ from tpu_training_components import (
     QueuedProvisioning,
     RecoveredJob,
     RecoveredTpuVm,
+    StackMonitoring,
+    StackMonitoringArgs,
     TpuComputeClass,
     TpuTrainingJob,
     TpuTrainingJobArgs,
@@ -795,6 +797,30 @@ def export_checkpointing(settings: StackConfig, last: LastUpdate) -> None:
         )
 
 
+# --- Monitoring ----------------------------------------------------------------------------------
+
+
+def declare_monitoring(settings: StackConfig, foundation: Foundation) -> Optional[StackMonitoring]:
+    """Metrics, dashboard and alerts (docs/monitoring.md), unless `monitoring.enabled` is false."""
+    if not settings.monitoring.enabled:
+        return None
+    plans = [derived.vm_checkpoints(settings, vm) for vm in settings.tpu_vms]
+    plans += [derived.job_checkpoints(settings, job) for job in settings.jobs]
+    intervals = [plan.interval_seconds for plan in plans if plan is not None]
+    budget = settings.recovery.restart_budget
+    args: StackMonitoringArgs = {
+        "stack": settings.stack,
+        "project": settings.gcp_project,
+        "notify": list(settings.monitoring.notify),
+        "restart_budget": budget.restarts,
+        "restart_window_hours": budget.window_hours,
+    }
+    if intervals:
+        # The slowest run sets the alert: a faster one would page for the slow one's normal gaps.
+        args["checkpoint_interval_seconds"] = max(intervals)
+    return StackMonitoring("monitoring", args, opts=pulumi.ResourceOptions(depends_on=foundation.after_apis))
+
+
 # --- The program --------------------------------------------------------------------------------
 
 
@@ -817,6 +843,7 @@ def main() -> None:
     workloads = (
         declare_workloads(settings, gke, buckets, foundation, recovery) if gke is not None else Workloads()
     )
+    declare_monitoring(settings, foundation)
     export_outputs(settings, last, buckets, tpu_vms, gke, workloads, recovery)
 
 

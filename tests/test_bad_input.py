@@ -583,3 +583,13 @@ def test_a_trailing_newline_is_not_a_valid_value(config, edit, key):
     # A `$`-anchored pattern matches before a final newline; the cloud takes no such value.
     edit(config)
     assert key in refused(config)
+
+
+# --- Issue 38: monitoring.notify ------------------------------------------------------------------
+
+
+def test_a_notify_target_that_is_not_an_email_is_refused_naming_the_key_the_value_and_the_form(config):
+    config["tpu-training:monitoring"] = {"notify": ["email:ops@example.com", "pagerduty:abc"]}
+    message = refused(config)
+    assert 'tpu-training:monitoring.notify[1] = "pagerduty:abc"' in message
+    assert "allowed: 'email:ADDRESS'" in message and "notify[0]" not in message

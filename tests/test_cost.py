@@ -48,6 +48,8 @@ def test_the_dev_stack_costs_what_its_parts_cost(config):
     assert document["notHourly"] == {
         "gcp:storage/bucket:Bucket": 2,
         "gcp:storage/bucketObject:BucketObject": 22,  # the trainer's 11 files in each of 2 buckets
+        "gcp:logging/metric:Metric": 6,  # monitoring: billed per MiB ingested, not per hour
+        "gcp:monitoring/alertPolicy:AlertPolicy": 4,
     }
     assert document["unpriced"] == []
 

@@ -212,6 +212,18 @@ def _apis() -> dict[str, Any]:
     return {"apis": ["tpu.googleapis.com", "storage.googleapis.com"], "project": "proj-123"}
 
 
+def _monitoring() -> dict[str, Any]:
+    return {
+        "stack": "dev",
+        "project": "proj-123",
+        "notify": ["email:ops@example.com"],
+        "restart_budget": 5,
+        "restart_window_hours": 6.0,
+        "checkpoint_interval_seconds": 600,
+        "hourly_cost": 1.25,
+    }
+
+
 def _engines() -> dict[str, Any]:
     return {
         "provider": k8s.Provider("cluster", kubeconfig="{}"),
@@ -236,6 +248,7 @@ COMPONENTS = {
     "QueuedProvisioning": Component(api.QueuedProvisioning, api.QueuedProvisioningArgs, _queue),
     "TpuComputeClass": Component(api.TpuComputeClass, api.TpuComputeClassArgs, _compute_class),
     "ProjectApis": Component(api.ProjectApis, api.ProjectApisArgs, _apis),
+    "StackMonitoring": Component(api.StackMonitoring, api.StackMonitoringArgs, _monitoring),
 }
 
 

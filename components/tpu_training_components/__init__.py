@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 # (PEP 562), so `import tpu_training_components.domain.x` (the commands that plan, recover and show
 # status; the engine tier's provider doubles) does not pay for pulumi-gcp's resource modules.
 _EXPORTS = {
+    "StackMonitoring": "resources.monitoring",
+    "StackMonitoringArgs": "resources.monitoring",
     "AcceleratorType": "domain.catalogue",
     "CatalogueError": "domain.catalogue",
     "MachineType": "domain.catalogue",
@@ -112,6 +114,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "StackMonitoring",
+    "StackMonitoringArgs",
     "AcceleratorType",
     "CatalogueError",
     "CheckpointBucket",

@@ -60,6 +60,9 @@ def computed_outputs(type_: str, name: str, inputs: Mapping[str, Any]) -> dict[s
         return {"endpoint": OFFLINE_CLUSTER_ENDPOINT, "masterAuth": master_auth}
     if type_ == "gcp:tpu/v2Vm:V2Vm":
         return {"state": "(unknown offline)", "health": "(unknown offline)"}
+    if type_ == "gcp:monitoring/notificationChannel:NotificationChannel":
+        # The API names a channel on creation; alert policies list these names.
+        return {"name": f"projects/{project}/notificationChannels/{name}"}
     return {}
 
 

@@ -25,6 +25,7 @@ from .loading import (
     is_config_secret,
     load,
 )
+from .monitoring import MonitoringConfig
 from .network import NetworkConfig
 from .stack import StackConfig
 from .storage import PROJECT_ROOT, TRAINER_CODE_VARIABLE, BucketConfig, TrainerCodeConfig
@@ -47,6 +48,7 @@ __all__ = [
     "NetworkConfig",
     "NodePoolConfig",
     "Provisioning",
+    "MonitoringConfig",
     "RecoveryConfig",
     "RestartBudgetConfig",
     "StackConfig",

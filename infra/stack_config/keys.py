@@ -16,6 +16,7 @@ from tpu_training_components.domain import naming
 
 from .fields import LabelKey, LabelValue, Model, no_problem
 from .gke import ClusterConfig, JobConfig, NodePoolConfig
+from .monitoring import MonitoringConfig
 from .network import NetworkConfig
 from .storage import BucketConfig, TrainerCodeConfig
 from .tpu_vms import TpuVmConfig
@@ -40,3 +41,4 @@ class StackKeys(Model):
     node_pools: tuple[NodePoolConfig, ...] = ()
     jobs: tuple[JobConfig, ...] = ()
     trainer_code: Optional[TrainerCodeConfig] = None
+    monitoring: MonitoringConfig = MonitoringConfig()

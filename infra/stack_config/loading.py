@@ -24,6 +24,7 @@ from tpu_training_components.validation import shown
 
 from .fields import PROJECT, Model
 from .gke import ClusterConfig, JobConfig, MaintenanceWindowConfig, NodePoolConfig
+from .monitoring import MonitoringConfig
 from .network import NetworkConfig
 from .stack import StackConfig
 from .storage import BucketConfig, TrainerCodeConfig
@@ -44,6 +45,7 @@ PROJECT_KEYS = (
     "nodePools",
     "jobs",
     "trainerCode",
+    "monitoring",
 )
 # Object keys whose declared default `{}` means "not set".
 _EMPTY_MEANS_UNSET = ("training", "checkpointing", "cluster", "trainerCode")
@@ -146,6 +148,7 @@ def _parts() -> dict[str, type[Model]]:
         "nodePools.[]": NodePoolConfig,
         "jobs.[]": JobConfig,
         "trainerCode": TrainerCodeConfig,
+        "monitoring": MonitoringConfig,
     }
 
 

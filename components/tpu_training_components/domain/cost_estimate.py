@@ -28,10 +28,15 @@ NO_HOURLY_CHARGE_PREFIXES = (
     "gcp:storage/bucketIAMMember:",
     "kubernetes:",
     "pulumi:providers:",
+    # Dashboards and notification channels are configuration, with no charge of their own.
+    "gcp:monitoring/dashboard:",
+    "gcp:monitoring/notificationChannel:",
 )
 NOT_HOURLY = {
     "gcp:storage/bucket:Bucket": "per GiB stored and per operation",
     "gcp:storage/bucketObject:BucketObject": "per GiB stored",
+    "gcp:logging/metric:Metric": "per MiB of metric samples ingested, beyond the free allotment",
+    "gcp:monitoring/alertPolicy:AlertPolicy": "per condition per month and per time series it reads",
 }
 
 

@@ -1,0 +1,291 @@
+"""What a stack watches in Cloud Monitoring, as plain data: log-based metrics over the trainer's
+event lines and recovery's records, one dashboard, alert policies and e-mail channels.
+
+Pure: the shapes returned here are the Cloud Logging v2 / Monitoring v1 and v3 REST shapes
+(camelCase), so a test validates them against Google's discovery documents; the component in
+``resources/monitoring.py`` hands them to pulumi-gcp.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+TRAINER_PREFIX = "tpu-trainer:"
+"""Every trainer event line starts so (``trainer/outcomes.py``: ``LOG_PREFIX``); the container
+runtime or startup script hands the line to Cloud Logging as ``textPayload``."""
+RECOVERY_FORMAT = "tpu-training-recovery/1"
+"""The ``format`` field of every recovery record (``infra/recover.py``)."""
+METRIC_TYPE_PREFIX = "logging.googleapis.com/user/"
+"""Cloud Monitoring's type for a user-defined log-based metric is this prefix plus its name."""
+EMAIL_PATTERN = re.compile(r"email:([^@\s]+@[^@\s]+\.[^@\s]+)")
+NOTIFY_ALLOWED = "'email:ADDRESS', e.g. 'email:ops@example.com'"
+# Recovery failing this long pages someone: one failed round may be a transient API error, half an
+# hour of them is not.
+RECOVERY_FAILING_SECONDS = 30 * 60
+# Cloud Monitoring rejects a condition's alignment period beyond one day, so a longer restart
+# window is watched over its last day.
+LONGEST_ALIGNMENT_SECONDS = 24 * 60 * 60
+
+
+@dataclass(frozen=True)
+class LogMetric:
+    """One log-based metric, in the Logging v2 ``LogMetric`` REST shape (``rest()``)."""
+
+    name: str
+    description: str
+    filter: str
+    labels: dict[str, str] = field(default_factory=dict)
+    """Label name to its extractor, e.g. ``EXTRACT(jsonPayload.cause)``."""
+    value_extractor: Optional[str] = None
+    """Set for a distribution metric (the value each entry contributes); None counts entries."""
+
+    @property
+    def metric_type(self) -> str:
+        return METRIC_TYPE_PREFIX + self.name
+
+    def rest(self) -> dict[str, Any]:
+        descriptor: dict[str, Any] = {
+            "metricKind": "DELTA",
+            "valueType": "DISTRIBUTION" if self.value_extractor else "INT64",
+            "unit": "s" if self.value_extractor else "1",
+            "labels": [{"key": key, "valueType": "STRING"} for key in self.labels],
+        }
+        body: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "filter": self.filter,
+            "metricDescriptor": descriptor,
+            "labelExtractors": dict(self.labels),
+        }
+        if self.value_extractor:
+            body["valueExtractor"] = self.value_extractor
+            # 1 s to about 9 h in doubling steps: a recovery takes from seconds to hours.
+            body["bucketOptions"] = {
+                "exponentialBuckets": {"numFiniteBuckets": 16, "growthFactor": 2, "scale": 1}
+            }
+        return body
+
+
+def trainer_event_filter(event: str) -> str:
+    """Entries of one trainer event: the line's prefix, then the event word and a space. Not
+    anchored: a TPU VM's startup-script log puts its own prefix before the trainer's line, a
+    container's does not. No character here is special to RE2 or needs a backslash."""
+    return f'textPayload=~"{TRAINER_PREFIX} {event} "'
+
+
+def recovery_filter(extra: str = "") -> str:
+    condition = f'jsonPayload.format="{RECOVERY_FORMAT}"'
+    return f"{condition} AND {extra}" if extra else condition
+
+
+def notify_problem(entry: str) -> Optional[str]:
+    if EMAIL_PATTERN.fullmatch(entry):
+        return None
+    return f"{entry!r} is not a notification target; allowed: {NOTIFY_ALLOWED}"
+
+
+@dataclass(frozen=True)
+class MonitoringPlan:
+    """Everything one stack declares for monitoring, each in its REST shape."""
+
+    metrics: tuple[LogMetric, ...]
+    dashboard: dict[str, Any]
+    alerts: tuple[dict[str, Any], ...]
+    channels: tuple[dict[str, Any], ...]
+
+
+def plan_monitoring(
+    stack: str,
+    notify: tuple[str, ...],
+    restart_budget: int,
+    restart_window_hours: float,
+    checkpoint_interval_seconds: Optional[int],
+    hourly_cost: Optional[float],
+) -> MonitoringPlan:
+    """The stack's metrics, dashboard, alerts and channels. ``checkpoint_interval_seconds`` is the
+    longest interval any run uses (None: no run checkpoints, so no checkpoint-age alert)."""
+    prefix = f"tpu-training/{stack}"
+    steps = LogMetric(
+        f"{prefix}/steps", "Trainer step lines (goodput: steps that count).", trainer_event_filter("step")
+    )
+    saves = LogMetric(
+        f"{prefix}/saves", "Checkpoints committed by the trainer.", trainer_event_filter("committed")
+    )
+    restores = LogMetric(
+        f"{prefix}/restores",
+        "Trainer starts from a checkpoint (resume lines).",
+        trainer_event_filter("resume"),
+    )
+    stops = LogMetric(
+        f"{prefix}/stops", "Trainer stops on SIGTERM or a preemption notice.", trainer_event_filter("stopped")
+    )
+    recoveries = LogMetric(
+        f"{prefix}/recoveries",
+        "Recovery records, by cause and by how the update ended.",
+        recovery_filter(),
+        {"cause": "EXTRACT(jsonPayload.cause)", "status": "EXTRACT(jsonPayload.upStatus)"},
+    )
+    recovery_seconds = LogMetric(
+        f"{prefix}/recovery-seconds",
+        "Time from detecting an interruption to the end of the update that answered it.",
+        recovery_filter("jsonPayload.recoverySeconds>=0"),
+        {"cause": "EXTRACT(jsonPayload.cause)"},
+        value_extractor="EXTRACT(jsonPayload.recoverySeconds)",
+    )
+    metrics = (steps, saves, restores, stops, recoveries, recovery_seconds)
+    window_seconds = min(int(restart_window_hours * 3600), LONGEST_ALIGNMENT_SECONDS)
+    dashboard = _dashboard(
+        stack, steps, saves, restores, stops, recoveries, recovery_seconds, restart_budget, hourly_cost
+    )
+    alerts = [
+        _threshold_alert(
+            f"{stack}: restart budget spent",
+            restores,
+            window_seconds,
+            "ALIGN_SUM",
+            restart_budget - 1,
+            0,
+        ),
+        _threshold_alert(
+            f"{stack}: a run hung",
+            recoveries,
+            300,
+            "ALIGN_SUM",
+            0,
+            0,
+            'metric.label.cause="hung"',
+        ),
+        _threshold_alert(
+            f"{stack}: recovery failing for 30 min",
+            recoveries,
+            300,
+            "ALIGN_SUM",
+            0,
+            RECOVERY_FAILING_SECONDS,
+            'metric.label.status!="succeeded"',
+        ),
+    ]
+    if checkpoint_interval_seconds is not None:
+        alerts.append(
+            _absent_alert(
+                f"{stack}: no checkpoint committed in 2x the interval", saves, 2 * checkpoint_interval_seconds
+            )
+        )
+    channels = tuple(
+        {
+            "type": "email",
+            "displayName": f"{stack}: {entry}",
+            "labels": {"email_address": entry.split(":", 1)[1]},
+        }
+        for entry in notify
+    )
+    return MonitoringPlan(metrics, dashboard, tuple(alerts), channels)
+
+
+def _metric_filter(metric: LogMetric, extra: str = "") -> str:
+    condition = f'metric.type="{metric.metric_type}"'
+    return f"{condition} AND {extra}" if extra else condition
+
+
+def _threshold_alert(
+    name: str, metric: LogMetric, period: int, aligner: str, above: float, duration: int, extra: str = ""
+) -> dict[str, Any]:
+    return {
+        "displayName": name,
+        "combiner": "OR",
+        "conditions": [
+            {
+                "displayName": name,
+                "conditionThreshold": {
+                    "filter": _metric_filter(metric, extra),
+                    "aggregations": [{"alignmentPeriod": f"{period}s", "perSeriesAligner": aligner}],
+                    "comparison": "COMPARISON_GT",
+                    "thresholdValue": above,
+                    "duration": f"{duration}s",
+                },
+            }
+        ],
+    }
+
+
+def _absent_alert(name: str, metric: LogMetric, seconds: int) -> dict[str, Any]:
+    return {
+        "displayName": name,
+        "combiner": "OR",
+        "conditions": [
+            {
+                "displayName": name,
+                "conditionAbsent": {
+                    "filter": _metric_filter(metric),
+                    "aggregations": [{"alignmentPeriod": "60s", "perSeriesAligner": "ALIGN_SUM"}],
+                    # Cloud Monitoring's shortest absence duration is 2 minutes.
+                    "duration": f"{max(seconds, 120)}s",
+                },
+            }
+        ],
+    }
+
+
+def _chart(
+    title: str,
+    metric: LogMetric,
+    aligner: str,
+    group_by: tuple[str, ...] = (),
+    threshold: Optional[float] = None,
+) -> dict[str, Any]:
+    aggregation: dict[str, Any] = {"alignmentPeriod": "60s", "perSeriesAligner": aligner}
+    if group_by:
+        aggregation["crossSeriesReducer"] = (
+            "REDUCE_SUM" if aligner != "ALIGN_DELTA" else "REDUCE_PERCENTILE_50"
+        )
+        aggregation["groupByFields"] = list(group_by)
+    chart: dict[str, Any] = {
+        "dataSets": [
+            {
+                "timeSeriesQuery": {
+                    "timeSeriesFilter": {"filter": _metric_filter(metric), "aggregation": aggregation}
+                },
+                "plotType": "LINE",
+            }
+        ]
+    }
+    if threshold is not None:
+        chart["thresholds"] = [{"value": threshold, "label": "restart budget"}]
+    return {"title": title, "xyChart": chart}
+
+
+def _dashboard(
+    stack: str,
+    steps: LogMetric,
+    saves: LogMetric,
+    restores: LogMetric,
+    stops: LogMetric,
+    recoveries: LogMetric,
+    recovery_seconds: LogMetric,
+    restart_budget: int,
+    hourly_cost: Optional[float],
+) -> dict[str, Any]:
+    cost = (
+        "not given to the dashboard; `python -m infra.cost` prints it"
+        if hourly_cost is None
+        else f"${hourly_cost:,.2f} per hour"
+    )
+    widgets = [
+        _chart("Goodput: trainer steps per minute", steps, "ALIGN_RATE"),
+        _chart("Interruptions per cause", recoveries, "ALIGN_SUM", ("metric.label.cause",)),
+        _chart("Time to resume per cause (s)", recovery_seconds, "ALIGN_DELTA", ("metric.label.cause",)),
+        _chart("Checkpoints committed per run", saves, "ALIGN_SUM", ("resource.label.pod_name",)),
+        _chart("Restarts against the budget", restores, "ALIGN_SUM", threshold=float(restart_budget)),
+        _chart("Trainer stops", stops, "ALIGN_SUM"),
+        {
+            "title": "Hourly cost",
+            "text": {"content": f"The plan's estimate for stack {stack}: {cost}.", "format": "MARKDOWN"},
+        },
+    ]
+    tiles = [
+        {"xPos": (i % 2) * 6, "yPos": (i // 2) * 4, "width": 6, "height": 4, "widget": w}
+        for i, w in enumerate(widgets)
+    ]
+    return {"displayName": f"TPU training: {stack}", "mosaicLayout": {"columns": 12, "tiles": tiles}}
