@@ -93,6 +93,7 @@ from tpu_training_components.domain.restart_budget import (
     with_budget,
 )
 from tpu_training_components.live import endpoints
+from tpu_training_components.live.cloud_logging import RecordLog
 from tpu_training_components.live.kube_api import ClusterRef, LiveJobs, list_live_jobs
 from tpu_training_components.live.tpu_api import LiveNodes, list_live_nodes
 from tpu_training_components.resources import reconcile
@@ -195,6 +196,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="append one JSON line per recovered VM or Job to FILE: its cause and how long the "
         "recovery took, for goodput accounting (docs/recovery-records.md)",
+    )
+    parser.add_argument(
+        "--no-cloud-logging",
+        action="store_true",
+        help="do not send the recovery records to Cloud Logging (by default they go to the stack's "
+        "project when Application Default Credentials are found, for its dashboard and alerts: "
+        "docs/monitoring.md)",
     )
     parser.add_argument(
         "--json",
@@ -351,6 +359,8 @@ class RoundReport:
     up_ended_at: Optional[datetime] = None
     rungs: dict[str, Rung] = field(default_factory=dict)
     """The rung of its capacity ladder each recovered TPU VM is declared on."""
+    gcp_project: Optional[str] = None
+    """The stack's Google Cloud project, once its config was read: where its records are logged."""
     create_failures: dict[str, CreateFailure] = field(default_factory=dict)
     """How the create of each recovered TPU VM failed, when its `pulumi up` failed."""
     stockout_moves: set[str] = field(default_factory=set)
@@ -498,6 +508,7 @@ class Recoverer:
             self.say(f"error: {exc}")
             return
         settings = loaded.settings
+        report.gcp_project = settings.gcp_project
         for warning in loaded.warnings:
             self.say(f"warning: {warning}")
         if not settings.recovery.read_live_state:
@@ -892,6 +903,18 @@ def _rounds(
         trigger = f"event: {woken}" if woken else "interval"
 
 
+def publish_records(
+    report: RoundReport, path: Optional[str], record_log: Optional[RecordLog], say: Callable[[str], None]
+) -> None:
+    """A round's recovery records: appended to ``path`` (``--records``) and sent to Cloud Logging
+    (``record_log``; none with ``--no-cloud-logging`` or in a dry run), each when given."""
+    records = report.recovery_records()
+    if path:
+        append_records(path, records, say)
+    if record_log is not None:
+        record_log.write(report.gcp_project, records)
+
+
 def append_records(path: str, records: Sequence[dict[str, Any]], say: Callable[[str], None]) -> None:
     """Append the records as JSON lines, one write each; a file that cannot be written is a
     warning, never the end of the watch (recovery matters more than its accounting)."""
@@ -964,11 +987,12 @@ def main(argv: Optional[Sequence[str]] = None, *, probe: Optional[Probe] = None)
         # A dry run starts the CLI only here: when the stack file holds secrets.
         return (cli or start_cli()).read_config(qualified)
 
+    record_log = None if args.no_cloud_logging or args.dry_run else RecordLog(say)
+
     def emit(report: RoundReport) -> None:
         if args.json:
             _write(sys.stdout, json.dumps(report.to_json(), sort_keys=True))
-        if args.records:
-            append_records(args.records, report.recovery_records(), say)
+        publish_records(report, args.records, record_log, say)
 
     reads = probe or Probe()
     events = None if args.watch is None or args.no_events else ClusterEvents(stop.wake, say)

@@ -92,6 +92,9 @@ def test_recovery_metrics_select_every_recovery_record_and_no_trainer_line(plan)
         metric = _metric(plan, kind)
         assert all(_matches(metric.filter, {"jsonPayload": record}) for record in RECOVERY_RECORDS)
         assert not any(_matches(metric.filter, {"textPayload": line}) for line in TRAINER_LINES)
+        # Another stack's watcher in the same project writes records too: not this stack's.
+        other = [dict(record, stack="prod") for record in RECOVERY_RECORDS]
+        assert not any(_matches(metric.filter, {"jsonPayload": record}) for record in other)
     # The label extractors read fields every record has, with the causes the records use.
     extracted = {
         re.fullmatch(r"EXTRACT\(jsonPayload\.(\w+)\)", e)[1]
@@ -116,7 +119,7 @@ def test_the_dashboard_is_a_valid_monitoring_v1_dashboard(plan):
         "Interruptions per cause",
         "Time to resume per cause",
         "Checkpoints committed per run",
-        "Restarts against the budget",
+        "Restarts per run against the budget",
         "Hourly cost",
     ):
         assert any(title.startswith(wanted) for title in titles), wanted
@@ -162,6 +165,12 @@ def test_thresholds_follow_the_stack_config(plan):
         4,
         "21600s",
     )  # > 4: the 5th restart
+    # Recoveries that re-created a run, summed over all of that run's series: one series per
+    # run, whichever watcher wrote each entry.
+    assert budget["filter"].endswith('AND metric.label.status="succeeded"')
+    assert "/recoveries" in budget["filter"]
+    assert budget["aggregations"][0]["crossSeriesReducer"] == "REDUCE_SUM"
+    assert budget["aggregations"][0]["groupByFields"] == ["metric.label.run"]
     assert (
         by_name["dev: no checkpoint committed in 2x the interval"]["conditionAbsent"]["duration"] == "1200s"
     )

@@ -75,8 +75,9 @@ def trainer_event_filter(event: str) -> str:
     return f'textPayload=~"{TRAINER_PREFIX} {event} "'
 
 
-def recovery_filter(extra: str = "") -> str:
-    condition = f'jsonPayload.format="{RECOVERY_FORMAT}"'
+def recovery_filter(stack: str, extra: str = "") -> str:
+    """This stack's recovery records (a project may hold several stacks, each with its watcher)."""
+    condition = f'jsonPayload.format="{RECOVERY_FORMAT}" AND jsonPayload.stack="{stack}"'
     return f"{condition} AND {extra}" if extra else condition
 
 
@@ -124,13 +125,17 @@ def plan_monitoring(
     recoveries = LogMetric(
         f"{prefix}/recoveries",
         "Recovery records, by cause and by how the update ended.",
-        recovery_filter(),
-        {"cause": "EXTRACT(jsonPayload.cause)", "status": "EXTRACT(jsonPayload.upStatus)"},
+        recovery_filter(stack),
+        {
+            "cause": "EXTRACT(jsonPayload.cause)",
+            "status": "EXTRACT(jsonPayload.upStatus)",
+            "run": "EXTRACT(jsonPayload.name)",
+        },
     )
     recovery_seconds = LogMetric(
         f"{prefix}/recovery-seconds",
         "Time from detecting an interruption to the end of the update that answered it.",
-        recovery_filter("jsonPayload.recoverySeconds>=0"),
+        recovery_filter(stack, "jsonPayload.recoverySeconds>=0"),
         {"cause": "EXTRACT(jsonPayload.cause)"},
         value_extractor="EXTRACT(jsonPayload.recoverySeconds)",
     )
@@ -140,13 +145,19 @@ def plan_monitoring(
         stack, steps, saves, restores, stops, recoveries, recovery_seconds, restart_budget, hourly_cost
     )
     alerts = [
+        # Counted as recovery counts restarts (domain/restart_budget.py): the Jobs and JobSets one
+        # run's recovery re-created, summed over every series of that run (each round's entry
+        # may come from another watcher process), not trainer resumes, which a new Pod or VM
+        # would start as a series of its own.
         _threshold_alert(
             f"{stack}: restart budget spent",
-            restores,
+            recoveries,
             window_seconds,
             "ALIGN_SUM",
             restart_budget - 1,
             0,
+            'metric.label.status="succeeded"',
+            group_by=("metric.label.run",),
         ),
         _threshold_alert(
             f"{stack}: a run hung",
@@ -190,8 +201,19 @@ def _metric_filter(metric: LogMetric, extra: str = "") -> str:
 
 
 def _threshold_alert(
-    name: str, metric: LogMetric, period: int, aligner: str, above: float, duration: int, extra: str = ""
+    name: str,
+    metric: LogMetric,
+    period: int,
+    aligner: str,
+    above: float,
+    duration: int,
+    extra: str = "",
+    group_by: tuple[str, ...] = (),
 ) -> dict[str, Any]:
+    aggregation: dict[str, Any] = {"alignmentPeriod": f"{period}s", "perSeriesAligner": aligner}
+    if group_by:
+        aggregation["crossSeriesReducer"] = "REDUCE_SUM"
+        aggregation["groupByFields"] = list(group_by)
     return {
         "displayName": name,
         "combiner": "OR",
@@ -200,7 +222,7 @@ def _threshold_alert(
                 "displayName": name,
                 "conditionThreshold": {
                     "filter": _metric_filter(metric, extra),
-                    "aggregations": [{"alignmentPeriod": f"{period}s", "perSeriesAligner": aligner}],
+                    "aggregations": [aggregation],
                     "comparison": "COMPARISON_GT",
                     "thresholdValue": above,
                     "duration": f"{duration}s",
@@ -277,7 +299,13 @@ def _dashboard(
         _chart("Interruptions per cause", recoveries, "ALIGN_SUM", ("metric.label.cause",)),
         _chart("Time to resume per cause (s)", recovery_seconds, "ALIGN_DELTA", ("metric.label.cause",)),
         _chart("Checkpoints committed per run", saves, "ALIGN_SUM", ("resource.label.pod_name",)),
-        _chart("Restarts against the budget", restores, "ALIGN_SUM", threshold=float(restart_budget)),
+        _chart(
+            "Restarts per run against the budget",
+            recoveries,
+            "ALIGN_SUM",
+            ("metric.label.run",),
+            threshold=float(restart_budget),
+        ),
         _chart("Trainer stops", stops, "ALIGN_SUM"),
         {
             "title": "Hourly cost",
