@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Iterator
 
 import pytest
+from support.fake_cloud_logging import FakeCloudLogging
 from support.fake_kube_api import FakeKubernetesApi, job, pod
 from support.fake_tpu_api import FakeTpuApi
 from support.loopback_gcs import LoopbackGcs
@@ -20,6 +21,7 @@ from support.recover_runs import RecordingRunner, live_dev_stack
 from tpu_training_components.domain.progress import HangCheck, ProcessProgress
 from tpu_training_components.domain.recovery import Cause
 from tpu_training_components.live import endpoints
+from tpu_training_components.live.cloud_logging import RecordLog
 from tpu_training_components.live.kube_api import ClusterRef
 from tpu_training_components.live.progress_records import ProgressReading
 from tpu_training_components.resources import reconcile
@@ -297,6 +299,18 @@ def test_a_round_replaces_the_hung_job_alone_and_says_why_in_its_json(tmp_path, 
     assert record_["stalledSince"] == stamp(at(45))
     assert record_["stalledSeconds"] == 45 * 60.0
     assert record_["upStatus"] == "succeeded" and record_["recoverySeconds"] == 0.0  # the clock stood still
+
+    # Published as the watcher publishes each round's records: appended to --records, and sent to
+    # the stack's project in Cloud Logging (a fake that checks the request against Logging v2).
+    assert report.gcp_project == "tpu-training-dev"
+    records_file = tmp_path / "records.jsonl"
+    with FakeCloudLogging() as logging_api:
+        recover.publish_records(
+            report, str(records_file), RecordLog(said.append, logging_api.endpoint), said.append
+        )
+    assert [json.loads(line) for line in records_file.read_text().splitlines()] == [record_]
+    (entry,) = logging_api.entries
+    assert entry["jsonPayload"] == record_ and entry["logName"].startswith("projects/tpu-training-dev/logs/")
 
 
 def test_records_are_appended_and_an_unwritable_file_is_a_warning(tmp_path):
