@@ -204,6 +204,7 @@ def declare_foundation(settings: StackConfig) -> Foundation:
         cluster=settings.cluster is not None,
         network=settings.network.create and bool(network_regions),
         buckets=bool(derived.regions(settings)),
+        monitoring=settings.monitoring.enabled,
     )
     apis = (
         ProjectApis("apis", {"apis": list(stack_apis), "project": settings.gcp_project})

@@ -48,6 +48,9 @@ def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProject
             "compute.googleapis.com",
             "container.googleapis.com",
             "iam.googleapis.com",
+            # On in every new project (Cloud Logging and Monitoring): the stack enables them anyway.
+            "logging.googleapis.com",
+            "monitoring.googleapis.com",
             "storage.googleapis.com",
             "tpu.googleapis.com",
         }
@@ -285,6 +288,8 @@ def test_the_stack_enables_its_apis_never_disabling_them_and_waits_for_them(conf
         "apis-compute",
         "apis-container",
         "apis-iam",
+        "apis-logging",
+        "apis-monitoring",
         "apis-storage",
         "apis-tpu",
     ]
@@ -299,10 +304,10 @@ def test_the_stack_enables_its_apis_never_disabling_them_and_waits_for_them(conf
         "trainer",
         "gke-trainer",
         "tpu-dev",
+        "monitoring",
     }
-    assert apis_for_features(tpu_vms=True, cluster=True, network=True, buckets=True) == tuple(
-        sorted(r.inputs["service"] for r in services)
-    )
+    features = dict(tpu_vms=True, cluster=True, network=True, buckets=True, monitoring=True)
+    assert apis_for_features(**features) == tuple(sorted(r.inputs["service"] for r in services))
 
 
 def test_enable_apis_false_declares_no_service(config):

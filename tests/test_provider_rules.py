@@ -258,6 +258,18 @@ TABLE: dict[tuple[str, str, Any], list[tuple[Edit, str, str, Any, str]]] = {
         (at("natIpAllocateOption", "MANUAL_ONLY"), "in place", "update", None, TF),
         (at("router", "other"), "ForceNew", "replace", None, TF),
     ],
+    ("dev", "gcp:logging/metric:Metric", "monitoring-metric-steps"): [
+        (at("filter", 'textPayload=~"x"'), "in place", "update", None, TF),
+        (at("project", "other"), "ForceNew", "replace", None, TF),
+    ],
+    ("dev", "gcp:monitoring/dashboard:Dashboard", "monitoring-dashboard"): [
+        (at("dashboardJson", "{}"), "in place", "update", None, TF),
+        (at("project", "other"), "ForceNew", "replace", None, TF),
+    ],
+    ("dev", "gcp:monitoring/alertPolicy:AlertPolicy", "monitoring-alert-a-run-hung"): [
+        (at("displayName", "x"), "in place", "update", None, TF),
+        (at("project", "other"), "ForceNew", "replace", None, TF),
+    ],
     ("dev", JOB, "train-v6e-job"): [
         (at(f"{POD}.image", "trainer:2"), "Pod template", "replace", True, f"{K8S_DIFF}; {K8S_DBR}"),
         (at("metadata.labels.team", "x"), "labels", "update", None, K8S_DIFF),

@@ -42,6 +42,27 @@ SOURCES: dict[str, tuple[bool, str, str]] = {
         "google/services/container/node_config.go",
         "func schemaNodeConfig(",
     ),
+    # Monitoring declared by the stack (docs/monitoring.md).
+    "gcp:logging/metric:Metric": (
+        False,
+        "google/services/logging/resource_logging_metric.go",
+        "func ResourceLoggingMetric(",
+    ),
+    "gcp:monitoring/dashboard:Dashboard": (
+        False,
+        "google/services/monitoring/resource_monitoring_dashboard.go",
+        "func ResourceMonitoringDashboard(",
+    ),
+    "gcp:monitoring/alertPolicy:AlertPolicy": (
+        False,
+        "google/services/monitoring/resource_monitoring_alert_policy.go",
+        "func ResourceMonitoringAlertPolicy(",
+    ),
+    "gcp:monitoring/notificationChannel:NotificationChannel": (
+        False,
+        "google/services/monitoring/resource_monitoring_notification_channel.go",
+        "func ResourceMonitoringNotificationChannel(",
+    ),
     "gcp:container/cluster:Cluster": (
         False,
         "google/services/container/resource_container_cluster.go",

@@ -243,6 +243,26 @@ GCP_RULES: Mapping[str, TypeRules] = {
             "storageClass",
         ),
     ),
+    # Monitoring (docs/monitoring.md): only the project is ForceNew; everything the stack sets is
+    # updated in place. A replacement re-creates a metric, chart or alert; training never notices.
+    "gcp:logging/metric:Metric": TypeRules(
+        source=f"{_TF} google/services/logging/resource_logging_metric.go, ForceNew",
+        # A metric descriptor label's key and value type are ForceNew inside its set: adding a
+        # label (the `run` one, say) re-creates the metric under the same name.
+        replace=("project", "metricDescriptor.labels"),
+    ),
+    "gcp:monitoring/dashboard:Dashboard": TypeRules(
+        source=f"{_TF} google/services/monitoring/resource_monitoring_dashboard.go, ForceNew",
+        replace=("project",),
+    ),
+    "gcp:monitoring/alertPolicy:AlertPolicy": TypeRules(
+        source=f"{_TF} google/services/monitoring/resource_monitoring_alert_policy.go, ForceNew",
+        replace=("project",),
+    ),
+    "gcp:monitoring/notificationChannel:NotificationChannel": TypeRules(
+        source=f"{_TF} google/services/monitoring/resource_monitoring_notification_channel.go, ForceNew",
+        replace=("project",),
+    ),
     "gcp:serviceaccount/account:Account": TypeRules(
         source=f"{_TF} google/services/resourcemanager/resource_google_service_account.go",
         replace=("accountId", "project"),

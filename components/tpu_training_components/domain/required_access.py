@@ -35,6 +35,8 @@ CONTAINER_API = "container.googleapis.com"
 IAM_API = "iam.googleapis.com"
 STORAGE_API = "storage.googleapis.com"
 TPU_API = "tpu.googleapis.com"
+LOGGING_API = "logging.googleapis.com"
+MONITORING_API = "monitoring.googleapis.com"
 
 API_NEEDS = {CONTAINER_API: (COMPUTE_API,)}
 """APIs that work only with another on: GKE's nodes are Compute Engine VMs (enabling the Kubernetes
@@ -158,6 +160,20 @@ ACCESS: dict[str, Access] = {
         ),
         "roles/container.admin",
     ),
+    # Monitoring (docs/monitoring.md): read 2026-11-28 from the roles-and-permissions pages of
+    # logging and monitoring (https://cloud.google.com/iam/docs/roles-permissions/logging, .../monitoring).
+    "gcp:logging/metric:Metric": Access(
+        LOGGING_API, _crud("logging.logMetrics"), "roles/logging.configWriter"
+    ),
+    "gcp:monitoring/dashboard:Dashboard": Access(
+        MONITORING_API, _crud("monitoring.dashboards"), "roles/monitoring.dashboardEditor"
+    ),
+    "gcp:monitoring/alertPolicy:AlertPolicy": Access(
+        MONITORING_API, _crud("monitoring.alertPolicies"), "roles/monitoring.alertPolicyEditor"
+    ),
+    "gcp:monitoring/notificationChannel:NotificationChannel": Access(
+        MONITORING_API, _crud("monitoring.notificationChannels"), "roles/monitoring.notificationChannelEditor"
+    ),
     "pulumi:providers:kubernetes": Access(None, (), None),
     "kubernetes:core/v1:Namespace": _kubernetes("namespaces"),
     "kubernetes:core/v1:ConfigMap": _kubernetes("configMaps"),
@@ -238,7 +254,9 @@ def stack_access(resource_types: Iterable[str]) -> StackAccess:
     )
 
 
-def apis_for_features(*, tpu_vms: bool, cluster: bool, network: bool, buckets: bool) -> tuple[str, ...]:
+def apis_for_features(
+    *, tpu_vms: bool, cluster: bool, network: bool, buckets: bool, monitoring: bool = False
+) -> tuple[str, ...]:
     """The APIs the stack enables, from what it declares (without the ``BOOTSTRAP_APIS``, which
     must already be on). A test checks this against ``stack_access`` of the declared types."""
     apis = {IAM_API} if tpu_vms or cluster else set()
@@ -250,4 +268,6 @@ def apis_for_features(*, tpu_vms: bool, cluster: bool, network: bool, buckets: b
         apis.update({CONTAINER_API, COMPUTE_API})
     if network:
         apis.add(COMPUTE_API)
+    if monitoring:
+        apis.update({LOGGING_API, MONITORING_API})
     return tuple(sorted(apis))

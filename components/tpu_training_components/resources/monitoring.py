@@ -63,8 +63,9 @@ class StackMonitoring(pulumi.ComponentResource):
     """Log-based metrics, a dashboard, alert policies and notification channels for one stack.
 
     Children: ``{name}-metric-{kind}`` (``gcp.logging.Metric``), ``{name}-dashboard``
-    (``gcp.monitoring.Dashboard``), ``{name}-notify-{n}`` (``gcp.monitoring.NotificationChannel``),
-    ``{name}-alert-{n}`` (``gcp.monitoring.AlertPolicy``).
+    (``gcp.monitoring.Dashboard``), ``{name}-notify-{address}`` (``gcp.monitoring.NotificationChannel``),
+    ``{name}-alert-{what it watches}`` (``gcp.monitoring.AlertPolicy``). Named by what they are,
+    not by position, so adding or removing one leaves the others' URNs alone.
     """
 
     dashboard_id: pulumi.Output[str]
@@ -105,13 +106,17 @@ class StackMonitoring(pulumi.ComponentResource):
         )
         channels = [
             gcp.monitoring.NotificationChannel(
-                f"{name}-notify-{index}", project=project, **pulumi_shape(channel), opts=child
+                f"{name}-notify-{_slug(channel['labels']['email_address'])}",
+                project=project,
+                **pulumi_shape(channel),
+                opts=child,
             )
-            for index, channel in enumerate(self.plan.channels)
+            for channel in self.plan.channels
         ]
-        for index, alert in enumerate(self.plan.alerts):
+        for alert in self.plan.alerts:
+            watches = alert["displayName"].split(": ", 1)[-1]
             gcp.monitoring.AlertPolicy(
-                f"{name}-alert-{index}",
+                f"{name}-alert-{_slug(watches)}",
                 project=project,
                 notification_channels=[channel.name for channel in channels],
                 **pulumi_shape(alert),
@@ -120,3 +125,8 @@ class StackMonitoring(pulumi.ComponentResource):
         self.dashboard_id = dashboard.id
         self.metric_types = pulumi.Output.from_input([metric.metric_type for metric in self.plan.metrics])
         self.register_outputs({"dashboard_id": self.dashboard_id, "metric_types": self.metric_types})
+
+
+def _slug(text: str) -> str:
+    """``ops@example.com`` -> ``ops-example-com``: a resource-name part."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
