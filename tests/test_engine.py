@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from support.engine.engine import REPO, EngineProject, endpoints, engine_version
+from support.engine.engine import REPO, EngineProject, endpoints, engine_version, program_server
 from support.engine.fakes import CloudTpuApi, KubernetesApi
 from support.engine.providers import HOLD_VARIABLE, KUBERNETES_API_VARIABLE
 from support.engine.stacks import GKE_CONFIG, TPU_VM_CONFIG, VM, ZONE
@@ -35,7 +35,7 @@ FAILED = {"failed": 5, "conditions": [{"type": "Failed", "status": "True", "reas
 JOB_URN = f"{URN}tpu-training:gke:TpuTrainingJob$kubernetes:batch/v1:Job::train-v6e-job"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def engine() -> str:
     version = engine_version()
     if version is None:
@@ -46,6 +46,13 @@ def engine() -> str:
     return version
 
 
+@pytest.fixture(scope="session")
+def programs(engine: str) -> Iterator[str]:
+    """The program server every project here but the README's runs its programs through."""
+    with program_server() as socket_path:
+        yield socket_path
+
+
 @pytest.fixture
 def cloud() -> Iterator[tuple[CloudTpuApi, LoopbackGcs]]:
     with CloudTpuApi() as tpu, LoopbackGcs() as storage:
@@ -53,8 +60,8 @@ def cloud() -> Iterator[tuple[CloudTpuApi, LoopbackGcs]]:
 
 
 @pytest.fixture
-def project(engine: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path) -> EngineProject:
-    return EngineProject(tmp_path, endpoints(*cloud))
+def project(programs: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path) -> EngineProject:
+    return EngineProject(tmp_path, endpoints(*cloud), programs)
 
 
 def _urns(steps: list[tuple[str, str]], op: str) -> list[str]:
@@ -62,9 +69,12 @@ def _urns(steps: list[tuple[str, str]], op: str) -> list[str]:
 
 
 def test_the_readme_deploy_steps_preview_up_output_and_destroy(
-    project: EngineProject, cloud: tuple[CloudTpuApi, LoopbackGcs]
+    engine: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
 ) -> None:
     tpu, storage = cloud
+    # Every program here runs in a new interpreter, as the real language host starts it (the
+    # other tests fork theirs warm from the program server).
+    project = EngineProject(tmp_path, endpoints(*cloud))
     project.init(STACK, TPU_VM_CONFIG)
     # A secret as a user sets one: an API key in the VM's environment, encrypted in the stack file.
     project.pulumi(
@@ -115,7 +125,9 @@ def _what_it_holds(resource: Any) -> Any:
     return resource and {key: resource.get(key) for key in ("id", "inputs", "outputs")}
 
 
-def _gke_project(folder: Path, cloud: tuple[CloudTpuApi, LoopbackGcs], kube: KubernetesApi) -> EngineProject:
+def _gke_project(
+    folder: Path, cloud: tuple[CloudTpuApi, LoopbackGcs], kube: KubernetesApi, programs: str
+) -> EngineProject:
     """A project whose Kubernetes objects go to ``kube``, and whose program reads them there."""
     return EngineProject(
         folder,
@@ -124,6 +136,7 @@ def _gke_project(folder: Path, cloud: tuple[CloudTpuApi, LoopbackGcs], kube: Kub
             KUBERNETES_API_VARIABLE: kube.endpoint,
             "KUBECONFIG": str(kube.kubeconfig(folder)),
         },
+        programs,
     )
 
 
@@ -147,11 +160,11 @@ def _deployed(project: EngineProject) -> EngineProject:
 
 
 def test_a_preempted_vm_and_a_failed_job_are_recreated_in_one_round_and_nothing_else_changes(
-    engine: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
+    programs: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
 ) -> None:
     tpu, _ = cloud
     with KubernetesApi() as kube:
-        project = _gke_project(tmp_path, cloud, kube)
+        project = _gke_project(tmp_path, cloud, kube, programs)
         project.init(STACK, {**GKE_CONFIG, "tpu-training:tpuVms": TPU_VM_CONFIG["tpu-training:tpuVms"]})
         project.deploy(STACK)
         before = project.resources(STACK)
@@ -341,10 +354,10 @@ GKE_DOCUMENTED_EDITS: dict[str, tuple[str, Any]] = {
 
 
 def test_compare_to_predicts_what_the_engine_previews_for_each_documented_gke_edit(
-    engine: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
+    programs: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
 ) -> None:
     with KubernetesApi() as kube:
-        project = _gke_project(tmp_path, cloud, kube)
+        project = _gke_project(tmp_path, cloud, kube, programs)
         project.init(STACK, {**GKE_CONFIG, "tpu-training:checkpointing": {"costSeconds": 60}})
         project.deploy(STACK)
         disagreements, previews = _compare_each(project, GKE_DOCUMENTED_EDITS, tmp_path / "base.json")
@@ -369,10 +382,10 @@ def test_the_policy_pack_is_enforced_by_the_real_cli(project: EngineProject, pol
 
 
 def test_a_failed_job_waits_for_a_pending_pool_edit_then_is_recreated_alone_by_recover(
-    engine: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
+    programs: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
 ) -> None:
     with KubernetesApi() as kube:
-        project = _gke_project(tmp_path, cloud, kube)
+        project = _gke_project(tmp_path, cloud, kube, programs)
         project.init(STACK, GKE_CONFIG)
         project.deploy(STACK)
         (deployed,) = kube.jobs["default"]
@@ -418,10 +431,10 @@ def _write_base_plan(project: EngineProject, base: Path) -> None:
 
 
 def test_a_job_becomes_a_jobset_and_back_without_re_creating_the_runs_objects(
-    engine: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
+    programs: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
 ) -> None:
     with KubernetesApi() as kube:
-        project = _gke_project(tmp_path, cloud, kube)
+        project = _gke_project(tmp_path, cloud, kube, programs)
         pool = dict(GKE_CONFIG["tpu-training:nodePools"][0], slices=2)
         job = GKE_CONFIG["tpu-training:jobs"][0]
         project.init(STACK, {**GKE_CONFIG, "tpu-training:nodePools": [pool]})

@@ -5,17 +5,22 @@ would, and ``recover(...)`` runs ``python -m infra.recover`` there."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import stat
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import yaml
 from tpu_training_components.live.endpoints import STORAGE_ENDPOINT_VARIABLE, TPU_ENDPOINT_VARIABLE
+
+from support.engine.program_server import SERVER_VARIABLE
 
 REPO = Path(__file__).resolve().parents[3]
 ENGINE_BIN = REPO / ".engine" / "bin"
@@ -41,11 +46,39 @@ def _plugin(folder: Path, name: str, module: str, *args: str) -> None:
     script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
+@contextlib.contextmanager
+def program_server() -> Iterator[str]:
+    """A running program server (program_server.py) for this interpreter; yields its socket path.
+    The server ends with this context, or with this process."""
+    folder = Path(tempfile.mkdtemp(prefix="engine-programs-"))
+    socket_path = folder / "server.sock"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "support.engine.program_server", str(socket_path)],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO)])},
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not socket_path.exists():
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the program server did not start (exit status {server.poll()})")
+            time.sleep(0.02)
+        yield str(socket_path)
+    finally:
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 class EngineProject:
     """This project copied into ``folder`` (Pulumi.yaml, infra/, trainer/, the README's .venv), a
-    file backend beside it, and the CLI's environment pointing at the fakes' endpoints."""
+    file backend beside it, and the CLI's environment pointing at the fakes' endpoints (and, with
+    ``programs``, at a program server)."""
 
-    def __init__(self, folder: Path, endpoints: dict[str, str]) -> None:
+    def __init__(self, folder: Path, endpoints: dict[str, str], programs: Optional[str] = None) -> None:
         self.root = folder / "project"
         self.root.mkdir(parents=True)
         shutil.copy(REPO / "Pulumi.yaml", self.root / "Pulumi.yaml")
@@ -79,6 +112,11 @@ class EngineProject:
             "PULUMI_LANGUAGE_PYTHON_EXEC": str(ENGINE_BIN / "pulumi-language-python-exec"),
             **endpoints,
         }
+        # ``programs``: a program server's socket, through which the language host runs the program
+        # (forked warm, program_server.py); without it, each run is a new interpreter.
+        self.env.pop(SERVER_VARIABLE, None)
+        if programs:
+            self.env[SERVER_VARIABLE] = programs
 
     def _run(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
         return subprocess.run(

@@ -39,6 +39,7 @@ from google.protobuf import empty_pb2, json_format
 from pulumi.runtime.proto import language_pb2, language_pb2_grpc, plugin_pb2
 
 from support.engine.plugin_server import engine_address, serve
+from support.engine.program_server import SERVER_VARIABLE, run_program
 
 EXEC_VARIABLE = "PULUMI_LANGUAGE_PYTHON_EXEC"
 BAIL_EXIT_STATUS = 32
@@ -72,6 +73,16 @@ def _activated(python: str, extra: Optional[dict[str, str]] = None) -> dict[str,
         env["PATH"] = os.pathsep.join([str(venv / "bin"), env.get("PATH", "")])
     env.update(extra or {})
     return env
+
+
+def _run(command: list[str], cwd: str, env: dict[str, str]) -> int:
+    """Run ``python -u EXECUTOR ARGS``: forked from the program server when one is running for
+    this interpreter (program_server.py says what that changes), else as a new process."""
+    server = os.environ.get(SERVER_VARIABLE)
+    same_interpreter = Path(command[0]).parent.parent.resolve() == Path(sys.prefix).resolve()
+    if server and same_interpreter:
+        return run_program(server, command[2:], env, cwd)
+    return subprocess.run(command, cwd=cwd, env=env, check=False).returncode
 
 
 class LanguageHost(language_pb2_grpc.LanguageRuntimeServicer):
@@ -124,7 +135,7 @@ class LanguageHost(language_pb2_grpc.LanguageRuntimeServicer):
                 "PULUMI_CONFIG_SECRET_KEYS": json.dumps(list(request.configSecretKeys)),
             },
         )
-        status = subprocess.run(command, cwd=request.pwd or None, env=env, check=False).returncode
+        status = _run(command, request.pwd or os.getcwd(), env)
         if status == 0:
             return language_pb2.RunResponse()
         if status == BAIL_EXIT_STATUS:
