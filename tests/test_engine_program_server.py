@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from support.engine.engine import program_server
+from support.engine.engine import REPO, program_server
 from support.engine.program_server import run_program
 
 SCRIPT = """\
@@ -81,3 +82,31 @@ def test_a_program_killed_by_a_signal_reads_as_a_subprocess_killed_by_it(tmp_pat
     script.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n")
     with program_server() as socket_path:
         assert run_program(socket_path, [str(script)], dict(os.environ), str(tmp_path)) == -15
+
+
+def test_a_plugin_run_through_the_server_ends_by_the_signal_the_engine_sends(tmp_path: Path) -> None:
+    """As the engine stops a plugin: SIGINT to the plugin executable's process group. The plugin
+    (here a script that waits for it) gets it, and its executable ends as the plugin ends."""
+    waiter = tmp_path / "waiter"
+    waiter.mkdir()
+    (waiter / "waits.py").write_text(
+        "import signal, sys\n"
+        "print('ready', flush=True)\n"
+        "signal.sigwait([signal.SIGINT])\n"
+        "print('stopped', flush=True)\n"
+        "sys.exit(4)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(waiter), str(REPO / "tests")])}
+    with program_server() as socket_path:
+        plugin = subprocess.Popen(
+            [sys.executable, "-S", "-m", "support.engine.program_server", "plugin", socket_path, "waits"],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        assert plugin.stdout is not None
+        assert plugin.stdout.readline() == "ready\n"
+        os.killpg(plugin.pid, signal.SIGINT)
+        assert plugin.wait(timeout=30) == 4
+        assert plugin.stdout.read() == "stopped\n"

@@ -37,12 +37,25 @@ def engine_version() -> Optional[str]:
     return stamp.read_text().strip()
 
 
-def _plugin(folder: Path, name: str, module: str, *args: str) -> None:
+def _plugin(folder: Path, name: str, module: str, *args: str, programs: Optional[str] = None) -> None:
     """An executable ``name`` in ``folder`` that runs ``python -m module args... "$@"`` with this
-    interpreter, as the engine starts a plugin found on PATH."""
+    interpreter, as the engine starts a plugin found on PATH; with ``programs``, forked from that
+    program server (program_server.py's ``plugin``) instead of a new interpreter."""
     script = folder / name
-    quoted = " ".join([sys.executable, "-m", module, *args])
-    script.write_text(f'#!/bin/sh\nexec {quoted} "$@"\n')
+    if programs:
+        command = [
+            sys.executable,
+            "-S",
+            "-m",
+            "support.engine.program_server",
+            "plugin",
+            programs,
+            module,
+            *args,
+        ]
+    else:
+        command = [sys.executable, "-m", module, *args]
+    script.write_text(f'#!/bin/sh\nexec {" ".join(command)} "$@"\n')
     script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
@@ -90,9 +103,11 @@ class EngineProject:
         (self.root / ".venv").symlink_to(Path(sys.executable).parent.parent)
         plugins = folder / "plugins"
         plugins.mkdir()
-        _plugin(plugins, "pulumi-resource-gcp", "support.engine.providers", "gcp")
-        _plugin(plugins, "pulumi-resource-kubernetes", "support.engine.providers", "kubernetes")
-        _plugin(plugins, "pulumi-language-python", "support.engine.language_host")
+        _plugin(plugins, "pulumi-resource-gcp", "support.engine.providers", "gcp", programs=programs)
+        _plugin(
+            plugins, "pulumi-resource-kubernetes", "support.engine.providers", "kubernetes", programs=programs
+        )
+        _plugin(plugins, "pulumi-language-python", "support.engine.language_host", programs=programs)
         (folder / "state").mkdir()
         self.env = {
             # The program reads the live state here (conftest's TPU_TRAINING_OFFLINE keeps the

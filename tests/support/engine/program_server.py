@@ -1,23 +1,29 @@
-"""A fork server for the programs the engine tier's CLI runs: the language-host double asks it to
-start the real executor (``pulumi-language-python-exec``) instead of starting a new interpreter.
+"""A fork server for the engine tier: the processes the real CLI starts for a command (the
+program, and the plugin doubles: language host, ``gcp`` and ``kubernetes`` providers) are forked
+from one warm process instead of started as new interpreters.
 
-Why: every ``pulumi preview``, ``up`` and recovery round runs the program, and a new interpreter
-spends about two of its three CPU-seconds importing the SDK and the providers' packages
-(pulumi_gcp.compute alone is 1.3 s). This server keeps those packages imported and forks a child
-per run, so the engine tier costs about half as much CPU.
+Why: every ``pulumi preview``, ``up`` and recovery round runs the program and three or four plugins,
+and a new interpreter spends about two of the program's three CPU-seconds importing the SDK and
+the providers' packages (pulumi_gcp.compute alone is 1.3 s), and a quarter of a second per plugin.
 
-What the child is: a process of the same interpreter, in the run's folder, with the run's
-environment (``PULUMI_CONFIG``, the fakes' endpoints, ...), arguments and ``sys.path`` as
-``python -u EXECUTOR ARGS`` would have them, the language host's standard streams (passed over the
-socket), its own default signal handlers, and the executor run as ``__main__``. It exits as that
-interpreter would (interpreter shutdown, atexit, threads joined) and the host reads its status as
-it reads a subprocess's.
+What a child is: a process of the same interpreter, in the caller's folder, with the caller's
+environment, arguments and ``sys.path`` as ``python -u EXECUTOR ARGS`` (the program) or ``python
+-m MODULE ARGS`` (a plugin) would have them, the caller's standard streams (passed over the
+socket), its own default signal handlers, and the script or module run as ``__main__``. It ends
+as the interpreter ends (threads joined, atexit handlers, streams flushed) but does not free its
+objects one by one (``_end_child`` says why), and the caller reads its status as a subprocess's.
+
+- The program's caller is the language-host double (``run_program``), which waits for it.
+- A plugin's caller is the plugin executable the CLI starts (``python -S -m
+  support.engine.program_server plugin SOCKET MODULE ARGS``, ``run_plugin``): it passes on the
+  SIGINT/SIGTERM the engine sends to stop the plugin and ends as the plugin ends; if the engine
+  kills it, the server kills the plugin.
 
 What it learns: when a child ends it reports the modules it had imported; the server imports the
-ones that live outside the run's project folder (the SDK, the providers' packages, this library)
-before the next fork. Nothing of a project (its ``infra`` package, its ``stack_config``) is ever
-imported here, so each run imports its own project's modules, as a new interpreter would. The
-first run of a server is a cold start.
+ones that live outside the caller's project folder (the SDK, the providers' packages, this
+library, the doubles) before the next fork. Nothing of a project (its ``infra`` package, its
+``stack_config``) is ever imported here, so each run imports its own project's modules, as a new
+interpreter would. The first run of a server is a cold start.
 
 What it does not prove, so one engine test runs without it (``test_the_readme_deploy_steps_...``):
 that the program's imports work in a new interpreter, in the order a new interpreter takes them.
@@ -29,14 +35,19 @@ pytest process that started it) is gone or it receives SIGTERM.
 from __future__ import annotations
 
 import array
+import atexit
+import contextlib
 import json
 import os
+import runpy
 import select
 import signal
 import socket
 import sys
+import threading
+import traceback
 from pathlib import Path
-from typing import Optional
+from typing import NoReturn, Optional
 
 SERVER_VARIABLE = "ENGINE_PROGRAM_SERVER"
 """The socket path of a running server; the language-host double uses it when it is set."""
@@ -62,17 +73,19 @@ def _receive_request(connection: socket.socket) -> tuple[dict, list[int]]:
     return json.loads(data), fds
 
 
-def _child_path(executor: str, env: dict[str, str]) -> list[str]:
-    """``sys.path`` as ``python -u EXECUTOR`` with ``env`` starts with it: the executor's folder,
-    then PYTHONPATH's entries, then this interpreter's own (standard library, site-packages)."""
+def _child_path(first: str, env: dict[str, str]) -> list[str]:
+    """``sys.path`` as a new interpreter with ``env`` starts with it: ``first`` (the script's
+    folder, or the working folder for ``-m``), then PYTHONPATH's entries, then this interpreter's
+    own (standard library, site-packages)."""
     own_extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     base = [p for p in sys.path[1:] if p not in own_extra]
     extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return [os.path.dirname(os.path.abspath(executor)), *extra, *base]
+    return [first, *extra, *base]
 
 
 def _run_child(request: dict, fds: list[int], report: Path) -> int:
-    """In the forked child: become ``python -u EXECUTOR ARGS`` and run it; returns its status."""
+    """In the forked child: become ``python -u EXECUTOR ARGS`` (or, for a plugin, ``python -m
+    MODULE ARGS``) and run it; returns its status."""
     for target, fd in enumerate(fds[:_STREAMS]):
         os.dup2(fd, target)
     for fd in fds:
@@ -86,24 +99,28 @@ def _run_child(request: dict, fds: list[int], report: Path) -> int:
     os.environ.clear()
     os.environ.update(request["env"])
     argv: list[str] = request["argv"]
-    sys.argv = argv[:]
-    sys.path[:] = _child_path(argv[0], request["env"])
+    module: Optional[str] = request.get("module")
+    # ``python -m`` puts the working folder first on sys.path, a script its own folder.
+    sys.argv = ["-m", *argv] if module else argv[:]
+    sys.path[:] = _child_path(
+        os.getcwd() if module else os.path.dirname(os.path.abspath(argv[0])), request["env"]
+    )
     root = os.path.realpath(request["cwd"])
 
     def report_modules() -> None:
         # Registered first, so it runs after every handler the program registers.
         names = [
             name
-            for name, module in list(sys.modules.items())
-            if name != "__main__" and not _from_folder(getattr(module, "__file__", None), root)
+            for name, loaded in list(sys.modules.items())
+            if name not in ("__main__", module) and not _from_folder(getattr(loaded, "__file__", None), root)
         ]
         report.write_text(json.dumps(names))
 
-    import atexit
-    import runpy
-
     atexit.register(report_modules)
-    runpy.run_path(argv[0], run_name="__main__")
+    if module:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    else:
+        runpy.run_path(argv[0], run_name="__main__")
     return 0
 
 
@@ -131,9 +148,9 @@ def _preload(names: list[str]) -> None:
             print(f"program server: not preloaded {name}: {error!r}", file=sys.stderr)
 
 
-def serve(path: str) -> Optional[int]:
-    """Serve requests on ``path``; returns None in the server when it ends, and the status to exit
-    with in a child."""
+def serve(path: str) -> None:
+    """Serve requests on ``path`` until this server's parent is gone or it is told to stop. A child
+    never returns from here: it runs its program and ends (``_end_child``)."""
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
@@ -141,9 +158,16 @@ def serve(path: str) -> Optional[int]:
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     running: dict[int, socket.socket] = {}
+    plugins: dict[socket.socket, int] = {}
     while not stopping and os.getppid() == parent:
-        ready, _, _ = select.select([listener], [], [], 0.05)
-        if ready:
+        ready, _, _ = select.select([listener, *plugins], [], [], 0.05)
+        for caller in [each for each in ready if each is not listener]:
+            # A plugin's caller sends nothing after its request: readable means it is gone
+            # (killed by the engine), and the plugin goes with it, as its process would.
+            if not caller.recv(1):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(plugins.pop(caller), signal.SIGKILL)
+        if listener in ready:
             connection, _ = listener.accept()
             try:
                 request, fds = _receive_request(connection)
@@ -159,11 +183,15 @@ def serve(path: str) -> Optional[int]:
                 connection.close()
                 for other in running.values():
                     other.close()
-                return _exit_status_of_child(request, fds, _report(path, os.getpid()))
+                _end_child(_exit_status_of_child(request, fds, _report(path, os.getpid())))
             for fd in fds:
                 os.close(fd)
             running[pid] = connection
-        _reap(path, running)
+            with contextlib.suppress(OSError):
+                connection.sendall(f"started {pid}\n".encode())
+            if request.get("module"):
+                plugins[connection] = pid
+        _reap(path, running, plugins)
     listener.close()
     Path(path).unlink(missing_ok=True)
     return None
@@ -175,6 +203,7 @@ def _report(path: str, pid: int) -> Path:
 
 
 def _exit_status_of_child(request: dict, fds: list[int], report: Path) -> int:
+    """Run the child's program; its exit status as the interpreter would give it."""
     try:
         return _run_child(request, fds, report)
     except SystemExit as done:
@@ -185,9 +214,32 @@ def _exit_status_of_child(request: dict, fds: list[int], report: Path) -> int:
             return code
         print(code, file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        return -signal.SIGINT  # the interpreter ends by the signal itself
+    except BaseException:
+        traceback.print_exc()
+        return 1
 
 
-def _reap(path: str, running: dict[int, socket.socket]) -> None:
+def _end_child(status: int) -> NoReturn:
+    """End a child as the interpreter ends, up to the point where it would free every object:
+    non-daemon threads joined (with the hooks concurrent.futures registers for that), atexit
+    handlers run, standard streams flushed. The freeing is skipped: in a child it touches every
+    object inherited from the server (every module the server imported), which took 0.9 s
+    per plugin, about a third of a ``pulumi preview``."""
+    threading._shutdown()  # type: ignore[attr-defined]  # what Py_FinalizeEx calls first
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    if status < 0:
+        signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+    os._exit(status)
+
+
+def _reap(path: str, running: dict[int, socket.socket], plugins: dict[socket.socket, int]) -> None:
     """Tell each caller whose child ended how it ended, then preload what the child imported."""
     while running:
         try:
@@ -199,11 +251,12 @@ def _reap(path: str, running: dict[int, socket.socket]) -> None:
         connection = running.pop(pid, None)
         if connection is None:
             continue
+        plugins.pop(connection, None)
         report = _report(path, pid)
         reported = report.read_text() if report.exists() else ""
         report.unlink(missing_ok=True)
         try:
-            connection.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+            connection.sendall(f"ended {os.waitstatus_to_exitcode(status)}\n".encode())
         except OSError:
             pass  # the caller is gone; its child ended all the same
         connection.close()
@@ -211,28 +264,64 @@ def _reap(path: str, running: dict[int, socket.socket]) -> None:
             _preload(json.loads(reported))
 
 
+def _request(path: str, request: dict) -> tuple[socket.socket, int]:
+    """Send ``request`` with this process's standard streams; returns the connection and the pid
+    of the child the server started for it."""
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    connection.connect(path)
+    message = (json.dumps(request) + "\n").encode()
+    streams = array.array("i", [0, 1, 2])
+    connection.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, streams.tobytes())])
+    return connection, int(_answer(connection, path, "started"))
+
+
+def _answer(connection: socket.socket, path: str, word: str) -> str:
+    answer = b""
+    while not answer.endswith(b"\n"):
+        chunk = connection.recv(1)
+        if not chunk:
+            raise ConnectionError(f"the program server at {path} ended before the program did")
+        answer += chunk
+    said, _, value = answer.decode().strip().partition(" ")
+    if said != word:
+        raise ConnectionError(f"the program server at {path} answered {answer!r}, not {word!r}")
+    return value
+
+
 def run_program(path: str, argv: list[str], env: dict[str, str], cwd: str) -> int:
     """In the language host: run ``python -u ARGV`` through the server at ``path`` with this
     process's standard streams; returns its exit status as ``subprocess`` would."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
-        connection.connect(path)
-        message = (json.dumps({"argv": argv, "env": env, "cwd": cwd}) + "\n").encode()
-        streams = array.array("i", [0, 1, 2])
-        connection.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, streams.tobytes())])
-        answer = b""
-        while not answer.endswith(b"\n"):
-            chunk = connection.recv(64)
-            if not chunk:
-                raise ConnectionError(f"the program server at {path} ended before the program did")
-            answer += chunk
-    return int(answer)
+    connection, _ = _request(path, {"argv": argv, "env": env, "cwd": cwd})
+    with connection:
+        return int(_answer(connection, path, "ended"))
+
+
+def run_plugin(path: str, module: str, argv: list[str]) -> None:
+    """In a plugin executable (``python -S -m support.engine.program_server plugin SOCKET MODULE
+    ARGS``): run ``python -m MODULE ARGS`` forked from the server, pass on the signals the engine
+    sends to stop it, and end as it ends. If this process is killed, the server kills the plugin."""
+    connection, pid = _request(
+        path, {"module": module, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}
+    )
+
+    def pass_on(number: int, frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, number)
+
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, pass_on)
+    status = int(_answer(connection, path, "ended"))
+    if status < 0:
+        # Ended by a signal: end by the same one, as its own process would have.
+        signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+    sys.exit(status)
 
 
 def main() -> None:
-    status = serve(sys.argv[1])
-    if status is not None:
-        # In a child: end as the interpreter running the executor would.
-        sys.exit(status)
+    if sys.argv[1] == "plugin":
+        run_plugin(sys.argv[2], sys.argv[3], sys.argv[4:])
+    serve(sys.argv[1])
 
 
 if __name__ == "__main__":
