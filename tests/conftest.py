@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -25,6 +26,13 @@ for variable in ("TPU_API_ENDPOINT", "GKE_API_ENDPOINT", "KUBECONFIG"):
 # Never the developer's own Application Default Credentials: a live test that forgets its
 # loopback endpoint fails on missing credentials instead of reaching a real project.
 os.environ["GOOGLE_APPLICATION_CREDENTIALS"] = str(Path(__file__).parent / "no-such-credentials.json")
+# Python's bytecode cache, as Python keeps it by default (in __pycache__, which git ignores), even
+# where the environment turns it off (PYTHONDONTWRITEBYTECODE=1, as on the CI machines): else every
+# process the suite starts (four workers, about two hundred programs, commands and trainers)
+# compiles the project's sources anew, and every worker rewrites every test module's asserts.
+# Loaded before the workers start, so they and everything they start inherit it.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 
 @pytest.fixture

@@ -91,6 +91,7 @@ def test_a_plugin_run_through_the_server_ends_by_the_signal_the_engine_sends(tmp
     waiter.mkdir()
     (waiter / "waits.py").write_text(
         "import signal, sys\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])\n"
         "print('ready', flush=True)\n"
         "signal.sigwait([signal.SIGINT])\n"
         "print('stopped', flush=True)\n"

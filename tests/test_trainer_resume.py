@@ -151,7 +151,10 @@ def test_the_reference_state_is_float32_and_trained(reference):
 
 def test_sigkill_at_random_steps_resumes_bit_for_bit(tmp_path, store, reference):
     kill_steps = sorted(random.Random(21).sample(range(3, STEPS - 2), 5))
-    sandbox = vm(tmp_path, store)
+    # Steps of 30 ms (TRAINER_STEP_SECONDS sleeps; the state is the same): the test reads the
+    # trainer's lines as they come, and on a loaded machine it read them late enough, with steps
+    # taking a millisecond or two, that the run had completed before the last kill was sent.
+    sandbox = vm(tmp_path, store, TRAINER_STEP_SECONDS="0.03")
     boot = sandbox.boot()
     pending = list(kill_steps)
     at_kill: list[tuple[int, int]] = []
