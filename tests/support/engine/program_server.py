@@ -124,9 +124,20 @@ def _run_child(request: dict, fds: list[int], report: Path) -> int:
     return 0
 
 
+_PROGRAM_FOLDERS = tuple(
+    str(Path(__file__).resolve().parents[3] / part) + os.sep for part in ("infra", "trainer")
+)
+"""This repository's own program folders, which each engine project holds a copy of: a module from
+either is a project's module wherever it was imported from."""
+
+
 def _from_folder(file: Optional[str], root: str) -> bool:
-    """Whether a module's file lives in the run's project folder (never imported by the server)."""
-    return bool(file) and os.path.realpath(file).startswith(root + os.sep)  # type: ignore[arg-type]
+    """Whether a module's file is a project's own (never imported by the server): it lives in the
+    run's project folder, or in the program folders every project copies."""
+    if not file:
+        return False
+    path = os.path.realpath(file)
+    return path.startswith(root + os.sep) or path.startswith(_PROGRAM_FOLDERS)
 
 
 def _preload(names: list[str]) -> None:
