@@ -4,6 +4,7 @@ tests/test_layout.py keeps it so)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import shutil
@@ -13,6 +14,7 @@ from typing import Any, Iterator
 
 import pytest
 from support import policy_env, scheduling, stub_pulumi
+from support.engine.engine import SHARED_PROGRAM_SERVER, engine_version, program_server
 from support.generations import DECIDED_AT, FRESH
 from support.program import INFRA, REPO, dev_config
 
@@ -75,6 +77,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     if config.getvalue("dist") != "load":
         return None
     return scheduling.scheduler(config, log)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One program server for the whole run (tests/support/engine/program_server.py), started by
+    the process that starts the workers, so every worker forks from the same warm process (one
+    each cost every worker its own cold start and preload). Only where the engine is built."""
+    if hasattr(config, "workerinput") or engine_version() is None:
+        return
+    servers = contextlib.ExitStack()
+    os.environ[SHARED_PROGRAM_SERVER] = servers.enter_context(program_server())
+    config.add_cleanup(servers.close)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

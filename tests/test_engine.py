@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from support.engine.engine import REPO, EngineProject, endpoints, engine_version, program_server
+from support.engine.engine import REPO, SHARED_PROGRAM_SERVER, EngineProject, endpoints, engine_version
 from support.engine.fakes import CloudTpuApi, KubernetesApi
 from support.engine.providers import HOLD_VARIABLE, KUBERNETES_API_VARIABLE
 from support.engine.stacks import GKE_CONFIG, TPU_VM_CONFIG, VM, ZONE
@@ -47,10 +47,13 @@ def engine() -> str:
 
 
 @pytest.fixture(scope="session")
-def programs(engine: str) -> Iterator[str]:
-    """The program server every project here but the README's runs its programs through."""
-    with program_server() as socket_path:
-        yield socket_path
+def programs(engine: str) -> str:
+    """The program server every project here but the README's runs its programs and plugins
+    through: the run's one server, which conftest starts before the workers."""
+    socket_path = os.environ.get(SHARED_PROGRAM_SERVER)
+    if not socket_path or not Path(socket_path).exists():
+        pytest.fail("the run's program server is not running (tests/conftest.py starts it)", pytrace=False)
+    return socket_path
 
 
 @pytest.fixture

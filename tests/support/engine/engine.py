@@ -59,6 +59,11 @@ def _plugin(folder: Path, name: str, module: str, *args: str, programs: Optional
     script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
+SHARED_PROGRAM_SERVER = "TESTS_ENGINE_PROGRAM_SERVER"
+"""The socket of the run's one program server, which tests/conftest.py starts before the workers
+(the engine tier's ``programs`` fixture reads it)."""
+
+
 @contextlib.contextmanager
 def program_server() -> Iterator[str]:
     """A running program server (program_server.py) for this interpreter; yields its socket path.

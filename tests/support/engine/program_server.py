@@ -164,8 +164,10 @@ def serve(path: str) -> None:
     never returns from here: it runs its program and ends (``_end_child``)."""
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
+    # Bound under another name and renamed once listening: whoever sees ``path`` can connect.
+    listener.bind(f"{path}.binding")
     listener.listen(16)
+    os.rename(f"{path}.binding", path)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     running: dict[int, socket.socket] = {}
