@@ -52,6 +52,7 @@ from tpu_training_components import (
     TrainingServiceAccount,
     WorkloadEngines,
 )
+from tpu_training_components.domain import cost_estimate
 from tpu_training_components.domain.capacity_ladder import (
     LADDERS_OUTPUT,
     Rung,
@@ -801,7 +802,21 @@ def export_checkpointing(settings: StackConfig, last: LastUpdate) -> None:
 # --- Monitoring ----------------------------------------------------------------------------------
 
 
-def declare_monitoring(settings: StackConfig, foundation: Foundation) -> Optional[StackMonitoring]:
+def declared_cost(foundation: Foundation, tpu_vms: TpuVms, gke: Optional[Gke]) -> str:
+    """What the stack's billable resources cost per hour, priced by ``cost_estimate`` as
+    ``python -m infra.cost`` prices the plan's registrations: each component names what it
+    declared (``priced``), so the dashboard's figure is the plan's."""
+    components: list[Any] = [*tpu_vms.vms.values()]
+    if foundation.network is not None:
+        components.append(foundation.network)
+    if gke is not None:
+        components += [gke.cluster, *gke.pools.values()]
+    return cost_estimate.summary(cost_estimate.estimate(p for c in components for p in c.priced))
+
+
+def declare_monitoring(
+    settings: StackConfig, foundation: Foundation, hourly_cost: str
+) -> Optional[StackMonitoring]:
     """Metrics, dashboard and alerts (docs/monitoring.md), unless `monitoring.enabled` is false."""
     if not settings.monitoring.enabled:
         return None
@@ -815,7 +830,13 @@ def declare_monitoring(settings: StackConfig, foundation: Foundation) -> Optiona
         "notify": list(settings.monitoring.notify),
         "restart_budget": budget.restarts,
         "restart_window_hours": budget.window_hours,
+        "hourly_cost": hourly_cost,
+        # Trainer lines count only from this stack's own VMs and cluster namespaces.
+        "tpu_vms": [vm.name for vm in settings.tpu_vms],
+        "namespaces": sorted({job.namespace for job in settings.jobs}),
     }
+    if settings.cluster is not None:
+        args["cluster"] = settings.cluster.name
     if intervals:
         # The slowest run sets the alert: a faster one would page for the slow one's normal gaps.
         args["checkpoint_interval_seconds"] = max(intervals)
@@ -844,7 +865,7 @@ def main() -> None:
     workloads = (
         declare_workloads(settings, gke, buckets, foundation, recovery) if gke is not None else Workloads()
     )
-    declare_monitoring(settings, foundation)
+    declare_monitoring(settings, foundation, declared_cost(foundation, tpu_vms, gke))
     export_outputs(settings, last, buckets, tpu_vms, gke, workloads, recovery)
 
 

@@ -3,7 +3,22 @@ filters select exactly the lines the trainer really printed and the records reco
 (``tests/fixtures/recorded-run``), and every body the stack sends is valid against Google's own
 schemas: the discovery documents bundled in google-api-python-client 2.202.0 (logging v2
 ``LogMetric``, monitoring v1 ``Dashboard``, monitoring v3 ``AlertPolicy`` and
-``NotificationChannel``), converted by ``support.discovery``."""
+``NotificationChannel``), converted by ``support.discovery``.
+
+Trainer metrics count this stack's workloads only. The entries' resource fields used below:
+- GKE containers: ``resource.type="k8s_container"`` with ``resource.labels.cluster_name`` and
+  ``namespace_name`` (Google's "About GKE logs",
+  https://cloud.google.com/stackdriver/docs/solutions/gke/managing-logs: the GKE logging agent
+  reads container stdout/stderr and adds the Kubernetes metadata; k8s_container's labels
+  cluster_name, pod_name, container_name as Google's Apigee hybrid "Cluster monitoring
+  guidelines" list them, https://cloud.google.com/apigee/docs/hybrid/v1.10/cluster-monitoring-guidelines).
+- TPU VMs: ``resource.type="tpu_worker"`` with ``resource.labels.node_id`` (the TPU's name) and
+  ``zone``: Google's "Monitor TPUs" (https://docs.cloud.google.com/tpu/docs/monitor-tpu) names
+  the TPU Worker resource; the log labels were found only in Google's own test code
+  (GoogleCloudPlatform/ml-auto-solutions, dags/.../validation_util.py
+  ``validate_tpu_vm_log_exist``), not on a docs page: docs/monitoring.md says so.
+- ``field = ("a" OR "b")``: Google's "Logging query language"
+  (https://cloud.google.com/logging/docs/view/logging-query-language)."""
 
 from __future__ import annotations
 
@@ -15,7 +30,15 @@ from typing import Any
 import pytest
 from support.discovery import schema_errors
 from support.program import dev_config, refused, run_stack
-from tpu_training_components.domain.monitoring import METRIC_TYPE_PREFIX, LogMetric, plan_monitoring
+from tpu_training_components.domain import cost_estimate
+from tpu_training_components.domain.monitoring import (
+    METRIC_TYPE_PREFIX,
+    LogMetric,
+    TrainerScope,
+    plan_monitoring,
+)
+
+from infra import cost
 
 RECORDED = Path(__file__).parent / "fixtures" / "recorded-run"
 # The trainer's lines as a container runtime hands them to Cloud Logging: the text after the
@@ -39,30 +62,87 @@ def plan():
         restart_budget=5,
         restart_window_hours=6.0,
         checkpoint_interval_seconds=600,
-        hourly_cost=1.25,
+        hourly_cost="always on: $1.25 per hour",
+        scope=SCOPE,
     )
 
 
+SCOPE = TrainerScope(cluster="tpu-dev", namespaces=("default", "research"), tpu_vms=("demo-tpu",))
+# Where the recorded lines come from, as Cloud Logging records the resource (sources above).
+HERE = [
+    {"type": "k8s_container", "labels": {"cluster_name": "tpu-dev", "namespace_name": "default"}},
+    {"type": "k8s_container", "labels": {"cluster_name": "tpu-dev", "namespace_name": "research"}},
+    {"type": "tpu_worker", "labels": {"node_id": "demo-tpu", "zone": "europe-west4-a", "worker_id": "0"}},
+]
+# Another stack in the same project: its cluster, a namespace of ours not its, its TPU VM.
+ELSEWHERE = [
+    {"type": "k8s_container", "labels": {"cluster_name": "tpu-prod", "namespace_name": "default"}},
+    {"type": "k8s_container", "labels": {"cluster_name": "tpu-dev", "namespace_name": "kube-system"}},
+    {"type": "tpu_worker", "labels": {"node_id": "prod-tpu", "zone": "europe-west4-a", "worker_id": "0"}},
+    # A Compute Engine VM whose label happened to match is not a TPU worker.
+    {"type": "gce_instance", "labels": {"node_id": "demo-tpu"}},
+]
+_TOKEN = re.compile(
+    r"\s*(?:(?P<open>\()|(?P<close>\))|(?P<op>AND|OR)\b|"
+    r"(?P<cmp>(?P<path>\w+(?:\.\w+)*)(?P<operator>=~|=|>=)"
+    r'(?P<operand>\("[^"]*"(?: OR "[^"]*")*\)|"[^"]*"|[\d.]+)))'
+)
+
+
 def _matches(filter_text: str, entry: dict[str, Any]) -> bool:
-    """The subset of the Logging query language the filters use: conditions joined by AND, each
-    ``textPayload=~"RE2"``, ``jsonPayload.F="V"`` or ``jsonPayload.F>=N``. Anything else fails
-    the test, so a filter cannot grow a clause this check silently ignores."""
-    for condition in filter_text.split(" AND "):
-        found = re.fullmatch(r'(\w+(?:\.\w+)*)(=~|=|>=)(".*"|[\d.]+)', condition)
-        assert found, f"a condition this test does not understand: {condition!r}"
-        path, operator, operand = found.groups()
+    """The subset of the Logging query language the filters use: comparisons
+    ``textPayload=~"RE2"``, ``F="V"``, ``F=("V" OR "W")`` or ``F>=N``, joined by AND or by OR
+    within parentheses; AND and OR side by side without parentheses fail the test (their
+    precedence would decide). Anything else fails the test too, so a filter cannot grow a clause
+    this check silently ignores."""
+    tokens = []
+    position = 0
+    while position < len(filter_text):
+        found = _TOKEN.match(filter_text, position)
+        assert found and found.end() > position, (
+            f"a condition this test does not understand: {filter_text[position:]!r}"
+        )
+        tokens.append(found)
+        position = found.end()
+
+    def compare(token: re.Match[str]) -> bool:
         value: Any = entry
-        for part in path.split("."):
+        for part in token["path"].split("."):
             value = value.get(part) if isinstance(value, dict) else None
-        if operator == "=~":
-            if not (isinstance(value, str) and re.search(json.loads(operand), value)):
-                return False
-        elif operator == "=":
-            if value != json.loads(operand):
-                return False
-        elif not (isinstance(value, (int, float)) and value >= float(operand)):
-            return False
-    return True
+        operand = token["operand"]
+        if token["operator"] == "=~":
+            return isinstance(value, str) and bool(re.search(json.loads(operand), value))
+        if token["operator"] == "=":
+            wanted = (
+                [json.loads(v) for v in re.findall(r'"[^"]*"', operand)]
+                if operand.startswith("(")
+                else [json.loads(operand)]
+            )
+            return value in wanted
+        return isinstance(value, (int, float)) and value >= float(operand)
+
+    def group(at: int) -> tuple[bool, int]:
+        results, joins = [], set()
+        while True:
+            token = tokens[at]
+            if token["open"]:
+                result, at = group(at + 1)
+                assert tokens[at]["close"], "unbalanced parentheses"
+            else:
+                assert token["cmp"], f"expected a comparison at {token[0]!r}"
+                result = compare(token)
+            results.append(result)
+            at += 1
+            if at == len(tokens) or tokens[at]["close"]:
+                break
+            joins.add(tokens[at]["op"])
+            at += 1
+        assert len(joins) <= 1, f"AND and OR side by side without parentheses: {filter_text!r}"
+        return (any(results) if joins == {"OR"} else all(results)), at
+
+    result, end = group(0)
+    assert end == len(tokens), f"unbalanced parentheses: {filter_text!r}"
+    return result
 
 
 def _metric(plan, kind: str) -> LogMetric:
@@ -74,24 +154,50 @@ def _metric(plan, kind: str) -> LogMetric:
     [("steps", "step"), ("saves", "committed"), ("restores", "resume"), ("stops", "stopped")],
 )
 def test_each_trainer_metric_selects_exactly_its_events_lines(plan, kind, event):
-    selected = [line for line in TRAINER_LINES if _matches(_metric(plan, kind).filter, {"textPayload": line})]
     expected = [line for line in TRAINER_LINES if line.split()[:2] == ["tpu-trainer:", event]]
     assert expected, f"the recorded run has no {event!r} line: the check would prove nothing"
-    assert selected == expected
+    for resource in HERE:
+        selected = [
+            line
+            for line in TRAINER_LINES
+            if _matches(_metric(plan, kind).filter, {"textPayload": line, "resource": resource})
+        ]
+        assert selected == expected, resource
+
+
+@pytest.mark.parametrize("kind", ["steps", "saves", "restores", "stops"])
+def test_trainer_metrics_count_no_line_of_another_stacks_workloads(plan, kind):
+    # Two stacks in one project print the same lines: each counts its own cluster's and VMs'.
+    for resource in ELSEWHERE:
+        assert not any(
+            _matches(_metric(plan, kind).filter, {"textPayload": line, "resource": resource})
+            for line in TRAINER_LINES
+        ), resource
+
+
+def test_a_stack_without_workloads_counts_no_trainer_line():
+    alone = plan_monitoring("solo", (), 5, 6.0, None, None, TrainerScope())
+    for resource in HERE + ELSEWHERE:
+        assert not any(
+            _matches(_metric(alone, "steps").filter, {"textPayload": line, "resource": resource})
+            for line in TRAINER_LINES
+        )
 
 
 def test_saving_and_saved_lines_are_not_counted_as_commits(plan):
     # A save is committed only once its "committed" line is printed; "saving"/"saved" come first.
     saves = _metric(plan, "saves").filter
-    assert not _matches(saves, {"textPayload": "tpu-trainer: saved step=15 seconds=0.0294"})
-    assert not _matches(saves, {"textPayload": "tpu-trainer: saving step=15 reason=interval"})
+    for line in ("tpu-trainer: saved step=15 seconds=0.0294", "tpu-trainer: saving step=15 reason=interval"):
+        assert not _matches(saves, {"textPayload": line, "resource": HERE[0]})
 
 
 def test_recovery_metrics_select_every_recovery_record_and_no_trainer_line(plan):
     for kind in ("recoveries", "recovery-seconds"):
         metric = _metric(plan, kind)
         assert all(_matches(metric.filter, {"jsonPayload": record}) for record in RECOVERY_RECORDS)
-        assert not any(_matches(metric.filter, {"textPayload": line}) for line in TRAINER_LINES)
+        assert not any(
+            _matches(metric.filter, {"textPayload": line, "resource": HERE[0]}) for line in TRAINER_LINES
+        )
         # Another stack's watcher in the same project writes records too: not this stack's.
         other = [dict(record, stack="prod") for record in RECOVERY_RECORDS]
         assert not any(_matches(metric.filter, {"jsonPayload": record}) for record in other)
@@ -123,7 +229,7 @@ def test_the_dashboard_is_a_valid_monitoring_v1_dashboard(plan):
         "Hourly cost",
     ):
         assert any(title.startswith(wanted) for title in titles), wanted
-    assert "$1.25 per hour" in json.dumps(plan.dashboard)
+    assert "always on: $1.25 per hour" in json.dumps(plan.dashboard)
 
 
 def test_alerts_and_channels_are_valid_monitoring_v3_bodies(plan):
@@ -273,3 +379,75 @@ def test_a_notify_entry_that_is_not_an_email_target_is_refused_by_key_value_and_
     assert (
         "tpu-training:monitoring.notify" in message and repr(entry) in message and "email:ADDRESS" in message
     )
+
+
+# --- The dashboard's hourly cost is the plan's ------------------------------------------------
+
+
+def _cost_tile(run) -> str:
+    dashboard = json.loads(
+        run.one("gcp:monitoring/dashboard:Dashboard", "monitoring-dashboard").inputs["dashboardJson"]
+    )
+    return next(
+        tile["widget"]["text"]["content"]
+        for tile in dashboard["mosaicLayout"]["tiles"]
+        if tile["widget"]["title"] == "Hourly cost"
+    )
+
+
+def _gke_only(config):
+    """The dev stack without its TPU VM: a cluster, a spot pool of two slices and its Job."""
+    config.pop("tpu-training:tpuVms")
+    config["tpu-training:nodePools"][0].update(provisioning="spot", slices=2)
+    return config
+
+
+def _ladders(config):
+    """Both capacity ladders: the VM over two zones and two capacities, the pool spot then
+    flex-start (tests/test_capacity_ladder.py, tests/test_compute_class.py)."""
+    vm = config["tpu-training:tpuVms"][0]
+    vm.pop("zone")
+    vm.update(zones=["us-central1-a", "us-central1-b"], provisioning=["spot", "on-demand"])
+    config["tpu-training:nodePools"][0]["provisioning"] = ["spot", "flex-start"]
+    return config
+
+
+@pytest.mark.parametrize("edit", [lambda c: c, _gke_only, _ladders], ids=["dev", "gke-only", "ladders"])
+def test_the_dashboard_shows_what_infra_cost_prices_the_plan_at(config, edit):
+    run = run_stack(edit(config))
+    found = cost.estimate(run)  # what `python -m infra.cost` prints, from the plan's registrations
+    assert found.lines, "nothing priced: the comparison would prove nothing"
+    assert _cost_tile(run) == f"The plan's estimate for stack dev: {cost_estimate.summary(found)}."
+    for when, title in cost_estimate.PARTS:
+        known, unknown = found.total(when)
+        shown = re.search(rf"{re.escape(title)}: (at least )?\$([\d.]+)", _cost_tile(run))
+        assert shown and float(shown[2]) == pytest.approx(known, abs=0.01 if known >= 0.1 else 0.0001)
+        assert bool(shown[1]) == bool(unknown)
+
+
+def test_the_ladder_stack_counts_each_ladders_dearest_rung(config):
+    found = cost.estimate(run_stack(_ladders(config)))
+    assert [line for line in found.lines if line.ladder], "no ladder priced: the test proves nothing"
+    assert "of each ladder only its dearest rung" in cost_estimate.summary(found)
+
+
+def test_an_unknown_price_is_shown_as_unknown_never_as_zero(config, monkeypatch):
+    from tpu_training_components.domain import prices
+
+    monkeypatch.setattr(prices, "tpu_vm_hour", lambda *args: prices.unknown("not in the table"))
+    tile = _cost_tile(run_stack(config))
+    # The NAT's share stays known; the TPU VM and the TPU pool are named as unknown.
+    unknown = r"while training, on top: at least \$[\d.]+ per hour \(2 unknown: demo-tpu-vm, v6e-4x4-pool\)"
+    assert re.search(unknown, tile), tile
+
+
+def test_a_price_change_changes_the_dashboard_and_nothing_else(config, monkeypatch):
+    from tpu_training_components.domain import prices
+
+    before = run_stack(config)
+    original = prices.tpu_vm_hour
+    monkeypatch.setattr(prices, "tpu_vm_hour", lambda *args: original(*args).times(2))
+    after = run_stack(config)
+    assert _cost_tile(before) != _cost_tile(after)
+    changed = [r.name for r in after.registrations if r.inputs != before.one(r.type, r.name).inputs]
+    assert changed == ["monitoring-dashboard"]

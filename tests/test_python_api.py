@@ -220,7 +220,10 @@ def _monitoring() -> dict[str, Any]:
         "restart_budget": 5,
         "restart_window_hours": 6.0,
         "checkpoint_interval_seconds": 600,
-        "hourly_cost": 1.25,
+        "hourly_cost": "always on: $1.25 per hour",
+        "cluster": "tpu-dev",
+        "namespaces": ["default"],
+        "tpu_vms": ["demo-tpu"],
     }
 
 

@@ -178,6 +178,19 @@ class Declared(Protocol):
     def inputs(self) -> Mapping[str, Any]: ...
 
 
+@dataclass(frozen=True)
+class Priced:
+    """A billable resource as a component declares it: its type, its resource name and the inputs
+    this estimate reads, in the engine's shape (camelCase), so the stack program can price what it
+    declares while it declares it (the dashboard's "Hourly cost" tile) with the same ``estimate``
+    that prices a plan's registrations."""
+
+    type: str
+    name: str
+    inputs: Mapping[str, Any]
+    custom: bool = True
+
+
 def estimate(declared: Iterable[Declared]) -> Estimate:
     """The hourly cost of every resource declared (components are skipped: they bill nothing)."""
     resources = list(declared)
@@ -290,22 +303,34 @@ def _usd(value: Optional[float]) -> str:
     return f"${value:.2f}" if value >= 0.1 else f"${value:.4f}"
 
 
+PARTS: tuple[tuple[When, str], ...] = (("always", "always on"), ("training", "while training, on top"))
+
+
+def total_text(found: Estimate, when: When, unit: str = "") -> str:
+    """One part's total as the plan words it: a known figure, or "at least" the known part and the
+    names of the lines whose price is unknown (never a 0 in their place); ``unit`` follows the
+    figure."""
+    known, unknown = found.total(when)
+    figure = _usd(known) + unit
+    total = figure if not unknown else f"at least {figure} ({len(unknown)} unknown: {', '.join(unknown)})"
+    if found.bounded(when):
+        total += ", or less: flex-start is counted at its on-demand price, its upper bound"
+    if any(line.ladder for line in found.lines if line.when == when):
+        total += "; of each ladder only its dearest rung"
+    return total
+
+
+def summary(found: Estimate) -> str:
+    """Both totals in one line (the dashboard's "Hourly cost" tile), worded as ``render`` words
+    them."""
+    return "; ".join(f"{title}: {total_text(found, when, ' per hour')}" for when, title in PARTS)
+
+
 def render(found: Estimate) -> str:
     """The cost section of the plan's text."""
     lines = [f"Cost per hour (list prices in USD read {prices.AS_OF}; docs/cost.md):"]
-    parts: tuple[tuple[When, str], ...] = (("always", "always on"), ("training", "while training, on top"))
-    for when, title in parts:
-        known, unknown = found.total(when)
-        total = (
-            _usd(known)
-            if not unknown
-            else f"at least {_usd(known)} ({len(unknown)} unknown: {', '.join(unknown)})"
-        )
-        if found.bounded(when):
-            total += ", or less: flex-start is counted at its on-demand price, its upper bound"
-        if any(line.ladder for line in found.lines if line.when == when):
-            total += "; of each ladder only its dearest rung"
-        lines.append(f"  {title}: {total}")
+    for when, title in PARTS:
+        lines.append(f"  {title}: {total_text(found, when)}")
         for line in found.lines:
             if line.when == when:
                 reason = "" if line.price.known and not line.price.upper_bound else f" ({line.price.source})"

@@ -68,11 +68,61 @@ class LogMetric:
         return body
 
 
-def trainer_event_filter(event: str) -> str:
-    """Entries of one trainer event: the line's prefix, then the event word and a space. Not
-    anchored: a TPU VM's startup-script log puts its own prefix before the trainer's line, a
-    container's does not. No character here is special to RE2 or needs a backslash."""
-    return f'textPayload=~"{TRAINER_PREFIX} {event} "'
+CONTAINER_RESOURCE = "k8s_container"
+"""The monitored resource of a GKE container's stdout and stderr entries; its labels name the
+cluster, namespace, Pod and container (``cluster_name``, ``namespace_name``, ``pod_name``,
+``container_name``). docs/monitoring.md lists the sources."""
+TPU_VM_RESOURCE = "tpu_worker"
+"""The monitored resource of a TPU VM worker's entries; ``node_id`` is the TPU node's name (see
+docs/monitoring.md for what establishes this, and what does not)."""
+# Selects no entry: every k8s_container entry names the cluster it came from.
+NO_WORKLOAD = f'(resource.type="{CONTAINER_RESOURCE}" AND resource.labels.cluster_name="")'
+
+
+def _one_of(values: tuple[str, ...]) -> str:
+    """A Logging comparison's right side: one value, or a parenthesised OR of values (the
+    Logging query language's ``field = ("a" OR "b")``)."""
+    quoted = [f'"{value}"' for value in values]
+    return quoted[0] if len(quoted) == 1 else "(" + " OR ".join(quoted) + ")"
+
+
+@dataclass(frozen=True)
+class TrainerScope:
+    """Where this stack's trainers run, by the names Cloud Logging gives their entries' resource:
+    a project may hold several stacks, each of whose trainers prints the same lines."""
+
+    cluster: Optional[str] = None
+    """The stack's GKE cluster (``resource.labels.cluster_name``)."""
+    namespaces: tuple[str, ...] = ()
+    """The namespaces of the stack's Jobs and JobSets (``resource.labels.namespace_name``)."""
+    tpu_vms: tuple[str, ...] = ()
+    """The stack's TPU VM node names (``resource.labels.node_id``)."""
+
+    def condition(self) -> str:
+        """Entries from this stack's workloads and no other; every alternative is parenthesised,
+        so the query language's precedence of AND and OR cannot change what it means."""
+        alternatives = []
+        if self.cluster and self.namespaces:
+            alternatives.append(
+                f'(resource.type="{CONTAINER_RESOURCE}" AND resource.labels.cluster_name="{self.cluster}"'
+                f" AND resource.labels.namespace_name={_one_of(tuple(sorted(set(self.namespaces))))})"
+            )
+        if self.tpu_vms:
+            alternatives.append(
+                f'(resource.type="{TPU_VM_RESOURCE}"'
+                f" AND resource.labels.node_id={_one_of(tuple(sorted(set(self.tpu_vms))))})"
+            )
+        if not alternatives:
+            return NO_WORKLOAD
+        return alternatives[0] if len(alternatives) == 1 else "(" + " OR ".join(alternatives) + ")"
+
+
+def trainer_event_filter(event: str, scope: TrainerScope) -> str:
+    """Entries of one trainer event from this stack's workloads: the line's prefix, then the
+    event word and a space. Not anchored: a TPU VM's startup-script log puts its own prefix before
+    the trainer's line, a container's does not. No character here is special to RE2 or needs a
+    backslash."""
+    return f'textPayload=~"{TRAINER_PREFIX} {event} " AND {scope.condition()}'
 
 
 def recovery_filter(stack: str, extra: str = "") -> str:
@@ -103,24 +153,31 @@ def plan_monitoring(
     restart_budget: int,
     restart_window_hours: float,
     checkpoint_interval_seconds: Optional[int],
-    hourly_cost: Optional[float],
+    hourly_cost: Optional[str],
+    scope: TrainerScope = TrainerScope(),
 ) -> MonitoringPlan:
     """The stack's metrics, dashboard, alerts and channels. ``checkpoint_interval_seconds`` is the
-    longest interval any run uses (None: no run checkpoints, so no checkpoint-age alert)."""
+    longest interval any run uses (None: no run checkpoints, so no checkpoint-age alert);
+    ``hourly_cost`` the plan's estimate as ``cost_estimate.summary`` words it; ``scope`` where the
+    stack's trainers run (the trainer metrics count their lines only)."""
     prefix = f"tpu-training/{stack}"
     steps = LogMetric(
-        f"{prefix}/steps", "Trainer step lines (goodput: steps that count).", trainer_event_filter("step")
+        f"{prefix}/steps",
+        "Trainer step lines (goodput: steps that count).",
+        trainer_event_filter("step", scope),
     )
     saves = LogMetric(
-        f"{prefix}/saves", "Checkpoints committed by the trainer.", trainer_event_filter("committed")
+        f"{prefix}/saves", "Checkpoints committed by the trainer.", trainer_event_filter("committed", scope)
     )
     restores = LogMetric(
         f"{prefix}/restores",
         "Trainer starts from a checkpoint (resume lines).",
-        trainer_event_filter("resume"),
+        trainer_event_filter("resume", scope),
     )
     stops = LogMetric(
-        f"{prefix}/stops", "Trainer stops on SIGTERM or a preemption notice.", trainer_event_filter("stopped")
+        f"{prefix}/stops",
+        "Trainer stops on SIGTERM or a preemption notice.",
+        trainer_event_filter("stopped", scope),
     )
     recoveries = LogMetric(
         f"{prefix}/recoveries",
@@ -287,12 +344,10 @@ def _dashboard(
     recoveries: LogMetric,
     recovery_seconds: LogMetric,
     restart_budget: int,
-    hourly_cost: Optional[float],
+    hourly_cost: Optional[str],
 ) -> dict[str, Any]:
     cost = (
-        "not given to the dashboard; `python -m infra.cost` prints it"
-        if hourly_cost is None
-        else f"${hourly_cost:,.2f} per hour"
+        "not given to the dashboard; `python -m infra.cost` prints it" if hourly_cost is None else hourly_cost
     )
     widgets = [
         _chart("Goodput: trainer steps per minute", steps, "ALIGN_RATE"),

@@ -11,6 +11,7 @@ from pydantic import with_config
 from typing_extensions import NotRequired, TypedDict
 
 from ..domain import catalogue
+from ..domain.cost_estimate import Priced
 from ..domain.gcp_locations import region_problem
 from ..domain.maintenance_window import (
     DEFAULT_UPGRADE_EXCLUSION_START,
@@ -347,16 +348,18 @@ class GkeTpuCluster(pulumi.ComponentResource):
         )
 
         system_max_nodes = args.get("system_max_nodes", 3)
+        system_machine_type = args.get("system_machine_type", "e2-standard-4")
+        # One node in each of the pool's zones to start with: GKE counts initial_node_count per
+        # zone, so when that exceeds system_max_nodes the pool is pinned to as many zones as fit;
+        # otherwise it keeps GKE's default zones.
+        system_zones = system_pool_zones(args["location"], system_max_nodes)
         self.system_pool = gcp.container.NodePool(
             f"{name}-system",
             name="system",
             cluster=self.cluster.name,
             location=self.cluster.location,
             project=project,
-            # One node in each of the pool's zones to start with: GKE counts initial_node_count
-            # per zone, so when that exceeds system_max_nodes the pool is pinned to as many zones
-            # as fit; otherwise it keeps GKE's default zones.
-            node_locations=system_pool_zones(args["location"], system_max_nodes),
+            node_locations=system_zones,
             initial_node_count=1,
             autoscaling=gcp.container.NodePoolAutoscalingArgs(
                 total_min_node_count=1,
@@ -365,7 +368,7 @@ class GkeTpuCluster(pulumi.ComponentResource):
             ),
             management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
             node_config=gcp.container.NodePoolNodeConfigArgs(
-                machine_type=args.get("system_machine_type", "e2-standard-4"),
+                machine_type=system_machine_type,
                 service_account=self.node_account.email,
                 # Access is decided by the account's IAM roles, not by OAuth scopes.
                 oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"],
@@ -381,6 +384,21 @@ class GkeTpuCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=node_bindings),
         )
 
+        self.priced: list[Priced] = [
+            Priced("gcp:container/cluster:Cluster", f"{name}-cluster", {"location": args["location"]}),
+            Priced(
+                "gcp:container/nodePool:NodePool",
+                f"{name}-system",
+                {
+                    "location": args["location"],
+                    "nodeLocations": system_zones,
+                    "initialNodeCount": 1,
+                    "autoscaling": {"totalMinNodeCount": 1, "totalMaxNodeCount": system_max_nodes},
+                    "nodeConfig": {"machineType": system_machine_type},
+                },
+            ),
+        ]
+        """The billable resources declared, as ``cost_estimate.estimate`` prices them."""
         self.cluster_name = self.cluster.name
         self.location = self.cluster.location
         self.endpoint = self.cluster.endpoint

@@ -10,7 +10,7 @@ import pulumi_gcp as gcp
 from pydantic import with_config
 from typing_extensions import NotRequired, TypedDict
 
-from ..domain.monitoring import MonitoringPlan, notify_problem, plan_monitoring
+from ..domain.monitoring import MonitoringPlan, TrainerScope, notify_problem, plan_monitoring
 from ..validation import ARGUMENTS, Problems, check_arguments, count_problem
 
 # Map-valued fields: their keys are data (label names), not field names, and stay as written.
@@ -43,8 +43,16 @@ class StackMonitoringArgs(TypedDict):
     """Who alerts reach, each ``email:ADDRESS`` (default: nobody; alerts still show in the console)."""
     checkpoint_interval_seconds: NotRequired[int]
     """The longest checkpoint interval of any run; without it there is no checkpoint-age alert."""
-    hourly_cost: NotRequired[float]
-    """The plan's hourly cost estimate, shown on the dashboard."""
+    hourly_cost: NotRequired[str]
+    """The plan's hourly cost estimate as ``cost_estimate.summary`` words it, shown on the
+    dashboard (the stack program passes what it declares, priced as ``python -m infra.cost``)."""
+    cluster: NotRequired[str]
+    """The stack's GKE cluster: trainer metrics count the lines of its containers..."""
+    namespaces: NotRequired[list[str]]
+    """...in these namespaces (those of the stack's Jobs and JobSets)."""
+    tpu_vms: NotRequired[list[str]]
+    """The stack's TPU VM node names: trainer metrics count their lines too. Without a cluster or
+    a VM the trainer metrics count nothing."""
     project: NotRequired[pulumi.Input[str]]
     """Google Cloud project; the provider's project when omitted."""
 
@@ -88,6 +96,9 @@ class StackMonitoring(pulumi.ComponentResource):
             args["restart_window_hours"],
             args.get("checkpoint_interval_seconds"),
             args.get("hourly_cost"),
+            TrainerScope(
+                args.get("cluster"), tuple(args.get("namespaces", [])), tuple(args.get("tpu_vms", []))
+            ),
         )
         project = args.get("project")
         child = pulumi.ResourceOptions(parent=self)

@@ -20,6 +20,7 @@ import pulumi_gcp as gcp
 from pydantic import with_config
 from typing_extensions import NotRequired, TypedDict
 
+from ..domain.cost_estimate import Priced
 from ..domain.naming import bounded_name
 from ..domain.network_plan import NetworkPlan, NetworkPlanError, plan_network
 from ..validation import ARGUMENTS, check_arguments
@@ -111,6 +112,9 @@ class TrainingNetwork(pulumi.ComponentResource):
             opts=child,
         )
 
+        self.priced: list[Priced] = []
+        """The billable resources declared (the NAT gateways), as ``cost_estimate.estimate``
+        prices them."""
         self.subnets: dict[str, gcp.compute.Subnetwork] = {}
         """Region -> subnetwork, for callers that place TPU VMs or a cluster in it."""
         for subnet_plan in plan.subnets:
@@ -142,6 +146,9 @@ class TrainingNetwork(pulumi.ComponentResource):
                 network=self.vpc.id,
                 project=project,
                 opts=child,
+            )
+            self.priced.append(
+                Priced("gcp:compute/routerNat:RouterNat", f"{name}-nat-{region}", {"region": region})
             )
             gcp.compute.RouterNat(
                 f"{name}-nat-{region}",

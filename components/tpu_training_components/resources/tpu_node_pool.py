@@ -2,7 +2,8 @@
 flex-start training page, and optionally with GKE's queued provisioning (``queued_provisioning``;
 its Kueue objects are ``QueuedProvisioning``'s)."""
 
-from typing import Mapping, Optional, Sequence
+import re
+from typing import Any, Mapping, Optional, Sequence
 
 import pulumi
 import pulumi_gcp as gcp
@@ -10,6 +11,7 @@ from pydantic import with_config
 from typing_extensions import NotRequired, TypedDict
 
 from ..domain.catalogue import CatalogueError
+from ..domain.cost_estimate import Priced
 from ..domain.node_pool_plan import TpuNodePoolPlan, plan_from
 from ..validation import ARGUMENTS, Problems, check_arguments, gcp_labels
 
@@ -180,17 +182,19 @@ class FlexStartTpuNodePool(pulumi.ComponentResource):
         # A ladder's rungs each get the pools a pool of that capacity would have, named after the
         # rung ({name}-pool-spot, {name}-pool-spot-1, ...), so reordering the rungs moves nothing.
         members = [(f"{name}-pool-{rung.name[len(plan.name) + 1 :]}", rung) for rung in plan.rungs]
-        self.pools = [
-            _declare_pool(
-                base if index == 0 else f"{base}-{index}",
-                pool_name,
-                args,
-                member,
-                pulumi.ResourceOptions(parent=self),
-            )
+        declared = [
+            (base if index == 0 else f"{base}-{index}", pool_name, member)
             for base, member in (members or [(f"{name}-pool", plan)])
             for index, pool_name in enumerate(member.pool_names)
         ]
+        self.pools = [
+            _declare_pool(resource_name, pool_name, args, member, pulumi.ResourceOptions(parent=self))
+            for resource_name, pool_name, member in declared
+        ]
+        self.priced: list[Priced] = [
+            _priced(resource_name, args, member) for resource_name, _, member in declared
+        ]
+        """The billable resources declared, as ``cost_estimate.estimate`` prices them."""
         self.pool = self.pools[0]
         self.node_pool_name = self.pool.name
         self.node_pool_names = pulumi.Output.all(*(pool.name for pool in self.pools)).apply(list)
@@ -208,18 +212,53 @@ class FlexStartTpuNodePool(pulumi.ComponentResource):
         )
 
 
-def _autoscaling(plan: TpuNodePoolPlan) -> gcp.container.NodePoolAutoscalingArgs:
+def _autoscaling_fields(plan: TpuNodePoolPlan) -> dict[str, Any]:
+    """The pool's autoscaling, by the Pulumi field names (snake_case)."""
     if plan.zonal_limits:
-        return gcp.container.NodePoolAutoscalingArgs(
-            min_node_count=plan.min_nodes,
-            max_node_count=plan.max_nodes_per_pool,
-            location_policy=plan.location_policy,
-        )
+        return {
+            "min_node_count": plan.min_nodes,
+            "max_node_count": plan.max_nodes_per_pool,
+            "location_policy": plan.location_policy,
+        }
     # Per-zone limits would multiply the cap by the number of zones: state the pool's totals.
-    return gcp.container.NodePoolAutoscalingArgs(
-        total_min_node_count=plan.min_nodes,
-        total_max_node_count=plan.max_nodes_per_pool,
-        location_policy=plan.location_policy,
+    return {
+        "total_min_node_count": plan.min_nodes,
+        "total_max_node_count": plan.max_nodes_per_pool,
+        "location_policy": plan.location_policy,
+    }
+
+
+def _autoscaling(plan: TpuNodePoolPlan) -> gcp.container.NodePoolAutoscalingArgs:
+    return gcp.container.NodePoolAutoscalingArgs(**_autoscaling_fields(plan))
+
+
+def _camel(name: str) -> str:
+    return re.sub(r"_(\w)", lambda found: found[1].upper(), name)
+
+
+def _priced(resource_name: str, args: FlexStartTpuNodePoolArgs, plan: TpuNodePoolPlan) -> Priced:
+    """What ``_declare_pool`` declares, as far as ``cost_estimate.estimate`` reads it (the
+    engine's field names), from the same plan."""
+    node_config: dict[str, Any] = {
+        "machineType": plan.shape.machine_type.name,
+        "labels": dict(plan.node_labels),
+    }
+    if plan.flex_start:
+        node_config["flexStart"] = True
+    if plan.spot:
+        node_config["spot"] = True
+    if plan.reservation:
+        node_config["reservationAffinity"] = {"consumeReservationType": "SPECIFIC_RESERVATION"}
+    return Priced(
+        "gcp:container/nodePool:NodePool",
+        resource_name,
+        {
+            "location": args["cluster_region"],
+            "nodeLocations": list(plan.node_locations),
+            "initialNodeCount": plan.initial_node_count,
+            "autoscaling": {_camel(key): value for key, value in _autoscaling_fields(plan).items()},
+            "nodeConfig": node_config,
+        },
     )
 
 

@@ -8,6 +8,7 @@ from pydantic import with_config
 from typing_extensions import NotRequired, TypedDict
 
 from ..domain import catalogue
+from ..domain.cost_estimate import Priced
 from ..domain.gcp_locations import zone_problem
 from ..domain.naming import (
     dns_label_problem,
@@ -74,14 +75,18 @@ class PreemptibleTpuVmArgs(TypedDict):
     """Google Cloud project; the provider's when omitted."""
 
 
+# The node's schedulingConfig per provisioning, in the engine's shape (its fields are one word, the
+# same in the Pulumi and the REST spelling); on-demand has none.
+SCHEDULING: dict[str, dict[str, bool]] = {
+    "preemptible": {"preemptible": True},
+    "spot": {"spot": True},
+    "reserved": {"reserved": True},
+}
+
+
 def _scheduling(provisioning: str) -> Optional[gcp.tpu.V2VmSchedulingConfigArgs]:
-    if provisioning == "preemptible":
-        return gcp.tpu.V2VmSchedulingConfigArgs(preemptible=True)
-    if provisioning == "spot":
-        return gcp.tpu.V2VmSchedulingConfigArgs(spot=True)
-    if provisioning == "reserved":
-        return gcp.tpu.V2VmSchedulingConfigArgs(reserved=True)
-    return None  # on-demand
+    fields = SCHEDULING.get(provisioning)
+    return gcp.tpu.V2VmSchedulingConfigArgs(**fields) if fields else None
 
 
 def replacement_trigger(recovery_generation: int, restart_generation: int) -> int | str:
@@ -228,6 +233,18 @@ class PreemptibleTpuVm(pulumi.ComponentResource):
             ),
         )
 
+        self.priced: list[Priced] = [
+            Priced(
+                "gcp:tpu/v2Vm:V2Vm",
+                f"{name}-vm",
+                {
+                    "acceleratorType": args["accelerator_type"],
+                    "zone": args["zone"],
+                    "schedulingConfig": SCHEDULING.get(args.get("provisioning", "spot"), {}),
+                },
+            )
+        ]
+        """The billable resources declared, as ``cost_estimate.estimate`` prices them."""
         self.node_name = self.vm.name
         self.zone = self.vm.zone
         self.state = self.vm.state
