@@ -230,6 +230,14 @@ def test_the_dashboard_is_a_valid_monitoring_v1_dashboard(plan):
     ):
         assert any(title.startswith(wanted) for title in titles), wanted
     assert "always on: $1.25 per hour" in json.dumps(plan.dashboard)
+    # A series per trainer: GKE's entries name their Pod, a TPU VM's its node (SCOPE, above).
+    (checkpoints,) = [
+        tile["widget"]
+        for tile in plan.dashboard["mosaicLayout"]["tiles"]
+        if "committed" in tile["widget"]["title"]
+    ]
+    aggregation = checkpoints["xyChart"]["dataSets"][0]["timeSeriesQuery"]["timeSeriesFilter"]["aggregation"]
+    assert aggregation["groupByFields"] == ["resource.label.pod_name", "resource.label.node_id"]
 
 
 def test_alerts_and_channels_are_valid_monitoring_v3_bodies(plan):

@@ -353,7 +353,15 @@ def _dashboard(
         _chart("Goodput: trainer steps per minute", steps, "ALIGN_RATE"),
         _chart("Interruptions per cause", recoveries, "ALIGN_SUM", ("metric.label.cause",)),
         _chart("Time to resume per cause (s)", recovery_seconds, "ALIGN_DELTA", ("metric.label.cause",)),
-        _chart("Checkpoints committed per run", saves, "ALIGN_SUM", ("resource.label.pod_name",)),
+        # A run's trainers are its Pods (GKE) or its TPU VM (whose entries carry node_id, not
+        # pod_name): a series each. The gaps between a series' commits are its checkpoint's age;
+        # the "no checkpoint committed" alert pages when one grows past twice the interval.
+        _chart(
+            "Checkpoints committed per run (Pod or TPU VM)",
+            saves,
+            "ALIGN_SUM",
+            ("resource.label.pod_name", "resource.label.node_id"),
+        ),
         _chart(
             "Restarts per run against the budget",
             recoveries,
