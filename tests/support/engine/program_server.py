@@ -37,6 +37,7 @@ from __future__ import annotations
 import array
 import atexit
 import contextlib
+import gc
 import json
 import os
 import runpy
@@ -275,6 +276,10 @@ def _reap(path: str, running: dict[int, socket.socket], plugins: dict[socket.soc
         connection.close()
         if reported:
             _preload(json.loads(reported))
+            # What is imported stays: out of the collector's sight (gc.freeze), a child's
+            # collections neither walk it nor write to its pages (each write a page copied).
+            gc.collect()
+            gc.freeze()
 
 
 def _request(path: str, request: dict) -> tuple[socket.socket, int]:
