@@ -149,15 +149,21 @@ def _preload(names: list[str]) -> None:
     lazy package by name first binds the submodule's name on the package, where the package's own
     ``from .CustomResource import *`` would bind the class (pulumi_kubernetes.apiextensions)."""
     for name in names:
-        if name in sys.modules:
+        if name in sys.modules or name in _NOT_PRELOADED:
             continue
         package, _, leaf = name.rpartition(".")
         try:
             if package and package in sys.modules and hasattr(sys.modules[package], leaf):
                 continue
             __import__(name)
-        except BaseException as error:  # noqa: BLE001 - a module that cannot load here stays the child's
-            print(f"program server: not preloaded {name}: {error!r}", file=sys.stderr)
+        except BaseException:  # noqa: BLE001
+            # A module that cannot be imported by name here (one grpc imports half-way through
+            # its own import; Cython's shared module): it stays each child's to import. Tried
+            # once, said nowhere: the run's output is the tests'.
+            _NOT_PRELOADED.add(name)
+
+
+_NOT_PRELOADED: set[str] = set()
 
 
 def serve(path: str) -> None:
@@ -318,16 +324,25 @@ def run_plugin(path: str, module: str, argv: list[str]) -> None:
     """In a plugin executable (``python -S -m support.engine.program_server plugin SOCKET MODULE
     ARGS``): run ``python -m MODULE ARGS`` forked from the server, pass on the signals the engine
     sends to stop it, and end as it ends. If this process is killed, the server kills the plugin."""
-    connection, pid = _request(
-        path, {"module": module, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}
-    )
+    # Handlers first: a signal that comes before the plugin is forked is passed on once it is.
+    plugin: list[int] = []
+    early: list[int] = []
 
     def pass_on(number: int, frame: object) -> None:
+        if not plugin:
+            early.append(number)
+            return
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, number)
+            os.kill(plugin[0], number)
 
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, pass_on)
+    connection, pid = _request(
+        path, {"module": module, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}
+    )
+    plugin.append(pid)
+    for number in early:
+        pass_on(number, None)
     status = int(_answer(connection, path, "ended"))
     if status < 0:
         # Ended by a signal: end by the same one, as its own process would have.
