@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from support.engine.engine import REPO, program_server
-from support.engine.program_server import run_program
+from support.engine.program_server import plugin_command, run_program
 
 SCRIPT = """\
 import json, os, signal, sys
@@ -100,7 +100,7 @@ def test_a_plugin_run_through_the_server_ends_by_the_signal_the_engine_sends(tmp
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(waiter), str(REPO / "tests")])}
     with program_server() as socket_path:
         plugin = subprocess.Popen(
-            [sys.executable, "-S", "-m", "support.engine.program_server", "plugin", socket_path, "waits"],
+            plugin_command(socket_path, "waits"),
             env=env,
             stdout=subprocess.PIPE,
             text=True,

@@ -20,7 +20,7 @@ from typing import Any, Iterator, Optional
 import yaml
 from tpu_training_components.live.endpoints import STORAGE_ENDPOINT_VARIABLE, TPU_ENDPOINT_VARIABLE
 
-from support.engine.program_server import SERVER_VARIABLE
+from support.engine.program_server import SERVER_VARIABLE, plugin_command
 
 REPO = Path(__file__).resolve().parents[3]
 ENGINE_BIN = REPO / ".engine" / "bin"
@@ -42,19 +42,7 @@ def _plugin(folder: Path, name: str, module: str, *args: str, programs: Optional
     interpreter, as the engine starts a plugin found on PATH; with ``programs``, forked from that
     program server (program_server.py's ``plugin``) instead of a new interpreter."""
     script = folder / name
-    if programs:
-        command = [
-            sys.executable,
-            "-S",
-            "-m",
-            "support.engine.program_server",
-            "plugin",
-            programs,
-            module,
-            *args,
-        ]
-    else:
-        command = [sys.executable, "-m", module, *args]
+    command = plugin_command(programs, module, *args) if programs else [sys.executable, "-m", module, *args]
     script.write_text(f'#!/bin/sh\nexec {" ".join(command)} "$@"\n')
     script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 

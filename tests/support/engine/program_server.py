@@ -141,13 +141,15 @@ def _from_folder(file: Optional[str], root: str) -> bool:
     return path.startswith(root + os.sep) or path.startswith(_PROGRAM_FOLDERS)
 
 
-def _preload(names: list[str]) -> None:
+def _preload(names: list[str]) -> int:
     """Import what a finished run imported, so the next fork has it already, in the order it did.
 
     A submodule is reached as code reaches it, through its package's attribute first: the SDKs
     import their subpackages lazily (importlib.util.LazyLoader), and importing a submodule of a
     lazy package by name first binds the submodule's name on the package, where the package's own
-    ``from .CustomResource import *`` would bind the class (pulumi_kubernetes.apiextensions)."""
+    ``from .CustomResource import *`` would bind the class (pulumi_kubernetes.apiextensions).
+    Returns how many modules it imported."""
+    before = len(sys.modules)
     for name in names:
         if name in sys.modules or name in _NOT_PRELOADED:
             continue
@@ -161,6 +163,7 @@ def _preload(names: list[str]) -> None:
             # its own import; Cython's shared module): it stays each child's to import. Tried
             # once, said nowhere: the run's output is the tests'.
             _NOT_PRELOADED.add(name)
+    return len(sys.modules) - before
 
 
 _NOT_PRELOADED: set[str] = set()
@@ -214,7 +217,6 @@ def serve(path: str) -> None:
         _reap(path, running, plugins)
     listener.close()
     Path(path).unlink(missing_ok=True)
-    return None
 
 
 def _report(path: str, pid: int) -> Path:
@@ -253,10 +255,16 @@ def _end_child(status: int) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
+    _end_by_signal(status)
+    os._exit(status)
+
+
+def _end_by_signal(status: int) -> None:
+    """A status below zero (``-SIGNAL``, as ``subprocess`` reports a death by signal): end this
+    process by that signal, as the process it stands for ended."""
     if status < 0:
         signal.signal(-status, signal.SIG_DFL)
         os.kill(os.getpid(), -status)
-    os._exit(status)
 
 
 def _reap(path: str, running: dict[int, socket.socket], plugins: dict[socket.socket, int]) -> None:
@@ -280,8 +288,7 @@ def _reap(path: str, running: dict[int, socket.socket], plugins: dict[socket.soc
         except OSError:
             pass  # the caller is gone; its child ended all the same
         connection.close()
-        if reported:
-            _preload(json.loads(reported))
+        if reported and _preload(json.loads(reported)):
             # What is imported stays: out of the collector's sight (gc.freeze), a child's
             # collections neither walk it nor write to its pages (each write a page copied).
             gc.collect()
@@ -344,11 +351,14 @@ def run_plugin(path: str, module: str, argv: list[str]) -> None:
     for number in early:
         pass_on(number, None)
     status = int(_answer(connection, path, "ended"))
-    if status < 0:
-        # Ended by a signal: end by the same one, as its own process would have.
-        signal.signal(-status, signal.SIG_DFL)
-        os.kill(os.getpid(), -status)
+    _end_by_signal(status)
     sys.exit(status)
+
+
+def plugin_command(socket_path: str, module: str, *args: str) -> list[str]:
+    """The command of a plugin executable whose plugin (``python -m MODULE ARGS``) is forked from
+    the server at ``socket_path`` (``run_plugin``); ``-S``: it needs only the standard library."""
+    return [sys.executable, "-S", "-m", "support.engine.program_server", "plugin", socket_path, module, *args]
 
 
 def main() -> None:
