@@ -53,11 +53,17 @@ class Model:
         # replicated. The stack keeps the per-core batch constant (Google's Training on TPU Pods page).
         mesh = Mesh(devices, ("data",))
         self.replicated = NamedSharding(mesh, PartitionSpec())
-        root = jax.random.key(settings.seed)
-        self.init_key, self.teacher_key, self.data_key = jax.random.split(root, 3)
         self.optimizer = optax.adam(settings.learning_rate)
         batch_size, per_epoch = settings.global_batch_size, settings.examples_per_epoch
-        teacher = jax.random.normal(self.teacher_key, (INPUT_DIM, OUTPUT_DIM), jnp.float32)
+
+        def teacher_and_data_key() -> tuple[Any, Any]:
+            teacher_key, data_key = jax.random.split(jax.random.key(settings.seed))
+            return jax.random.normal(teacher_key, (INPUT_DIM, OUTPUT_DIM), jnp.float32), data_key
+
+        # One compiled program for what every start derives from the seed, where op by op each
+        # operation was a program to compile or load at every start (and JAX writes its compilation
+        # cache from process 0 only, so every other host of a slice compiled them all each time).
+        teacher, self.data_key = jax.jit(teacher_and_data_key)()
 
         def example(index: Any) -> Any:
             key = jax.random.fold_in(self.data_key, index % per_epoch)
@@ -102,25 +108,38 @@ class Model:
         self.train_step = lambda state, first: compiled(state, np.int32(first % per_epoch))
 
     def initial_state(self) -> Any:
-        jax, jnp = self.jax, self.jnp
-        k1, k2 = jax.random.split(self.init_key)
-        hidden = self.settings.hidden_dim
-        params = {
-            "w1": jax.random.normal(k1, (INPUT_DIM, hidden), jnp.float32) / math.sqrt(INPUT_DIM),
-            "b1": jnp.zeros((hidden,), jnp.float32),
-            "w2": jax.random.normal(k2, (hidden, OUTPUT_DIM), jnp.float32) / math.sqrt(hidden),
-            "b2": jnp.zeros((OUTPUT_DIM,), jnp.float32),
-        }
-        state = {"params": params, "opt_state": self.optimizer.init(params)}
-        return jax.device_put(state, self.replicated)
+        """The state before the first step, on every device. Made on the host with NumPy: a
+        compiled initialisation (random normals) took longer to compile than the step itself."""
+        return self.jax.device_put(self._initial_host_state(), self.replicated)
 
     def abstract_state(self) -> Any:
         """Shapes, dtypes and shardings to restore into."""
         jax = self.jax
         return jax.tree.map(
             lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=self.replicated),
-            jax.eval_shape(self.initial_state),
+            self._initial_host_state(),
         )
+
+    def _initial_host_state(self) -> Any:
+        import numpy as np
+
+        generator = np.random.default_rng(self.settings.seed)
+        hidden = self.settings.hidden_dim
+
+        def scaled_normal(shape: tuple[int, int]) -> Any:
+            return generator.standard_normal(shape, np.float32) / np.float32(math.sqrt(shape[0]))
+
+        params = {
+            "w1": scaled_normal((INPUT_DIM, hidden)),
+            "b1": np.zeros((hidden,), np.float32),
+            "w2": scaled_normal((hidden, OUTPUT_DIM)),
+            "b2": np.zeros((OUTPUT_DIM,), np.float32),
+        }
+        # Adam's state before its first update is zeros (its moments and its count).
+        optimizer_state = self.jax.tree.map(
+            lambda leaf: np.zeros(leaf.shape, leaf.dtype), self.jax.eval_shape(self.optimizer.init, params)
+        )
+        return {"params": params, "opt_state": optimizer_state}
 
 
 def flat_state(jax: Any, state: Any) -> dict[str, Any]:
