@@ -30,7 +30,14 @@ from typing import Any
 import kubernetes_validate
 import pytest
 from support import fake_kube_api as kube
-from support.crds import JOBSET_CRD, KUBERNETES_VERSION, KUEUE_CRDS, crd_validator, schema_errors
+from support.crds import (
+    JOBSET_CRD,
+    KUBERNETES_VERSION,
+    KUEUE_CRDS,
+    crd_validator,
+    kubernetes_errors,
+    schema_errors,
+)
 from support.discovery import discovery_document, method
 from support.discovery import schema_errors as google_errors
 from support.fake_kube_nodes import FakeNodeApi, gke_node
@@ -311,6 +318,29 @@ def test_a_renamed_kubernetes_field_is_caught():
     item["status"]["conditions"][0]["lastProbe"] = "2026-11-21T10:00:00Z"
     with pytest.raises(kubernetes_validate.ValidationError):
         valid(item)
+
+
+def test_the_fakes_own_check_finds_what_kubernetes_validate_finds():
+    """The fakes check every answer with support.crds.kubernetes_errors, which builds each
+    validator once from kubernetes-validate's files; it must say what the library's own validate()
+    says, on objects that conform and on ones that do not."""
+    renamed = kube.job("train")
+    renamed["status"]["startedTime"] = renamed["status"].pop("startTime")
+    wrong_type = kube.pod("train", "2026-11-21T10:00:00Z")
+    wrong_type["status"]["containerStatuses"][0]["restartCount"] = "none"
+    unknown_group = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
+    items = [kube.job("train"), kube.node("n-1", maintenance="1764151200"), renamed, wrong_type]
+    for item in items:
+        try:
+            kubernetes_validate.validate(item, KUBERNETES_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as error:
+            assert kubernetes_errors(item) == ["/".join(map(str, error.absolute_path)) + ": " + error.message]
+        else:
+            assert kubernetes_errors(item) == []
+    with pytest.raises(kubernetes_validate.SchemaNotFoundError):
+        kubernetes_validate.validate(unknown_group, KUBERNETES_VERSION, strict=True)
+    assert kubernetes_errors(unknown_group) == ["(top): no published schema for example.com/v1 Widget"]
+    assert kubernetes_errors(renamed) != [] and kubernetes_errors(wrong_type) != []
 
 
 @pytest.mark.parametrize("state", sorted(kube.WORKLOAD_STATES))
