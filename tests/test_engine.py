@@ -72,11 +72,12 @@ def _urns(steps: list[tuple[str, str]], op: str) -> list[str]:
 
 
 def test_the_readme_deploy_steps_preview_up_output_and_destroy(
-    engine: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
+    programs: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
 ) -> None:
     tpu, storage = cloud
-    # Every program here runs in a new interpreter, as the real language host starts it (the
-    # other tests fork theirs warm from the program server).
+    # The deploy steps start every program and plugin as a new interpreter, as the real CLI and
+    # language host do (the other tests fork theirs warm from the program server); the teardown,
+    # which proves nothing more about a cold start, forks them too.
     project = EngineProject(tmp_path, endpoints(*cloud))
     project.init(STACK, TPU_VM_CONFIG)
     # A secret as a user sets one: an API key in the VM's environment, encrypted in the stack file.
@@ -106,6 +107,7 @@ def test_the_readme_deploy_steps_preview_up_output_and_destroy(
     assert SECRET not in json.dumps(project.state(STACK)), "the state keeps it encrypted"
 
     # The README's teardown: destroy is refused while the buckets are protected...
+    project.fork_from(programs)
     refused = project.pulumi("destroy", "--yes", "--stack", STACK, check=False)
     assert refused.returncode != 0 and "because it is protected" in refused.stdout + refused.stderr
     assert tpu.node(ZONE, VM) is not None, "a refused destroy deletes nothing"

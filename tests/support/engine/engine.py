@@ -94,13 +94,8 @@ class EngineProject:
             shutil.copytree(REPO / part, self.root / part)
         # Pulumi.yaml's runtime names .venv: the README's, with the stack's pins installed.
         (self.root / ".venv").symlink_to(Path(sys.executable).parent.parent)
-        plugins = folder / "plugins"
-        plugins.mkdir()
-        _plugin(plugins, "pulumi-resource-gcp", "support.engine.providers", "gcp", programs=programs)
-        _plugin(
-            plugins, "pulumi-resource-kubernetes", "support.engine.providers", "kubernetes", programs=programs
-        )
-        _plugin(plugins, "pulumi-language-python", "support.engine.language_host", programs=programs)
+        self.plugins = folder / "plugins"
+        self.plugins.mkdir()
         (folder / "state").mkdir()
         self.env = {
             # The program reads the live state here (conftest's TPU_TRAINING_OFFLINE keeps the
@@ -110,7 +105,7 @@ class EngineProject:
                 for k, v in os.environ.items()
                 if not k.startswith("PULUMI_") and k != "TPU_TRAINING_OFFLINE"
             },
-            "PATH": os.pathsep.join([str(plugins), str(ENGINE_BIN), os.environ.get("PATH", "")]),
+            "PATH": os.pathsep.join([str(self.plugins), str(ENGINE_BIN), os.environ.get("PATH", "")]),
             "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO)]),
             "PULUMI_HOME": str(folder / "home"),
             "PULUMI_BACKEND_URL": f"file://{folder / 'state'}",
@@ -120,11 +115,23 @@ class EngineProject:
             "PULUMI_LANGUAGE_PYTHON_EXEC": str(ENGINE_BIN / "pulumi-language-python-exec"),
             **endpoints,
         }
-        # ``programs``: a program server's socket, through which the language host runs the program
-        # (forked warm, program_server.py); without it, each run is a new interpreter.
         self.env.pop(SERVER_VARIABLE, None)
+        self.fork_from(programs)
+
+    def fork_from(self, programs: Optional[str]) -> None:
+        """``programs``: a program server's socket, from which the plugins, the program and ``python
+        -m`` commands are forked warm from now on (program_server.py); None: each is a new
+        interpreter, as the real CLI and language host start them."""
+        for name, module, *args in (
+            ("pulumi-resource-gcp", "support.engine.providers", "gcp"),
+            ("pulumi-resource-kubernetes", "support.engine.providers", "kubernetes"),
+            ("pulumi-language-python", "support.engine.language_host"),
+        ):
+            _plugin(self.plugins, name, module, *args, programs=programs)
         if programs:
             self.env[SERVER_VARIABLE] = programs
+        else:
+            self.env.pop(SERVER_VARIABLE, None)
 
     def _run(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
         return subprocess.run(

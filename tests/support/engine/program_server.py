@@ -25,8 +25,9 @@ library, the doubles) before the next fork. Nothing of a project (its ``infra`` 
 ``stack_config``) is ever imported here, so each run imports its own project's modules, as a new
 interpreter would. The first run of a server is a cold start.
 
-What it does not prove, so one engine test runs without it (``test_the_readme_deploy_steps_...``):
-that the program's imports work in a new interpreter, in the order a new interpreter takes them.
+What it does not prove, so the README test's deploy steps run without it
+(``test_the_readme_deploy_steps_...``): that the program's imports work in a new interpreter, in
+the order a new interpreter takes them.
 
 Run: ``python -m support.engine.program_server SOCKET_PATH``; it serves until its parent (the
 pytest process that started it) is gone or it receives SIGTERM.
