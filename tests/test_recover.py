@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import stub_pulumi
+from support import in_process, stub_pulumi
 from support.fake_kube_api import job
 from support.program import REPO
 from support.recover_runs import RecordingRunner, live_dev_stack, recoverer, run_recover, set_behaviour
@@ -523,11 +523,15 @@ def test_usage_errors_exit_64_before_any_work(stub, args, capsys):
     assert stub_pulumi.calls(stub) == []
 
 
+# In this process (support.in_process): what they check is the command's output and status, which a
+# subprocess adds nothing to; the test above runs it in one.
+
+
 def test_a_missing_stack_still_prints_its_round_as_json(apis, stub):
     tpu, _ = apis
     tpu.nodes[ZONE][0]["state"] = "PREEMPTED"
     set_behaviour(stub, stack_missing=True)
-    done = run_recover("--stack", "dev", "--once", "--json", env=dict(os.environ))
+    done = in_process.run_recover("--stack", "dev", "--once", "--json")
     assert done.returncode == recover.EXIT_UNAVAILABLE
     (line,) = done.stdout.splitlines()
     assert "pulumi stack init dev" in json.loads(line)["unavailable"]
@@ -535,8 +539,9 @@ def test_a_missing_stack_still_prints_its_round_as_json(apis, stub):
 
 def test_no_pulumi_cli_exits_69_before_any_probe(apis, tmp_path):
     tpu, _ = apis
-    env = {**os.environ, "PATH": str(tmp_path / "empty")}
-    done = run_recover("--stack", "dev", env=env)
+    done = in_process.run_plan(
+        "--stack", "dev", env={"PATH": str(tmp_path / "empty")}, module="infra.recover"
+    )
     assert done.returncode == recover.EXIT_UNAVAILABLE
     assert "Pulumi CLI cannot be run" in done.stderr
     assert "install it (version 3.226.0 or later): curl -fsSL https://get.pulumi.com | sh" in done.stderr
