@@ -13,6 +13,7 @@ import codecs
 import contextlib
 import copy
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -458,13 +459,22 @@ def _plain(value: Any) -> Any:
 
 def _plain_asset_or_secret(value: Any) -> Any:
     if isinstance(value, pulumi.FileAsset):
-        # The file, named from the project folder, so the plan reads the same on every machine.
+        # The file, named from the project folder, so the plan reads the same on every machine,
+        # and the SHA-256 of its contents: the engine compares an asset by that hash, so an edit of
+        # the file is a change even where its path is the same (the trainer's code, uploaded).
         path = Path(os.path.abspath(value.path))
         shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
-        return {"fileAsset": str(shown)}
+        return {"fileAsset": str(shown), "sha256": _file_sha256(path)}
     if rpc.is_rpc_secret(value):
         return _plain(rpc.unwrap_rpc_secret(value))
     return wire_values.KEEP
+
+
+def _file_sha256(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as error:  # the engine fails on it too; the plan names the file and why
+        return f"unreadable: {error.strerror or error}"
 
 
 # ---------------------------------------------------------------------------------------------

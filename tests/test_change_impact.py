@@ -206,6 +206,42 @@ def action(type_: str, old: dict[str, Any], new: dict[str, Any], **context: Any)
     return classify("urn", type_, "r", old, new, context=context).action
 
 
+def _trainer_objects(document: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    return [
+        r
+        for r in document["resources"]
+        if r["type"] == "gcp:storage/bucketObject:BucketObject" and r["inputs"]["name"] == name
+    ]
+
+
+def test_an_edit_of_the_trainers_code_replaces_its_uploads_and_nothing_else(base):
+    """The plan holds each uploaded file's SHA-256 (the engine compares an asset by it): a deployed
+    stack whose trainer/model.py had other contents gets that file's objects replaced, one per
+    bucket, and no VM, Job or pool is touched; the VMs and Pods take the new code when they next
+    start. Before the hash, the plan compared the path alone and said nothing would change."""
+    deployed = copy.deepcopy(base)
+    objects = _trainer_objects(deployed, "code/model.py")
+    assert len(objects) == 2 and all(len(o["inputs"]["source"]["sha256"]) == 64 for o in objects)
+    for each in objects:
+        each["inputs"]["source"]["sha256"] = "0" * 64  # what the stack uploaded before the edit
+    changes = {c.name: c for c in plan_diff.compare(deployed, base) if c.action != "same"}
+    assert sorted(changes) == [
+        "checkpoints-europe-west4-code-model.py",
+        "checkpoints-us-east5-code-model.py",
+    ]
+    assert {(c.action, c.changed, c.restarts_training) for c in changes.values()} == {
+        ("replace", ("source.sha256",), False)
+    }
+
+
+def test_a_base_plan_without_file_hashes_compares_uploads_by_path():
+    old = {"inputs": {"source": {"fileAsset": "trainer/model.py"}}}
+    new = {"inputs": {"source": {"fileAsset": "trainer/model.py", "sha256": "a" * 64}}}
+    moved = {"inputs": {"source": {"fileAsset": "trainer/other.py", "sha256": "a" * 64}}}
+    assert change_impact.changed_paths(old["inputs"], new["inputs"]) == []
+    assert change_impact.changed_paths(old["inputs"], moved["inputs"]) == ["source.fileAsset"]
+
+
 def test_a_trigger_that_appears_does_not_replace_but_one_that_changes_does():
     vm_type = "gcp:tpu/v2Vm:V2Vm"
     assert action(vm_type, resource({}, None), resource({}, 0)) == "same"

@@ -5,6 +5,7 @@ about."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -43,7 +44,10 @@ def test_the_trainer_is_uploaded_to_every_checkpoint_bucket(config):
     run = run_stack(config)
     uploads = {(r.inputs["bucket"], r.inputs["name"]): r.inputs["source"] for r in run.by_type(BUCKET_OBJECT)}
     assert uploads == {
-        (f"tpu-training-dev-dev-ckpt-{region}", f"code/{name}"): {"fileAsset": f"trainer/{name}"}
+        (f"tpu-training-dev-dev-ckpt-{region}", f"code/{name}"): {
+            "fileAsset": f"trainer/{name}",
+            "sha256": hashlib.sha256((REPO / "trainer" / name).read_bytes()).hexdigest(),
+        }
         for region in ("europe-west4", "us-east5")
         for name in TRAINER_FILES
     }
