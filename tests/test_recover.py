@@ -539,9 +539,7 @@ def test_a_missing_stack_still_prints_its_round_as_json(apis, stub):
 
 def test_no_pulumi_cli_exits_69_before_any_probe(apis, tmp_path):
     tpu, _ = apis
-    done = in_process.run_plan(
-        "--stack", "dev", env={"PATH": str(tmp_path / "empty")}, module="infra.recover"
-    )
+    done = in_process.run_recover("--stack", "dev", env={"PATH": str(tmp_path / "empty")})
     assert done.returncode == recover.EXIT_UNAVAILABLE
     assert "Pulumi CLI cannot be run" in done.stderr
     assert "install it (version 3.226.0 or later): curl -fsSL https://get.pulumi.com | sh" in done.stderr

@@ -45,9 +45,10 @@ def _signal_handlers() -> Iterator[None]:
             signal.signal(number, handler)
 
 
-def run_recover(*args: str) -> subprocess.CompletedProcess[str]:
-    """`python -m infra.recover ARGS`, in this process (as ``run_plan``), in this environment."""
-    return run_plan(*args, module="infra.recover")
+def run_recover(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m infra.recover ARGS`, in this process (as ``run_plan``), in this environment with
+    ``env``'s changes."""
+    return run_plan(*args, env=env, module="infra.recover")
 
 
 def run_plan(

@@ -115,7 +115,6 @@ class EngineProject:
             "PULUMI_LANGUAGE_PYTHON_EXEC": str(ENGINE_BIN / "pulumi-language-python-exec"),
             **endpoints,
         }
-        self.env.pop(SERVER_VARIABLE, None)
         self.fork_from(programs)
 
     def fork_from(self, programs: Optional[str]) -> None:
