@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import runpy
 import subprocess
@@ -356,3 +358,47 @@ def test_a_torn_checkpoint_read_of_the_stacks_own_outputs_is_tried_again_and_oth
     with pytest.raises(Exception, match="unknown stack"):
         program["_read_stack_outputs"]("org/project/stack")
     assert answers == ["never read"], "any other failure is not tried again"
+
+
+def test_a_run_keeps_no_logger_behind_and_still_collects_the_programs_warnings():
+    """Each run logs through a logger of its own, outside logging's registry: `infra.recover`
+    runs the program every round, and a logger got by name lives as long as the process, with
+    every message its collector held (and every `setLevel` anywhere walks all of them)."""
+    import pulumi
+
+    registered = set(logging.Logger.manager.loggerDict)
+
+    def warn(message: str) -> offline.ProgramRun:
+        return offline.run(lambda: pulumi.log.warn(message), project="p", stack="s")
+
+    runs = [warn("round 1"), warn("round 2")]
+    assert [run.warnings for run in runs] == [["round 1"], ["round 2"]]
+    assert set(logging.Logger.manager.loggerDict) == registered
+
+
+def test_an_uploaded_files_digest_follows_its_contents_and_is_read_again_only_when_it_changed(
+    tmp_path, monkeypatch
+):
+    """The plan's `sha256` of a file asset: read once while the file stays as it was (a watch plans
+    every round); a file changed just now is always read again, so a rewrite of the same size
+    within one tick of the file system's clock is seen; a settled file rewritten is seen by its
+    change time even when its size and modification time are put back."""
+    path = tmp_path / "model.py"
+    sha = {text: hashlib.sha256(text.encode()).hexdigest() for text in ("aaaa", "bbbb", "cccc")}
+    path.write_text("aaaa")
+    assert offline._file_sha256(path) == sha["aaaa"]
+    assert path not in offline._DIGESTS  # changed too recently to be trusted later
+    path.write_text("bbbb")
+    assert offline._file_sha256(path) == sha["bbbb"]
+
+    # Settled: older than the settling time (here, any age), as the repository's own files are.
+    monkeypatch.setattr(offline, "_SETTLED_NS", -1)
+    assert offline._file_sha256(path) == sha["bbbb"]
+    offline._DIGESTS[path] = (offline._DIGESTS[path][0], "kept")
+    assert offline._file_sha256(path) == "kept"  # not read again: the kept digest is returned
+    seen = os.stat(path)
+    path.write_text("cccc")
+    os.utime(path, ns=(seen.st_atime_ns, seen.st_mtime_ns))
+    assert os.stat(path).st_size == seen.st_size
+    assert offline._file_sha256(path) == sha["cccc"]
+    assert offline._file_sha256(tmp_path / "gone.py").startswith("unreadable: ")
