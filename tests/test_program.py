@@ -402,3 +402,19 @@ def test_an_uploaded_files_digest_follows_its_contents_and_is_read_again_only_wh
     assert os.stat(path).st_size == seen.st_size
     assert offline._file_sha256(path) == sha["cccc"]
     assert offline._file_sha256(tmp_path / "gone.py").startswith("unreadable: ")
+
+
+def test_a_task_the_program_leaves_pending_is_cancelled_when_the_run_ends():
+    """The run's loop ends with nothing of it still pending (left so, Python warns at exit that a
+    pending task was destroyed); the tasks are those the loop made, however many runs before it
+    left theirs to the garbage collector."""
+    import asyncio
+
+    left: list[asyncio.Task[None]] = []
+
+    def body() -> None:
+        left.append(asyncio.get_event_loop().create_task(asyncio.sleep(3600)))
+
+    offline.run(body, project="p", stack="s")
+    [task] = left
+    assert task.cancelled()
