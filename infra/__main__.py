@@ -13,8 +13,8 @@ import sys
 import time
 
 if __name__ == "__main__" and __package__ == "infra":
-    # `python -m infra`: the language host runs this file by its path (no package; see the end of
-    # the file), so this is someone running the program outside Pulumi, where it cannot work.
+    # `python -m infra`: the language host runs this folder as __main__ (no package; see the end
+    # of the file), so this is someone running the program outside Pulumi, where it cannot work.
     print(
         "infra/ is the Pulumi program of this project: `pulumi preview` and `pulumi up` run it, in a "
         "stack's context. Without the Pulumi CLI: `python -m infra.plan [--stack NAME]` shows what "
@@ -869,7 +869,8 @@ def main() -> None:
     export_outputs(settings, last, buckets, tpu_vms, gke, workloads, recovery)
 
 
-# The language host runs this file as __main__ (`runpy.run_path(args.PROGRAM, run_name='__main__')`,
-# pulumi/pulumi sdk/python/cmd/pulumi-language-python-exec at 0491e0d1a5), as infra.offline does.
+# The language host runs this folder as __main__ (`runpy.run_path(args.PROGRAM, run_name='__main__')`
+# with the entry point "." for a directory `main`: pulumi/pulumi sdk/python/cmd/
+# pulumi-language-python-exec at 0491e0d1a5, pkg/engine/project.go), as infra.offline does.
 if __name__ == "__main__":
     main()

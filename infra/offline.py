@@ -623,6 +623,15 @@ def run(
     )
 
 
+def program_body(program_dir: Path) -> Callable[[], Any]:
+    """The program as the language host runs it: its folder run as ``__main__``. For a directory
+    ``main`` the engine runs the host in that folder with the entry point "." (pulumi/pulumi
+    pkg/engine/project.go, ``getPwdMain``), and the executor calls ``runpy.run_path(".",
+    run_name="__main__")`` (sdk/python/cmd/pulumi-language-python-exec): Python finds the folder's
+    ``__main__.py`` as it finds a module, and loads it compiled from ``__pycache__``."""
+    return lambda: runpy.run_path(str(program_dir), run_name="__main__")
+
+
 def _share_config_module(program_dir: Path) -> None:
     """The program imports its config package as `stack_config` (the language host puts only its
     folder on sys.path); this package has loaded the same files as `infra.stack_config` already.
@@ -651,7 +660,7 @@ def run_program(
     with _program_on_path(project.program_dir):
         _share_config_module(project.program_dir)
         result = run(
-            lambda: runpy.run_path(str(project.program_dir / "__main__.py"), run_name="__main__"),
+            program_body(project.program_dir),
             project=project.name,
             stack=stack,
             config=config,

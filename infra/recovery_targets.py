@@ -43,7 +43,6 @@ source (pulumi/pulumi at 1b5949891b, v3.259.0-14; the CLI this project requires 
 from __future__ import annotations
 
 import os
-import runpy
 import sys
 from dataclasses import dataclass, field
 from typing import Collection, Sequence
@@ -97,7 +96,7 @@ def find_targets(
     os.environ["TPU_TRAINING_OFFLINE"] = "1"  # the round has read the live state already
     try:
         run = offline.run(
-            lambda: runpy.run_path(str(project.program_dir / "__main__.py"), run_name="__main__"),
+            offline.program_body(project.program_dir),
             project=project.name,
             stack=stack,
             config=config,

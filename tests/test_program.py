@@ -197,7 +197,7 @@ def test_program_runs_as_the_language_host_runs_it():
             project="tpu-training", stack="dev", monitor=mocks.MockMonitor(Mocks()),
             engine=mocks.MockEngine(None), dry_run=False,
         ))
-        program = lambda: runpy.run_path({str(INFRA / "__main__.py")!r}, run_name="__main__")
+        program = lambda: runpy.run_path(".", run_name="__main__")  # the host's entry point "."
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         loop.run_until_complete(pulumi.runtime.run_in_stack(program))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -54,7 +53,7 @@ def run_stack(
     if str(INFRA) not in sys.path:
         sys.path.insert(0, str(INFRA))
     return offline.run(
-        lambda: runpy.run_path(str(INFRA / "__main__.py"), run_name="__main__"),
+        offline.program_body(INFRA),
         project="tpu-training",
         stack=stack,
         config=encoded,
