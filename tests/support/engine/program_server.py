@@ -19,9 +19,9 @@ objects one by one (``_end_child`` says why), and the caller reads its status as
   SIGINT/SIGTERM the engine sends to stop the plugin and ends as the plugin ends; if the engine
   kills it, the server kills the plugin.
 
-What it learns: when a child ends it reports the modules it had imported; the server imports the
-ones that live outside the caller's project folder (the SDK, the providers' packages, this
-library, the doubles) before the next fork. Nothing of a project (its ``infra`` package, its
+What it learns: when a child ends it reports the modules it imported after the fork; the server
+imports the ones that live outside the caller's project folder (the SDK, the providers' packages,
+this library, the doubles) before the next fork. Nothing of a project (its ``infra`` package, its
 ``stack_config``) is ever imported here, so each run imports its own project's modules, as a new
 interpreter would. The first run of a server is a cold start.
 
