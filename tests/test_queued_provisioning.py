@@ -36,6 +36,7 @@ from support.crds import (
     KUEUE,
     KUEUE_CRD_FILES,
     RELEASE,
+    crd_document,
     kueue_objects,
     schema_errors,
 )
@@ -308,7 +309,7 @@ CEL_RULES: dict[tuple[str, str, str], Union[Check, str]] = {
 
 
 def _cel_rules(kind: str) -> set[tuple[str, str, str]]:
-    crd = yaml.safe_load(KUEUE_CRD_FILES[kind].read_text())
+    crd = crd_document(KUEUE_CRD_FILES[kind])
     (served,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta2"]
     found: set[tuple[str, str, str]] = set()
 
