@@ -379,11 +379,31 @@ def test_the_policy_pack_is_enforced_by_the_real_cli(project: EngineProject, pol
     assert clean.returncode == 0, clean.stdout[-4000:] + clean.stderr[-4000:]
     assert "tpu-training" in clean.stdout and "Policies:" in clean.stdout, clean.stdout[-2000:]
 
+    # The pack's process ends with the command, as the real language host's does.
+    assert eventually(lambda: not _policy_packs_of(project)), _policy_packs_of(project)
+
     project.set_config(STACK, "tpu-training:tpuVms", [dict(_VM, externalIp=True)])
     refused = project.pulumi("preview", "--stack", STACK, "--policy-pack", pack, check=False)
     assert refused.returncode != 0, refused.stdout[-4000:]
     assert "tpu-vm-no-external-ip" in refused.stdout, refused.stdout[-4000:]
     assert "mandatory" in refused.stdout, refused.stdout[-4000:]
+    assert eventually(lambda: not _policy_packs_of(project)), _policy_packs_of(project)
+
+
+def _policy_packs_of(project: EngineProject) -> list[int]:
+    """The running policy packs (``python -m pulumi.policy``) started for this project's commands:
+    those whose environment has the project's ``PULUMI_HOME``."""
+    home = f"PULUMI_HOME={project.env['PULUMI_HOME']}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if b"pulumi.policy" in (entry / "cmdline").read_bytes().split(b"\0") and home in (
+                entry / "environ"
+            ).read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:  # not a process, or one that ended meanwhile
+            continue
+    return found
 
 
 def test_a_failed_job_waits_for_a_pending_pool_edit_then_is_recreated_alone_by_recover(

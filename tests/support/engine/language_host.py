@@ -13,7 +13,7 @@ makes is small and is done here the same way, read from its ``main.go`` (pulumi/
   output on the host's own streams; exit status 32 means "bail" (the program showed the user a
   message already), any other non-zero status "program exited with non-zero exit code: N";
 - ``RunPlugin`` for a policy pack (kind ``analyzer``): the pack's virtualenv's ``python -u -m
-  pulumi.policy ARGS... PACK_DIR``, its output streamed back;
+  pulumi.policy ARGS... PACK_DIR``, its output streamed back, killed when the call ends;
 - the rest (required packages and plugins, dependencies, About) answer "nothing needed": every
   plugin the tests use is an executable on PATH.
 
@@ -155,6 +155,11 @@ class LanguageHost(language_pb2_grpc.LanguageRuntimeServicer):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
+        # As the real host starts it, with the call's context (exec.CommandContext; pulumi/pulumi
+        # sdk/python/toolchain/pip.go v3.274.1, Command): when the call ends, done or cancelled
+        # by the engine as it stops the plugin, the pack is killed. Left running, each policy run
+        # left a pack of 50 MB behind, its parent gone.
+        context.add_callback(process.kill)
         assert process.stdout is not None and process.stderr is not None
         errors: list[bytes] = []
         # Drained aside, so a pack that writes much to standard error never blocks.
