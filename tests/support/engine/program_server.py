@@ -109,9 +109,9 @@ def _run_child(request: dict, fds: list[int], report: Path) -> int:
     )
     root = os.path.realpath(request["cwd"])
     # What the server had imported is the server's already: only what this run imports after
-    # the fork is news. (Each module's path is resolved to tell a project's own from the rest,
-    # and resolving the whole inherited sys.modules, some 1,500 paths, at every child's exit
-    # was a fifth of the engine tier's CPU.)
+    # the fork is news. (Each module's path is resolved to tell a project's own from the rest;
+    # resolving the whole inherited sys.modules, some 1,500 paths, at every child's exit cost the
+    # engine tier 9 of its 149 CPU-seconds at -n0.)
     inherited = set(sys.modules)
 
     def report_modules() -> None:
