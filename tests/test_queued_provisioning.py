@@ -36,9 +36,9 @@ from support.crds import (
     KUEUE,
     KUEUE_CRD_FILES,
     RELEASE,
-    crd_document,
     kueue_objects,
     schema_errors,
+    served_schema,
 )
 from support.program import REPO, changed_registrations, run_components
 from tpu_training_components import (
@@ -309,8 +309,6 @@ CEL_RULES: dict[tuple[str, str, str], Union[Check, str]] = {
 
 
 def _cel_rules(kind: str) -> set[tuple[str, str, str]]:
-    crd = crd_document(KUEUE_CRD_FILES[kind])
-    (served,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta2"]
     found: set[tuple[str, str, str]] = set()
 
     def walk(schema: Any, path: str) -> None:
@@ -322,7 +320,7 @@ def _cel_rules(kind: str) -> set[tuple[str, str, str]]:
             walk(sub, f"{path}.{name}")
         walk(schema.get("items"), f"{path}[]")
 
-    walk(served["schema"]["openAPIV3Schema"], "")
+    walk(served_schema(KUEUE_CRD_FILES[kind], "v1beta2"), "")
     return found
 
 
