@@ -5,13 +5,17 @@ does."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import selectors
 import signal
+import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
@@ -20,6 +24,8 @@ from pulumi.automation.errors import create_command_error
 from semver import VersionInfo
 from tpu_training_components.domain.recovery_rounds import ROUND_ENV, RecoveryRound, RoundOutcome
 from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
+
+from infra.stack_locks import LockVerdict, judge_locks, lock_holders, runs_pulumi
 
 _TAIL_LINES = 5
 
@@ -54,6 +60,10 @@ class PulumiTryLater(Exception):
     """The CLI could not say now (a preview failed): nothing was changed; a later round tries."""
 
 
+class StackBusy(PulumiTryLater):
+    """Another update holds the stack's lock, and it is not known to be dead."""
+
+
 class PulumiTimedOut(PulumiTryLater):
     """A CLI call ran past its deadline and was stopped: nothing is known of its result."""
 
@@ -68,6 +78,8 @@ class UpResult:
     duration_seconds: float
     changes: dict[str, int] = field(default_factory=dict)
     """Resource operations the update performed (``{"create": 1, "same": 40}``)."""
+    released_locks: tuple[str, ...] = ()
+    """The locks of dead updates released before it could run, one line each saying whose and why."""
 
 
 UP_MESSAGE = "python -m infra.recover: recovery after preemption, maintenance or a failed Job"
@@ -123,6 +135,25 @@ class UpRunner(Protocol):
     def pending_changes(self, stack: str) -> list[PendingChange]:
         """What a full `pulumi up` would change now (a preview without refresh)."""
         ...
+
+    def export_state(self, stack: str) -> dict[str, Any]:
+        """The stack's state, as `pulumi stack export` prints it (``PulumiTryLater``)."""
+        ...
+
+    def import_state(self, stack: str, state: dict[str, Any]) -> tuple[str, ...]:
+        """Writes the stack's state; returns the lines of the dead locks it released."""
+        ...
+
+
+def failure_message(text: str) -> str:
+    """What a failed CLI call says, in one line: its ``error:`` lines (the cloud API's answer among
+    them, each once), or else its last lines. The last lines alone are often a plugin's warning,
+    and the API's answer scrolled away above them."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    errors = list(dict.fromkeys(line for line in lines if line.startswith("error:")))
+    if not errors:
+        return _tail(text)
+    return " | ".join(errors[:_TAIL_LINES])[:1000]
 
 
 def _tail(text: str) -> str:
@@ -232,7 +263,7 @@ class DeadlineCommand(PulumiCommand):
 
     @staticmethod
     def _stop(process: subprocess.Popen, grace: float) -> None:
-        for number, wait in ((signal.SIGINT, grace), (signal.SIGKILL, 10.0)):
+        for number, wait in ((signal.SIGINT, grace), (signal.SIGKILL, KILL_WAIT_SECONDS)):
             try:
                 os.killpg(process.pid, number)
             except ProcessLookupError:
@@ -243,6 +274,9 @@ class DeadlineCommand(PulumiCommand):
             except subprocess.TimeoutExpired:
                 continue
 
+
+KILL_WAIT_SECONDS = 10.0
+"""How long a stopped CLI gets after SIGKILL (``DeadlineCommand._stop``)."""
 
 _DRAIN_SECONDS = 2.0
 """How long to read what is left in the pipes once the CLI has ended."""
@@ -334,6 +368,9 @@ class AutomationUp:
         self._work_dir = str(work_dir)
         self._on_output = on_output
         self._up_timeout = up_timeout_seconds
+        self._grace = grace_seconds
+        self.released: tuple[str, ...] = ()
+        """The lines of the last ``unlocked`` call: whose dead locks it released."""
         self._command = DeadlineCommand(up_timeout_seconds=up_timeout_seconds, grace_seconds=grace_seconds)
         version = self._command.version
         if version is None or version.compare(MIN_CLI_VERSION) < 0:
@@ -451,31 +488,121 @@ class AutomationUp:
             args += ["--target", urn]
         # The program's outputs then say what the state holds after a targeted update.
         env = {ROUND_ENV: recovery_round.to_env()} if recovery_round is not None else {}
-        try:
+
+        def update() -> None:
             self._command.run(
                 [*args, "--stack", stack], self._work_dir, env, self._on_output, self._on_output
             )
+
+        try:
+            self.unlocked(stack, update)
         except PulumiTimedOut as exc:
             return done(
                 RoundOutcome.FAILED,
-                f"{exc}; a stopped update can leave the stack locked: `pulumi cancel --stack {stack}`",
+                f"{exc}; a stopped update can leave the stack locked; the next round releases it "
+                f"(its process is gone), or run `pulumi cancel --stack {stack}`",
             )
-        except automation.errors.ConcurrentUpdateError as exc:
-            return done(
-                RoundOutcome.BUSY,
-                f"another update holds the stack: {_tail(str(exc))}; if none is running, a killed one "
-                f"left its lock: `pulumi cancel --stack {stack}`",
-            )
+        except StackBusy as exc:
+            return done(RoundOutcome.BUSY, str(exc))
         except automation.errors.CommandError as exc:
-            return done(RoundOutcome.FAILED, _tail(str(exc)))
+            return dataclasses.replace(
+                done(RoundOutcome.FAILED, failure_message(str(exc))), released_locks=self.released
+            )
         try:
             (last,) = selected.history(page_size=1, page=1)
-            return done(RoundOutcome.SUCCEEDED, f"update {last.result}", last.resource_changes)
+            result = done(RoundOutcome.SUCCEEDED, f"update {last.result}", last.resource_changes)
         except Exception as exc:  # noqa: BLE001 - the update succeeded; only its summary is missing
-            return done(
+            result = done(
                 RoundOutcome.SUCCEEDED,
                 f"update succeeded (its summary could not be read: {type(exc).__name__})",
             )
+        return dataclasses.replace(result, released_locks=self.released)
+
+    # --- What a killed update left: its lock, and its state ----------------------------------
+
+    def unlocked(self, stack: str, run: Callable[[], Any]) -> tuple[str, ...]:
+        """Runs ``run`` (a CLI call that takes the stack's lock); when the lock is refused and
+        every holder is gone (``infra.stack_locks``), releases it (`pulumi cancel`) and runs
+        ``run`` once more. Returns the lines saying whose locks were released (none when the
+        first run got the lock). Raises ``StackBusy`` when a holder may be alive."""
+        automation = self._automation
+        self.released = ()
+        try:
+            run()
+            return ()
+        except automation.errors.ConcurrentUpdateError as exc:
+            refusal = str(exc)
+            verdict = self.judge_locks(refusal)
+        if not verdict.release:
+            raise StackBusy(
+                f"another update holds the stack: {_tail(refusal)}; {verdict.summary}; a later round "
+                f"tries again (`pulumi cancel --stack {stack}` releases it, once you know no update runs)"
+            )
+        try:
+            self._command.run(["cancel", "--yes", "--stack", stack], self._work_dir, {})
+        except automation.errors.CommandError as exc:
+            raise PulumiTryLater(f"`pulumi cancel` for stack {stack!r} failed: {_tail(str(exc))}") from None
+        released = self.released = tuple(
+            f"released the lock of a dead update: {line}" for line in verdict.lines
+        )
+        try:
+            run()
+        except automation.errors.ConcurrentUpdateError as exc:
+            raise StackBusy(
+                f"another update took the stack as its dead lock was released: {_tail(str(exc))}"
+            ) from None
+        return released
+
+    def judge_locks(self, refusal: str) -> LockVerdict:
+        """Whether the locks a refusal names are all dead: held by a gone process on this host, or
+        taken on another longer ago than this watcher's updates can run."""
+        return judge_locks(
+            lock_holders(refusal),
+            this_host=socket.gethostname(),
+            runs_pulumi=runs_pulumi,
+            now=datetime.now(timezone.utc),
+            stale_after=timedelta(seconds=self._up_timeout + self._grace + KILL_WAIT_SECONDS),
+        )
+
+    def export_state(self, stack: str) -> dict[str, Any]:
+        """The stack's state (`pulumi stack export`; no lock taken, secrets stay encrypted).
+        Raises ``PulumiTryLater`` when it cannot be read."""
+        self._select(stack)
+        try:
+            result = self._command.run(["stack", "export", "--stack", stack], self._work_dir, {})
+            state = json.loads(result.stdout)
+        except PulumiTimedOut:
+            raise
+        except self._automation.errors.CommandError as exc:
+            raise PulumiTryLater(
+                f"`pulumi stack export` for stack {stack!r} failed: {_tail(str(exc))}"
+            ) from None
+        except ValueError:
+            raise PulumiTryLater(f"`pulumi stack export` for stack {stack!r} printed no state") from None
+        if not isinstance(state, dict):
+            raise PulumiTryLater(f"`pulumi stack export` for stack {stack!r} printed no state")
+        return state
+
+    def import_state(self, stack: str, state: dict[str, Any]) -> tuple[str, ...]:
+        """Writes ``state`` as the stack's (`pulumi stack import`, under the stack's lock, a dead
+        update's released first). Returns the lines saying whose locks were released."""
+        with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="settled-", delete=False) as file:
+            json.dump(state, file)
+        try:
+            return self.unlocked(
+                stack,
+                lambda: self._command.run(
+                    ["stack", "import", "--file", file.name, "--stack", stack], self._work_dir, {}
+                ),
+            )
+        except (PulumiTryLater, PulumiTimedOut):
+            raise
+        except self._automation.errors.CommandError as exc:
+            raise PulumiTryLater(
+                f"`pulumi stack import` for stack {stack!r} failed: {_tail(str(exc))}"
+            ) from None
+        finally:
+            os.unlink(file.name)
 
 
 def deployed_names(outputs: dict[str, Any]) -> set[str]:
