@@ -63,11 +63,13 @@ from tpu_training_components.domain.capacity_ladder import (
     with_stockout_causes,
 )
 from tpu_training_components.domain.goodput import CheckpointPlan
+from tpu_training_components.domain.recovery import utc_now
 from tpu_training_components.domain.recovery_rounds import (
     ROUND_ENV,
     RecoveryRound,
     RoundEnvError,
     as_deployed,
+    with_resumed_causes,
 )
 from tpu_training_components.domain.required_access import apis_for_features
 from tpu_training_components.domain.restart_budget import RESTARTS_OUTPUT, history_output
@@ -117,6 +119,37 @@ class LastUpdate:
         previous = self.outputs.get(key)
         deployed = pulumi.Output.from_input(value).apply(lambda new: as_deployed(previous, new, recovered))
         pulumi.export(key, pulumi.Output.secret(deployed) if key in self.secrets else deployed)
+
+    def export_by_kind(self, key: str, value: Any, recovered: frozenset[str]) -> None:
+        """``export`` for an output keyed by kind, then by name (``lastRecoveries``: ``tpuVms``,
+        ``jobs``): each kind's entries kept as ``export`` keeps them."""
+        if self.round is None or not self.round.targeted:
+            pulumi.export(key, value)
+            return
+        previous = self.outputs.get(key)
+        before = previous if isinstance(previous, dict) else {}
+        deployed = pulumi.Output.from_input(value).apply(
+            lambda new: {
+                kind: as_deployed(before.get(kind), entries, recovered) for kind, entries in new.items()
+            }
+        )
+        pulumi.export(key, pulumi.Output.secret(deployed) if key in self.secrets else deployed)
+
+
+def _recovery_cause(
+    name: str,
+    last: LastUpdate,
+    recorded: Any,
+    stockouts: frozenset[str] = frozenset(),
+) -> Any:
+    """The cause written on a re-created VM or Job: ``stockout`` one rung down its ladder; the
+    cause of the recovery an interrupted update began, when this round carries it on; else the
+    one ``lastRecoveries`` records (``recorded(name)``)."""
+    if name in stockouts:
+        return "stockout"
+    if last.round is not None and name in last.round.resumed:
+        return last.round.resumed[name]
+    return recorded(name)
 
 
 CHECKPOINT_READ_ATTEMPTS = 5
@@ -417,7 +450,7 @@ def declare_tpu_vms(
                 "environment": environments[vm.name],
                 "service_account_email": identity.email,
                 "recovery_generation": recovery.vm_generation(vm.name),
-                "recovery_cause": "stockout" if vm.name in stockouts else recovery.vm_cause(vm.name),
+                "recovery_cause": _recovery_cause(vm.name, last, recovery.vm_cause, stockouts),
                 "restart_generation": vm.restart_generation,
                 "external_ip": vm.external_ip,
                 # A secret anywhere in tpuVms (`pulumi config set --secret --path
@@ -528,6 +561,7 @@ def declare_workloads(
     buckets: dict[str, CheckpointBucket],
     foundation: Foundation,
     recovery: TrainingRecovery,
+    last: LastUpdate,
 ) -> Workloads:
     provider = gke.cluster.provider
     # The Pods' Google identity: objects in the cluster region's bucket, nothing else.
@@ -598,7 +632,7 @@ def declare_workloads(
     environments = {job.name: derived.job_environment(settings, job) for job in settings.jobs}
     jobs = (
         declare_jobs(
-            settings, gke, pod_identity, namespaces, engines, queues, recovery, environments, classes
+            settings, gke, pod_identity, namespaces, engines, queues, recovery, environments, classes, last
         )
         if pod_identity is not None
         else {}
@@ -616,6 +650,7 @@ def declare_jobs(
     recovery: TrainingRecovery,
     environments: Environments,
     classes: dict[str, TpuComputeClass],
+    last: LastUpdate,
 ) -> dict[str, TrainingWorkload]:
     """Each ``jobs`` entry as a Job or a JobSet, by name."""
     jobs: dict[str, TrainingWorkload] = {}
@@ -633,7 +668,7 @@ def declare_jobs(
             "workload_pool": gke.cluster.workload_pool,
             "namespace": job.namespace,
             "recovery_generation": recovery.job_generation(job.name),
-            "recovery_cause": recovery.job_cause(job.name),
+            "recovery_cause": _recovery_cause(job.name, last, recovery.job_cause),
             "privileged": job.privileged,
         }
         grace = derived.job_termination_grace_seconds(settings)
@@ -760,9 +795,18 @@ def export_outputs(
         pulumi.export(LADDERS_OUTPUT, ladders)
     # Read back by the next run, and by `python -m infra.status`: each VM's and Job's last recovery.
     stockouts = last.round.stockouts if last.round is not None else frozenset()
-    last.export(
+    resumed = last.round.resumed if last.round is not None else {}
+    decided_at = utc_now().strftime("%Y-%m-%dT%H:%M:%SZ")
+    last.export_by_kind(
         RECOVERIES_OUTPUT,
-        recovery.last_recoveries.apply(lambda found: with_stockout_causes(found, stockouts)),
+        pulumi.Output.all(recovery.last_recoveries, recovery.vm_generations, recovery.job_generations).apply(
+            lambda found: with_resumed_causes(
+                with_stockout_causes(found[0], stockouts),
+                resumed,
+                {"tpuVms": found[1], "jobs": found[2]},
+                decided_at,
+            )
+        ),
         recovered_vms | recovered_jobs,
     )
     # Read back by the next run, which refuses to run under another stack or project name.
@@ -863,7 +907,9 @@ def main() -> None:
     )
     gke = declare_gke(settings, settings.cluster, foundation) if settings.cluster is not None else None
     workloads = (
-        declare_workloads(settings, gke, buckets, foundation, recovery) if gke is not None else Workloads()
+        declare_workloads(settings, gke, buckets, foundation, recovery, last)
+        if gke is not None
+        else Workloads()
     )
     declare_monitoring(settings, foundation, declared_cost(foundation, tpu_vms, gke))
     export_outputs(settings, last, buckets, tpu_vms, gke, workloads, recovery)

@@ -109,6 +109,7 @@ from infra.automation import (
     UpRunner,
     deployed_names,
 )
+from infra.interrupted_updates import Live, any_interrupted, interruptions, settle
 from infra.maintenance import NoticeRound, NoticeStep
 from infra.plan import CommandLineParser, UsageError, exit_quickly, load_project_for, stack_name
 from infra.recover_events import ClusterEvents
@@ -368,6 +369,10 @@ class RoundReport:
     ladder_moves: tuple[str, ...] = ()
     """TPU VMs whose next creation goes one rung down: the next round is a new attempt, not a
     retry, so a watch does not back off before it."""
+    released_locks: list[str] = field(default_factory=list)
+    """The locks of dead updates the round released, one line each: whose, and how it knew."""
+    settled: list[str] = field(default_factory=list)
+    """What the round did to settle the state interrupted updates left (``infra.interrupted_updates``)."""
 
     def recovery_records(self) -> list[dict[str, Any]]:
         """One record per VM or Job the round's `pulumi up` recovered (or tried to): its cause and
@@ -381,6 +386,8 @@ class RoundReport:
             if decision not in recovering:
                 continue
             record = recovery_record(self.stack, kind, decision, times)
+            if self.released_locks:
+                record["releasedLocks"] = list(self.released_locks)
             if kind == "tpuVm" and decision.name in self.rungs:
                 # Its rung, and how its create failed: what a later run counts stockouts from.
                 record["rung"] = self.rungs[decision.name].to_json()
@@ -410,6 +417,8 @@ class RoundReport:
             # "error", "unavailable", "tryLater": the reason under the key of its outcome.
             **{outcome.value: self.reason if self.outcome is outcome else None for outcome in ENDED_EARLY},
             "targets": list(self.targets),
+            "releasedLocks": list(self.released_locks),
+            "settled": list(self.settled),
             "pendingChanges": [{"urn": p.urn, "op": p.op, "keys": list(p.keys)} for p in self.pending],
             "decisions": [
                 {
@@ -426,6 +435,7 @@ class RoundReport:
                     "unavailable": d.unavailable,
                     "restarts": d.restarts,
                     "overBudget": d.over_budget,
+                    "resumed": d.resumed,
                 }
                 for kind, d in self.decisions
             ],
@@ -482,6 +492,13 @@ class Recoverer:
         kept between the rounds of a watch (domain/capacity_ladder.py)."""
         self.records = records
         """The ``--records`` file: where a run that has not seen a VM yet reads its stockouts."""
+        self.unsettled = True
+        """Whether the state may hold what an interrupted update left: true for the first round
+        of a run (the last one may have been killed) and after an update that did not succeed;
+        such a round reads the state even when it recovers nothing."""
+        self.failed_causes: dict[str, Cause] = {}
+        """VM or Job -> the cause of a recovery whose update failed: what the round that carries
+        it on records, instead of "missing"."""
 
     def run_round(self) -> RoundReport:
         self.rounds += 1
@@ -520,7 +537,7 @@ class Recoverer:
             self.say(f"error: {message}")
             return
 
-        decisions = self.probe(settings)
+        decisions = self._settle(loaded, self.probe(settings), report)
         outputs: Optional[dict[str, Any]] = None
         if plan_round([d for _, d in decisions]).run_up and self.up is not None:
             # Which VMs and Jobs the stack deployed, and each Job's recoveries: one CLI call, made
@@ -547,8 +564,122 @@ class Recoverer:
         report.up = self._recover(report, loaded, outputs or {}, history, now)
         if report.up_started_at is not None:
             report.up_ended_at = self.clock()
+        for line in report.up.released_locks:
+            report.released_locks.append(line)
+            self.say(f"info: {line}")
         self.say(f"{self.target.qualified}: pulumi up {report.up.status}: {report.up.message}")
+        self._remember(report)
         self._after_creates(settings, report)
+
+    def _settle(
+        self, loaded: LoadedStack, decisions: list[tuple[str, Decision]], report: RoundReport
+    ) -> list[tuple[str, Decision]]:
+        """Settle what an interrupted update left for the recovered VMs and Jobs, from the live
+        state just read (``infra.interrupted_updates``), before deciding on it: the decisions,
+        with the recovery each interrupted update began carried on (``Decision.resumed``)."""
+        if self.up is None or not (self.unsettled or plan_round([d for _, d in decisions]).run_up):
+            return decisions
+        stack = self.target.qualified
+        state = self.up.export_state(stack)
+        if not any_interrupted(state):
+            self.unsettled = False
+            return decisions
+        try:
+            urns = recovery_targets.find_targets(
+                self.target.project,
+                self.target.stack,
+                loaded.config,
+                loaded.secret_keys,
+                [(kind, d.name) for kind, d in decisions],
+            ).urns
+        except Exception as exc:  # noqa: BLE001 - the program, run offline, refused: leave the state be
+            self.say(f"warning: the state was not settled: its resources could not be found: {exc}")
+            return decisions
+        named = {urn: name for name, urn in urns.items()}
+        found = interruptions(state, named)
+        if not found:
+            self.unsettled = False
+            return decisions
+        by_name = {d.name: d for _, d in decisions}
+        settlement = settle(state, found, {urn: _live(by_name[named[urn]]) for urn in found})
+        if settlement.unknown:
+            names = ", ".join(named[urn] for urn in settlement.unknown)
+            raise PulumiTryLater(
+                f"an interrupted update left {names} half-done, and the live state to settle it by "
+                f"could not be read; the stack's state is left as it is"
+            )
+        # Written back under the stack's lock (`pulumi stack import` takes it, and a live update's
+        # refuses it), and only if nothing wrote the state since it was read: an update that was
+        # still running then, and ended since, must not be overwritten with what it left.
+        if self.up.export_state(stack) != state:
+            raise PulumiTryLater(
+                "the stack's state changed while the round settled what an interrupted update left: "
+                "an update is running; it is left to finish"
+            )
+        for line in self.up.import_state(stack, settlement.state):
+            report.released_locks.append(line)
+            self.say(f"info: {line}")
+        for line in settlement.lines:
+            report.settled.append(line)
+            self.say(f"info: settled: {line}")
+        # An adopted resource's outputs are read by the refresh of the round's own targeted
+        # `pulumi up --refresh`, which it runs (``Decision.resumed``).
+        self.unsettled = False
+        settled = []
+        for kind, decision in decisions:
+            urn = urns.get(decision.name)
+            if urn in settlement.adopted and decision.action == "keep" and not decision.unavailable:
+                cause = settlement.adopted[urn]
+                decision = dataclasses.replace(
+                    decision,
+                    resumed=True,
+                    cause=cause,
+                    reason=f"{decision.reason}; an interrupted update made it, and this round records "
+                    f"that recovery ({cause or 'cause not recorded'})",
+                )
+            elif urn in found and decision.action != "keep" and decision.cause is Cause.MISSING:
+                cause = settlement.resumed.get(urn) or self._failed_cause(decision.name)
+                if cause is not None:
+                    decision = dataclasses.replace(
+                        decision,
+                        resumed=True,
+                        cause=cause,
+                        reason=f"{decision.reason}; carries on the recovery ({cause}) an interrupted "
+                        f"update began",
+                    )
+            settled.append((kind, decision))
+        return settled
+
+    def _failed_cause(self, name: str) -> Optional[Cause]:
+        """The cause of ``name``'s last recovery whose update failed: this run's, or the last
+        record of it in ``--records`` when that one did not succeed."""
+        if name in self.failed_causes:
+            return self.failed_causes[name]
+        if self.records is None:
+            return None
+        try:
+            with open(self.records, encoding="utf-8") as lines:
+                records = [json.loads(line) for line in lines if line.strip()]
+        except (OSError, ValueError):
+            return None
+        mine = [r for r in records if isinstance(r, dict) and r.get("name") == name]
+        if not mine or mine[-1].get("upStatus") == RoundOutcome.SUCCEEDED.value:
+            return None
+        cause = mine[-1].get("cause")
+        return Cause(cause) if cause in {c.value for c in Cause} and cause != Cause.MISSING else None
+
+    def _remember(self, report: RoundReport) -> None:
+        """After an update: whether the state may hold an interruption, and each failed recovery's cause."""
+        if report.up is None or report.plan is None:
+            return
+        if report.up.status is RoundOutcome.SUCCEEDED:
+            for decision in report.plan.recovering:
+                self.failed_causes.pop(decision.name, None)
+        elif report.up.status in (RoundOutcome.FAILED, RoundOutcome.BUSY):
+            self.unsettled = True
+            for decision in report.plan.recovering:
+                if decision.cause is not None and decision.cause is not Cause.MISSING:
+                    self.failed_causes[decision.name] = decision.cause
 
     def _on_ladder(
         self, settings: stack_config.StackConfig, decision: Decision, report: RoundReport
@@ -703,6 +834,15 @@ class Recoverer:
         )
 
 
+def _live(decision: Decision) -> Live:
+    """What a round's decision says of its object's live state."""
+    if decision.unavailable:
+        return Live(None)
+    if decision.action == "create":
+        return Live(False)
+    return Live(True, decision.generation)
+
+
 def _recovery_round(
     recovered: Sequence[tuple[str, Decision]],
     targets: Optional[Sequence[str]],
@@ -728,6 +868,7 @@ def _recovery_round(
         },
         rungs={name: rung for name, rung in (rungs or {}).items() if name in vms},
         stockouts=frozenset(name for name in stockouts if name in vms),
+        resumed={d.name: d.cause.value for _, d in recovered if d.resumed and d.cause is not None},
     )
 
 

@@ -182,8 +182,11 @@ def test_the_cli_gets_a_preview_then_an_up_with_exactly_these_targets(apis, stub
     done = run_recover("--stack", "dev", "--once", "--json")
     assert done.returncode == recover.EXIT_OK, done.stderr
     commands = [c[1:] for c in stub_pulumi.calls(stub)]
-    assert commands[:3] == [
+    assert commands[:5] == [
         ["version"],
+        ["stack", "select", "--stack", "dev"],
+        # The state, for what an interrupted update may have left (infra/interrupted_updates.py).
+        ["stack", "export", "--stack", "dev"],
         ["stack", "select", "--stack", "dev"],
         ["stack", "output", "--json", "--stack", "dev"],
     ]

@@ -5,6 +5,7 @@ The dev stack declares demo-tpu (europe-west4-a) and the Job train-v6e (namespac
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -67,6 +68,10 @@ class RecordingRunner:
         self.stacks: list[str] = []
         self.targets: list[Optional[list[str]]] = []
         self.previews = 0
+        self.state: dict[str, Any] = {"version": 3, "deployment": {"resources": []}}
+        """The stack's state, as `pulumi stack export` prints it."""
+        self.exports = 0
+        self.imports: list[dict[str, Any]] = []
 
     def __call__(
         self,
@@ -90,6 +95,15 @@ class RecordingRunner:
     def pending_changes(self, stack: str) -> list[PendingChange]:
         self.previews += 1
         return list(self.pending)
+
+    def export_state(self, stack: str) -> dict[str, Any]:
+        self.exports += 1
+        return copy.deepcopy(self.state)
+
+    def import_state(self, stack: str, state: dict[str, Any]) -> tuple[str, ...]:
+        self.state = copy.deepcopy(state)
+        self.imports.append(self.state)
+        return ()
 
 
 def recoverer(

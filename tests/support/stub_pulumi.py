@@ -30,7 +30,10 @@ call. ``behaviour.json`` in the folder chooses what `up` does:
   the state are allowed deletes (``getTargetDependents``, ~l.2543, children included), and a
   delete of one that is not itself a target fails the update with the engine's error 2014
   (``GenerateDeletes``, ~l.2510-2535; sdk/go/common/diag/errors.go). Each `up` also writes the
-  ``TPU_TRAINING_RECOVERY_ROUND`` it was given to ``up-env.jsonl`` (null when unset).
+  ``TPU_TRAINING_RECOVERY_ROUND`` it was given to ``up-env.jsonl`` (null when unset);
+  `pulumi stack export` prints them as the state;
+- ``{"pending_operations": [...]}``: the pending operations `pulumi stack export` prints;
+  `pulumi stack import --file F` copies F to ``imported.json``; `cancel` succeeds.
 """
 
 from __future__ import annotations
@@ -146,6 +149,18 @@ elif args[:2] == ["preview", "--json"]:
     steps = [{{"op": "same", "urn": stack_urn}},
              {{"op": "replace", "urn": vm_urn, "replaceReasons": []}}] + behaviour.get("pending", [])
     print(json.dumps({{"steps": steps, "changeSummary": {{"replace": 1}}, "duration": 1}}))
+elif args[:2] == ["stack", "export"]:
+    # `pulumi stack export`: the state ("state" gives its resources; "pending_operations" what an
+    # interrupted update left), in the apitype.UntypedDeployment shape, version 3.
+    deployment = {{"resources": behaviour.get("state", [])}}
+    if behaviour.get("pending_operations"):
+        deployment["pending_operations"] = behaviour["pending_operations"]
+    print(json.dumps({{"version": 3, "deployment": deployment}}))
+elif args[:2] == ["stack", "import"]:
+    source = args[args.index("--file") + 1]
+    (HERE / "imported.json").write_text(Path(source).read_text())
+elif args[:1] == ["cancel"]:
+    print(f"stub pulumi: {{args[0]}} done")
 elif args[:3] == ["stack", "output", "--json"]:
     print(json.dumps(behaviour.get("outputs", {{}})))
 elif args[:3] == ["stack", "history", "--json"] and "history" in behaviour:

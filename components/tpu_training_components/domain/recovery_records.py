@@ -57,9 +57,11 @@ def recovery_record(stack: str, kind: str, decision: Decision, times: RoundTimes
         "stack": stack,
         "kind": kind,
         "name": decision.name,
-        "action": decision.action,
+        # A kept one that a killed round had made is that round's replacement, recorded now.
+        "action": "replace" if decision.resumed and decision.action == "keep" else decision.action,
         "cause": decision.cause.value if decision.cause is not None else None,
         "reason": decision.reason,
+        "resumed": decision.resumed,
         "badput": INFRASTRUCTURE_RECOVERY if decision.cause is not None else None,
         "stalledSince": _stamp(stalled),
         "detectedAt": _stamp(times.detected_at),

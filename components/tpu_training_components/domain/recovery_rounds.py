@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Collection, Mapping, Optional, Sequence
 
 from .capacity_ladder import Rung
-from .recovery import Decision, StrEnum
+from .recovery import Cause, Decision, StrEnum
 from .restart_budget import Recovery, read_history
 
 RECOVERING_ACTIONS = frozenset({"create", "replace"})
@@ -82,7 +82,7 @@ class RoundPlan:
 
 def plan_round(decisions: Sequence[Decision]) -> RoundPlan:
     """`pulumi up` runs when some VM or Job must be created or replaced, and only then."""
-    recovering = tuple(d for d in decisions if d.action in RECOVERING_ACTIONS)
+    recovering = tuple(d for d in decisions if d.action in RECOVERING_ACTIONS or d.resumed)
     unavailable = tuple(d for d in decisions if d.unavailable)
     over_budget = tuple(d for d in decisions if d.over_budget)
     return RoundPlan(bool(recovering), recovering, unavailable, over_budget)
@@ -159,6 +159,10 @@ class RecoveryRound:
     stockouts: frozenset[str] = frozenset()
     """The recovered TPU VMs it declares one rung down their ladder for stockouts: their cause
     is ``stockout`` (their ``recovery-cause`` label, ``lastRecoveries``)."""
+    resumed: Mapping[str, str] = field(default_factory=dict)
+    """Recovered VM or Job -> the cause of the recovery an interrupted update began and this one
+    carries on: its cause (label, annotation, ``lastRecoveries``) instead of what this update
+    sees (a node gone, "missing")."""
 
     def to_env(self) -> str:
         return json.dumps(
@@ -169,6 +173,7 @@ class RecoveryRound:
                 "restarts": {name: [r.to_json() for r in entries] for name, entries in self.restarts.items()},
                 "rungs": {name: rung.to_json() for name, rung in self.rungs.items()},
                 "stockouts": sorted(self.stockouts),
+                "resumed": dict(self.resumed),
             },
             sort_keys=True,
         )
@@ -205,6 +210,15 @@ class RecoveryRound:
         stockouts = value.get("stockouts") or []
         if not _names(stockouts):
             raise RoundEnvError(f"{ROUND_ENV}: stockouts = {str(stockouts)[:80]!r} is not a list of VM names")
+        resumed = value.get("resumed") or {}
+        if not (
+            isinstance(resumed, dict)
+            and all(isinstance(cause, str) and cause in CAUSES for cause in resumed.values())
+        ):
+            raise RoundEnvError(
+                f"{ROUND_ENV}: resumed = {str(resumed)[:80]!r} is not a map of name -> one of "
+                f"{sorted(CAUSES)}"
+            )
         return RecoveryRound(
             value["targeted"],
             frozenset(vms or ()),
@@ -212,7 +226,44 @@ class RecoveryRound:
             history,
             {name: rung for name, rung in rungs.items() if rung is not None},
             frozenset(stockouts),
+            {str(name): cause for name, cause in resumed.items()},
         )
+
+
+CAUSES = frozenset(cause.value for cause in Cause)
+
+
+def with_resumed_causes(
+    last_recoveries: Any, resumed: Mapping[str, str], generations: Mapping[str, Any], decided_at: str
+) -> Any:
+    """``lastRecoveries`` (``TrainingRecovery.last_recoveries``) with each recovery an interrupted
+    update began and this round carried on: its cause, marked ``resumed``. One the round kept
+    (that update had made it) gets its entry here, since the program saw nothing to recover."""
+    if not resumed or not isinstance(last_recoveries, dict):
+        return last_recoveries
+    found = dict(last_recoveries)
+    for kind in ("tpuVms", "jobs"):
+        entries = found.get(kind)
+        if not isinstance(entries, dict):
+            continue
+        entries = dict(entries)
+        for name, cause in resumed.items():
+            if name not in generations.get(kind, {}):
+                continue
+            entry = entries.get(name)
+            if isinstance(entry, dict) and entry.get("generation") == generations[kind][name]:
+                entries[name] = {**entry, "cause": cause, "resumed": True}
+            else:
+                entries[name] = {
+                    "action": "replace",
+                    "cause": cause,
+                    "reason": "an interrupted update made it; recorded by the round that carried it on",
+                    "generation": generations[kind][name],
+                    "decidedAt": decided_at,
+                    "resumed": True,
+                }
+        found[kind] = entries
+    return found
 
 
 def _names(value: Any) -> bool:
