@@ -172,3 +172,27 @@ def stub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = stub_pulumi.install(tmp_path / "bin")
     monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
     return folder
+
+
+# --- The engine tier (tests/test_engine*.py) ---------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def engine() -> str:
+    version = engine_version()
+    if version is None:
+        reason = "the Pulumi engine is not built here: run `bash .ci/engine` (docs/engine-tests.md)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}; CI builds it first", pytrace=False)
+        pytest.skip(reason)
+    return version
+
+
+@pytest.fixture(scope="session")
+def programs(engine: str) -> str:
+    """The program server every project here but the README's runs its programs and plugins
+    through: the run's one server, which conftest starts before the workers."""
+    socket_path = os.environ.get(SHARED_PROGRAM_SERVER)
+    if not socket_path or not Path(socket_path).exists():
+        pytest.fail("the run's program server is not running (tests/conftest.py starts it)", pytrace=False)
+    return socket_path

@@ -9,12 +9,11 @@ a missing engine fails every test here."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from support.engine.engine import REPO, SHARED_PROGRAM_SERVER, EngineProject, endpoints, engine_version
+from support.engine.engine import REPO, EngineProject, endpoints
 from support.engine.fakes import CloudTpuApi, KubernetesApi
 from support.engine.providers import HOLD_VARIABLE, KUBERNETES_API_VARIABLE
 from support.engine.stacks import GKE_CONFIG, TPU_VM_CONFIG, VM, ZONE
@@ -33,27 +32,6 @@ SECOND_VM_URN = f"{VM_URN_PREFIX}second-tpu-vm"
 # A Job's status once its controller gave up on it.
 FAILED = {"failed": 5, "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}
 JOB_URN = f"{URN}tpu-training:gke:TpuTrainingJob$kubernetes:batch/v1:Job::train-v6e-job"
-
-
-@pytest.fixture(scope="session")
-def engine() -> str:
-    version = engine_version()
-    if version is None:
-        reason = "the Pulumi engine is not built here: run `bash .ci/engine` (docs/engine-tests.md)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{reason}; CI builds it first", pytrace=False)
-        pytest.skip(reason)
-    return version
-
-
-@pytest.fixture(scope="session")
-def programs(engine: str) -> str:
-    """The program server every project here but the README's runs its programs and plugins
-    through: the run's one server, which conftest starts before the workers."""
-    socket_path = os.environ.get(SHARED_PROGRAM_SERVER)
-    if not socket_path or not Path(socket_path).exists():
-        pytest.fail("the run's program server is not running (tests/conftest.py starts it)", pytrace=False)
-    return socket_path
 
 
 @pytest.fixture
@@ -219,9 +197,14 @@ def test_a_round_that_finds_the_stack_locked_by_another_update_does_nothing_and_
         assert eventually(lambda: Path(f"{hold}.started").exists(), 120), (
             "the first update reaches the create"
         )
+        locks = list((tmp_path / "state" / ".pulumi" / "locks").rglob("*.json"))
         second = project.recover(STACK, "--once")
         assert second.returncode == 75, second.stdout + second.stderr
         assert "another update holds the stack" in second.stderr, second.stderr
+        # Its holder is a live `pulumi up` on this host: the lock is judged alive and left alone.
+        assert "that process still runs here; left alone" in second.stderr, second.stderr
+        assert json.loads(second.stdout)["releasedLocks"] == []
+        assert len(locks) == 1 and locks[0].exists(), "the live update's lock is never released"
     finally:
         hold.unlink()
         out, err = first.communicate(timeout=300)

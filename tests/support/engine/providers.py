@@ -85,8 +85,14 @@ _NODE_FIELDS = (
 KUBERNETES_API_VARIABLE = "ENGINE_KUBERNETES_API"
 """The Kubernetes API server fake the Kubernetes double writes to (``http://127.0.0.1:PORT``)."""
 HOLD_VARIABLE = "ENGINE_TPU_CREATE_HOLD"
-"""A file: while it exists, a TPU node's create waits (writing FILE.started first), so a test can
-hold an update in the middle, with the stack locked. At most ``HOLD_SECONDS``."""
+"""A file: while it exists, the step ``HOLD_AT_VARIABLE`` names waits (writing FILE.started first),
+so a test can hold an update in the middle, with the stack locked, or crash it there. At most
+``HOLD_SECONDS``."""
+HOLD_AT_VARIABLE = "ENGINE_HOLD_AT"
+"""Where the hold waits: ``tpu-delete`` (before a node's DELETE), ``tpu-create`` (the default:
+before its POST), ``tpu-created`` (after the API made the node, before the engine learns of it),
+and the same for Kubernetes objects: ``kube-delete``, ``kube-create``, ``kube-created``."""
+HOLD_POINTS = ("tpu-delete", "tpu-create", "tpu-created", "kube-delete", "kube-create", "kube-created")
 HOLD_SECONDS = 120.0
 
 
@@ -99,6 +105,12 @@ def _node_body(inputs: dict[str, Any]) -> dict[str, Any]:
         body["serviceAccount"] = {**account, "scope": account["scopes"]}
         del body["serviceAccount"]["scopes"]
     return body
+
+
+def _hold_at(point: str) -> None:
+    """Wait while the hold file exists, when the test holds the update at ``point``."""
+    if os.environ.get(HOLD_AT_VARIABLE, "tpu-create") == point:
+        _hold_while(os.environ.get(HOLD_VARIABLE))
 
 
 def _hold_while(path: Optional[str]) -> None:
@@ -222,7 +234,7 @@ class TpuVms(Backend):
     def create(
         self, provider: ProviderDouble, type_: str, name: str, inputs: dict[str, Any]
     ) -> tuple[str, dict]:
-        _hold_while(os.environ.get(HOLD_VARIABLE))
+        _hold_at("tpu-create")
         project = inputs.get("project") or provider.project()
         zone, node_id = (
             inputs.get("zone") or provider.config.get("gcp:config:zone"),
@@ -235,6 +247,7 @@ class TpuVms(Backend):
         if status >= 300:
             raise ProviderError(f"creating TPU node {node_id}: {status} {json.dumps(answer)}")
         identifier = f"projects/{project}/locations/{zone}/nodes/{node_id}"
+        _hold_at("tpu-created")
         status, node = _http("GET", self._node_url(identifier))
         if status != 200:
             raise ProviderError(f"reading TPU node {node_id} after its creation: {status} {json.dumps(node)}")
@@ -262,6 +275,7 @@ class TpuVms(Backend):
         return self._outputs(news, node if status == 200 else {})
 
     def delete(self, provider: ProviderDouble, type_: str, identifier: str, state: dict[str, Any]) -> None:
+        _hold_at("tpu-delete")
         status, answer = _http("DELETE", self._node_url(identifier))
         if status not in (200, 404):
             raise ProviderError(f"deleting TPU node {identifier}: {status} {json.dumps(answer)}")
@@ -353,11 +367,13 @@ class KubernetesObjects(Backend):
     ) -> tuple[str, dict]:
         body = _unwrapped(copy.deepcopy(inputs))
         body.setdefault("metadata", {}).setdefault("name", name)
+        _hold_at("kube-create")
         status, answer = _http("POST", self._url(provider, body), body)
         if status >= 300:
             raise ProviderError(
                 f"creating {body['kind']} {body['metadata']['name']}: {status} {json.dumps(answer)}"
             )
+        _hold_at("kube-created")
         namespace = answer.get("metadata", {}).get("namespace", "default")
         return f"{namespace}/{answer['metadata']['name']}", {**inputs, **answer}
 
@@ -379,6 +395,7 @@ class KubernetesObjects(Backend):
         return {**news, **answer}
 
     def delete(self, provider: ProviderDouble, type_: str, identifier: str, state: dict[str, Any]) -> None:
+        _hold_at("kube-delete")
         status, answer = _http("DELETE", self._url(provider, state, identifier.rsplit("/", 1)[-1]))
         if status not in (200, 202, 404):
             raise ProviderError(f"deleting {identifier}: {status} {json.dumps(answer)}")
