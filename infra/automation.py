@@ -25,7 +25,14 @@ from semver import VersionInfo
 from tpu_training_components.domain.recovery_rounds import ROUND_ENV, RecoveryRound, RoundOutcome
 from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
 
-from infra.stack_locks import LockVerdict, judge_locks, lock_holders, runs_pulumi
+from infra.stack_locks import (
+    LockNotRemovable,
+    LockVerdict,
+    judge_locks,
+    lock_holders,
+    remove_lock,
+    runs_pulumi,
+)
 
 _TAIL_LINES = 5
 
@@ -151,9 +158,15 @@ def failure_message(text: str) -> str:
     and the API's answer scrolled away above them."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     errors = list(dict.fromkeys(line for line in lines if line.startswith("error:")))
-    if not errors:
-        return _tail(text)
+    if all(line.lower().startswith(_ENGINE_CLOSING) for line in errors):
+        return _tail(text)  # no resource's own error line: the last lines are all there is
+    # The engine's own closing lines ("update failed") say nothing of why; in the order the CLI
+    # printed its diagnostics they may come first, so the resources' errors go before them.
+    errors.sort(key=lambda line: line.lower().startswith(_ENGINE_CLOSING))
     return " | ".join(errors[:_TAIL_LINES])[:1000]
+
+
+_ENGINE_CLOSING = ("error: update failed", "error: resource monitor has terminated", "error: preview failed")
 
 
 def _tail(text: str) -> str:
@@ -371,6 +384,7 @@ class AutomationUp:
         self._grace = grace_seconds
         self.released: tuple[str, ...] = ()
         """The lines of the last ``unlocked`` call: whose dead locks it released."""
+
         self._command = DeadlineCommand(up_timeout_seconds=up_timeout_seconds, grace_seconds=grace_seconds)
         version = self._command.version
         if version is None or version.compare(MIN_CLI_VERSION) < 0:
@@ -522,7 +536,7 @@ class AutomationUp:
 
     def unlocked(self, stack: str, run: Callable[[], Any]) -> tuple[str, ...]:
         """Runs ``run`` (a CLI call that takes the stack's lock); when the lock is refused and
-        every holder is gone (``infra.stack_locks``), releases it (`pulumi cancel`) and runs
+        every holder is gone (``infra.stack_locks``), deletes those lock files and runs
         ``run`` once more. Returns the lines saying whose locks were released (none when the
         first run got the lock). Raises ``StackBusy`` when a holder may be alive."""
         automation = self._automation
@@ -538,10 +552,20 @@ class AutomationUp:
                 f"another update holds the stack: {_tail(refusal)}; {verdict.summary}; a later round "
                 f"tries again (`pulumi cancel --stack {stack}` releases it, once you know no update runs)"
             )
-        try:
-            self._command.run(["cancel", "--yes", "--stack", stack], self._work_dir, {})
-        except automation.errors.CommandError as exc:
-            raise PulumiTryLater(f"`pulumi cancel` for stack {stack!r} failed: {_tail(str(exc))}") from None
+        # Only the locks judged, never `pulumi cancel`: it deletes every lock of the stack, the one
+        # another recoverer may have taken since it judged the same dead lock.
+        for holder in lock_holders(refusal):
+            try:
+                remove_lock(holder.url, cwd=self._work_dir)
+            except LockNotRemovable as exc:
+                raise StackBusy(
+                    f"a dead update's lock holds the stack: {verdict.summary}; {exc}: run "
+                    f"`pulumi cancel --stack {stack}`"
+                ) from None
+            except Exception as exc:  # noqa: BLE001 - storage errors: the lock stays, a later round tries
+                raise PulumiTryLater(
+                    f"the dead update's lock {holder.url} could not be deleted: {exc}"
+                ) from None
         released = self.released = tuple(
             f"released the lock of a dead update: {line}" for line in verdict.lines
         )

@@ -10,8 +10,10 @@ v3.274.1, pkg/backend/diy/lock.go ``checkForLock``)::
       file:///state/.pulumi/locks/organization/tpu-training/dev/1f0c….json: created by
       ci@runner-7 (pid 4242) at 2026-12-02T07:41:09Z
 
-A lock is released (`pulumi cancel`, which deletes every lock of the stack:
-pkg/backend/diy/backend.go ``CancelCurrentUpdate``) only when every holder is known to be gone:
+A lock is released only when every holder is known to be gone, and then only the lock files the
+refusal named are deleted (``remove_lock``): not `pulumi cancel`, which deletes every lock of the
+stack (pkg/backend/diy/backend.go ``CancelCurrentUpdate``), the one a second recoverer took a
+moment ago included. Known gone:
 
 - taken on this host by a pid that no longer runs a Pulumi CLI: nothing runs that update any
   more, whoever started it (a killed recovery round, a person's `pulumi up` killed with its
@@ -32,6 +34,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Optional, Sequence
+from urllib.parse import unquote, urlparse
 
 CLOCK_MARGIN = timedelta(minutes=15)
 """How far two hosts' clocks may disagree when one judges the age of the other's lock."""
@@ -58,8 +61,13 @@ class LockHolder:
         return f"{self.user}@{self.host} (pid {self.pid}, since {taken})"
 
 
+_COUNT = re.compile(r"currently locked by (\d+) lock\(s\)")
+
+
 def lock_holders(refusal: str) -> list[LockHolder]:
-    """The holders a diy backend's refusal lists; none for any other refusal."""
+    """The holders a diy backend's refusal lists; none for any other refusal, or for one that
+    lists fewer holders than it counts (a lock this version cannot read is one not judged)."""
+    counted = _COUNT.search(refusal)
     holders = []
     for line in refusal.splitlines():
         found = _HOLDER.match(line)
@@ -68,6 +76,8 @@ def lock_holders(refusal: str) -> list[LockHolder]:
         holders.append(
             LockHolder(found["url"], found["user"], found["host"], int(found["pid"]), _when(found["at"]))
         )
+    if counted is None or int(counted[1]) != len(holders):
+        return []
     return holders
 
 
@@ -141,28 +151,57 @@ def _hours(span: timedelta) -> str:
 
 
 def runs_pulumi(pid: int) -> bool:
-    """Whether ``pid`` is a live process on this host that could hold a stack's lock: one whose
-    command line names pulumi. A pid the kernel reused for something else holds nothing; where
-    the command line cannot be read (no /proc), a live pid counts as the holder."""
+    """Whether ``pid`` may be a live process on this host that holds a stack's lock. The kernel
+    decides whether the pid exists (``kill(pid, 0)``: a process of another user, or one /proc
+    hides from this one, counts as live); a live pid whose command line can be read and names
+    no pulumi is one the kernel reused, and holds nothing."""
     if pid <= 0:
         return False
-    if not os.path.isdir("/proc/self"):
-        return _exists(pid)
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            command = cmdline.read()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return _exists(pid)
-    return b"pulumi" in command.lower()
-
-
-def _exists(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            command = cmdline.read()
+    except OSError:
+        return True  # no /proc, or not readable: the live pid counts as the holder
+    # A zombie's command line is empty: it is gone, and holds nothing.
+    return b"pulumi" in command.lower()
+
+
+class LockNotRemovable(Exception):
+    """The lock is in a backend this module cannot delete a file of (s3, azblob, ...)."""
+
+
+def remove_lock(url: str, *, project: str = "", cwd: str = ".") -> None:
+    """Deletes one lock file, as the refusal names it: ``file://`` (the CLI's own folder
+    ``cwd`` for a relative one) or ``gs://`` (with the Application Default Credentials the
+    backend uses). Only a file under ``.pulumi/locks/`` that ends in ``.json``; one already gone
+    is no error. Raises ``LockNotRemovable`` for any other URL."""
+    parsed = urlparse(url)
+    path = unquote(parsed.path)
+    if "/.pulumi/locks/" not in path or not path.endswith(".json"):
+        raise LockNotRemovable(f"{url} is not a lock file of a Pulumi backend")
+    if parsed.scheme == "file":
+        if parsed.netloc == "~":
+            path = os.path.expanduser("~") + path
+        elif parsed.netloc not in ("", "localhost"):
+            path = os.path.join(cwd, parsed.netloc + path)
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        return
+    if parsed.scheme == "gs":
+        from google.api_core.exceptions import NotFound
+        from tpu_training_components.live.endpoints import storage_client
+
+        try:
+            storage_client(project).bucket(parsed.netloc).blob(path.lstrip("/")).delete(timeout=30)
+        except NotFound:
+            pass
+        return
+    raise LockNotRemovable(f"{url}: a {parsed.scheme or 'local'} backend's lock is not deleted here")

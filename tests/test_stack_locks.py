@@ -13,7 +13,15 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from infra.stack_locks import CLOCK_MARGIN, LockHolder, judge_locks, lock_holders, runs_pulumi
+from infra.stack_locks import (
+    CLOCK_MARGIN,
+    LockHolder,
+    LockNotRemovable,
+    judge_locks,
+    lock_holders,
+    remove_lock,
+    runs_pulumi,
+)
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
 BOUND = timedelta(hours=4, minutes=1)
@@ -139,3 +147,53 @@ def test_runs_pulumi_tells_a_live_pulumi_process_from_a_gone_one_and_from_a_reus
 @pytest.mark.parametrize("line", ["  garbage: created by nobody", "  x: created by a@b (pid q) at now"])
 def test_lines_that_are_not_holders_are_not_read_as_holders(line: str) -> None:
     assert lock_holders(line) == []
+
+
+def test_a_refusal_that_lists_fewer_holders_than_it_counts_releases_nothing() -> None:
+    one_unreadable = REFUSAL.replace("ml.ops@laptop.local (pid 77)", "ml.ops@laptop.local (pid ?)")
+    assert lock_holders(one_unreadable) == []
+
+
+def test_remove_lock_deletes_the_one_named_file_and_nothing_else(tmp_path) -> None:
+    locks = tmp_path / "state" / ".pulumi" / "locks" / "organization" / "tpu-training" / "dev"
+    locks.mkdir(parents=True)
+    dead, taken_since = locks / "8d1e.json", locks / "a7c0.json"
+    dead.write_text("{}")
+    taken_since.write_text("{}")  # another recoverer's, taken after the dead one was judged
+    remove_lock(f"file://{dead}?no_tmp_dir=true")
+    assert not dead.exists() and taken_since.exists()
+    remove_lock(f"file://{dead}")  # already gone: no error
+    # A relative backend (file://./state) is read from the CLI's own folder.
+    relative = "file://./state/.pulumi/locks/organization/tpu-training/dev/a7c0.json"
+    remove_lock(relative, cwd=str(tmp_path))
+    assert not taken_since.exists()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "file:///etc/passwd",
+        "file:///srv/state/.pulumi/locks/organization/p/s/not-a-lock.txt",
+        "s3://bucket/.pulumi/locks/organization/p/s/8d1e.json",
+    ],
+)
+def test_remove_lock_refuses_what_is_no_lock_file_or_a_backend_it_cannot_delete_in(url: str) -> None:
+    with pytest.raises(LockNotRemovable):
+        remove_lock(url)
+
+
+def test_remove_lock_deletes_a_cloud_storage_backends_lock_object(monkeypatch) -> None:
+    from google.cloud import storage
+    from support.loopback_gcs import LoopbackGcs
+    from tpu_training_components.live.endpoints import STORAGE_ENDPOINT_VARIABLE, storage_client
+
+    with LoopbackGcs("state-bucket") as gcs:
+        monkeypatch.setenv(STORAGE_ENDPOINT_VARIABLE, gcs.endpoint)
+        bucket: storage.Bucket = storage_client("p").bucket("state-bucket")
+        for name in ("8d1e.json", "a7c0.json"):
+            bucket.blob(f"stacks/.pulumi/locks/organization/p/dev/{name}").upload_from_string("{}")
+        remove_lock("gs://state-bucket/stacks/.pulumi/locks/organization/p/dev/8d1e.json")
+        assert gcs.objects("state-bucket", "stacks/.pulumi/locks/") == [
+            "stacks/.pulumi/locks/organization/p/dev/a7c0.json"
+        ]
+        remove_lock("gs://state-bucket/stacks/.pulumi/locks/organization/p/dev/8d1e.json")  # gone: no error
