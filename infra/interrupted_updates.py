@@ -65,11 +65,15 @@ class Interruption:
     """The resource a pending create was making (the operation's ``resource``)."""
     replaced: Optional[dict[str, Any]] = None
     """The resource in the state marked ``pendingReplacement``."""
+    unread: Optional[dict[str, Any]] = None
+    """A resource an earlier round adopted whose outputs no refresh has read yet (they are still
+    its inputs, ``settle``): that round was killed before its own update."""
 
     @property
     def cause(self) -> Optional[Cause]:
         """The cause the interrupted recovery recorded on what it was creating."""
-        return recorded_cause(self.creating) if self.creating is not None else None
+        made = self.creating if self.creating is not None else self.unread
+        return recorded_cause(made) if made is not None else None
 
 
 def generation_of(resource: Mapping[str, Any]) -> Optional[int]:
@@ -109,17 +113,28 @@ def _deployment(state: Mapping[str, Any]) -> dict[str, Any]:
     return deployment if isinstance(deployment, dict) else {}
 
 
+def _entries(deployment: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+    """The objects under ``key`` (``resources``, ``pending_operations``); anything else a state
+    this version cannot read holds there is passed over, never a crash."""
+    found = deployment.get(key)
+    return [entry for entry in found if isinstance(entry, dict)] if isinstance(found, list) else []
+
+
 def interruptions(state: Mapping[str, Any], urns: Collection[str]) -> dict[str, Interruption]:
     """What interrupted updates left for ``urns`` (the resources recovery manages); every other
     resource's pending operations are someone else's and stay as they are."""
     deployment = _deployment(state)
     found: dict[str, Interruption] = {}
-    for entry in deployment.get("resources") or []:
-        urn = entry.get("urn")
+    for entry in _entries(deployment, "resources"):
+        urn = str(entry.get("urn"))
         if urn in urns and entry.get("pendingReplacement"):
             found[urn] = Interruption(urn, replaced=entry)
-    for operation in deployment.get("pending_operations") or []:
-        resource = operation.get("resource") or {}
+        elif urn in urns and _unread(entry):
+            found[urn] = Interruption(urn, unread=entry)
+    for operation in _entries(deployment, "pending_operations"):
+        resource = operation.get("resource")
+        if not isinstance(resource, dict):
+            continue
         urn = str(resource.get("urn"))
         if urn in urns and operation.get("type") == PENDING_CREATE:
             found[urn] = Interruption(
@@ -132,8 +147,27 @@ def any_interrupted(state: Mapping[str, Any]) -> bool:
     """Whether the state holds anything an interrupted update leaves (cheap: decides whether the
     round looks further)."""
     deployment = _deployment(state)
-    return bool(deployment.get("pending_operations")) or any(
-        entry.get("pendingReplacement") for entry in deployment.get("resources") or []
+    return bool(_entries(deployment, "pending_operations")) or any(
+        entry.get("pendingReplacement") or _unread(entry) for entry in _entries(deployment, "resources")
+    )
+
+
+def _unread(entry: Mapping[str, Any]) -> bool:
+    # A provider's outputs always add to the inputs (a node's state, a Job's uid): outputs equal to
+    # the inputs are the ones ``settle`` gives an adopted resource until its refresh.
+    inputs = entry.get("inputs")
+    return bool(entry.get("custom")) and bool(inputs) and entry.get("outputs") == inputs
+
+
+def entry_for(state: Mapping[str, Any], urn: str) -> Optional[dict[str, Any]]:
+    """The live (not pending-replacement, not pending-delete) resource of ``urn`` in the state."""
+    return next(
+        (
+            entry
+            for entry in _entries(_deployment(state), "resources")
+            if entry.get("urn") == urn and not entry.get("pendingReplacement") and not entry.get("delete")
+        ),
+        None,
     )
 
 
@@ -151,10 +185,6 @@ class Settlement:
     unknown: list[str] = field(default_factory=list)
     """URNs whose live state could not be read: nothing was changed."""
 
-    @property
-    def changed(self) -> bool:
-        return bool(self.lines) and not self.unknown
-
 
 def _short(urn: str) -> str:
     return urn.rsplit("::", 1)[-1]
@@ -164,11 +194,11 @@ def settle(
     state: Mapping[str, Any],
     found: Mapping[str, Interruption],
     live: Mapping[str, Live],
-    ids: Mapping[str, str] = {},
+    project: str = "",
 ) -> Settlement:
     """The state with every interruption in ``found`` settled from ``live`` (the module's
-    docstring gives the rules). ``ids``: URN -> the live object's ID, for an object whose
-    resource the state never held (its first create was interrupted). Changes nothing when any
+    docstring gives the rules). ``project``: the stack's Google Cloud project, for the ID of a
+    TPU node whose resource the state no longer holds (``object_id``). Changes nothing when any
     of them cannot be judged."""
     settled = Settlement(copy.deepcopy(dict(state)))
     unknown = [urn for urn in found if live.get(urn, Live(None)).exists is None]
@@ -181,12 +211,19 @@ def settle(
         settled.unknown = sorted(unknown)
         return settled
     deployment = _deployment(settled.state)
-    resources: list[dict[str, Any]] = list(deployment.get("resources") or [])
-    operations: list[dict[str, Any]] = list(deployment.get("pending_operations") or [])
+    resources = _entries(deployment, "resources")
+    operations = _entries(deployment, "pending_operations")
     for urn, interruption in sorted(found.items()):
         now = live[urn]
         name = _short(urn)
         creating, replaced = interruption.creating, interruption.replaced
+        if interruption.unread is not None:
+            if now.exists and now.generation == generation_of(interruption.unread):
+                settled.adopted[urn] = interruption.cause
+                settled.lines.append(
+                    f"{name}: adopted by a round killed before its own update; that update runs now"
+                )
+            continue
         if creating is not None:
             operations = [
                 op
@@ -195,7 +232,9 @@ def settle(
             ]
             made = generation_of(creating)
             if now.exists and made is not None and now.generation == made:
-                identifier = (replaced or {}).get("id") or ids.get(urn) or _id_in_state(resources, urn)
+                identifier = (
+                    (replaced or {}).get("id") or _id_in_state(resources, urn) or object_id(creating, project)
+                )
                 if identifier:
                     adopted = {**copy.deepcopy(creating), "id": identifier}
                     # Its outputs until a refresh reads them (the round's own `up --refresh`
@@ -240,6 +279,31 @@ def settle(
     else:
         deployment.pop("pending_operations", None)
     return settled
+
+
+def object_id(resource: Mapping[str, Any], project: str) -> Optional[str]:
+    """The ID the provider gives the object a resource's inputs make, for the kinds recovery
+    creates: a TPU node ``projects/P/locations/ZONE/nodes/NAME`` (pulumi-gcp's V2Vm, as Terraform's
+    google_tpu_v2_vm imports it), a namespaced Kubernetes object ``NAMESPACE/NAME``
+    (pulumi-kubernetes). None for anything else, or inputs that do not say."""
+    inputs = resource.get("inputs")
+    if not isinstance(inputs, dict):
+        return None
+    kind = str(resource.get("type", ""))
+    if kind == "gcp:tpu/v2Vm:V2Vm":
+        name, zone = inputs.get("name"), inputs.get("zone")
+        owner = inputs.get("project") or project
+        if all(isinstance(part, str) and part for part in (name, zone, owner)):
+            return f"projects/{owner}/locations/{zone}/nodes/{name}"
+        return None
+    metadata = inputs.get("metadata")
+    if (
+        kind.startswith("kubernetes:")
+        and isinstance(metadata, dict)
+        and isinstance(metadata.get("name"), str)
+    ):
+        return f"{metadata.get('namespace') or 'default'}/{metadata['name']}"
+    return None
 
 
 def _same(one: Mapping[str, Any], other: Mapping[str, Any]) -> bool:

@@ -72,7 +72,13 @@ from tpu_training_components.domain.capacity_ladder import (
     state_from_records,
     zone_to_judge,
 )
-from tpu_training_components.domain.recovery import Cause, Decision, failure_summary, utc_now
+from tpu_training_components.domain.recovery import (
+    Cause,
+    Decision,
+    failure_summary,
+    live_generation,
+    utc_now,
+)
 from tpu_training_components.domain.recovery_records import RoundTimes, recovery_record
 from tpu_training_components.domain.recovery_rounds import (
     ENDED_EARLY,
@@ -537,7 +543,7 @@ class Recoverer:
             self.say(f"error: {message}")
             return
 
-        decisions = self._settle(loaded, self.probe(settings), report)
+        decisions = self._carry_failed(self._settle(loaded, self.probe(settings), report))
         outputs: Optional[dict[str, Any]] = None
         if plan_round([d for _, d in decisions]).run_up and self.up is not None:
             # Which VMs and Jobs the stack deployed, and each Job's recoveries: one CLI call, made
@@ -601,7 +607,8 @@ class Recoverer:
             self.unsettled = False
             return decisions
         by_name = {d.name: d for _, d in decisions}
-        settlement = settle(state, found, {urn: _live(by_name[named[urn]]) for urn in found})
+        live = {urn: _live(by_name[named[urn]]) for urn in found}
+        settlement = settle(state, found, live, loaded.settings.gcp_project or "")
         if settlement.unknown:
             names = ", ".join(named[urn] for urn in settlement.unknown)
             raise PulumiTryLater(
@@ -611,14 +618,15 @@ class Recoverer:
         # Written back under the stack's lock (`pulumi stack import` takes it, and a live update's
         # refuses it), and only if nothing wrote the state since it was read: an update that was
         # still running then, and ended since, must not be overwritten with what it left.
-        if self.up.export_state(stack) != state:
-            raise PulumiTryLater(
-                "the stack's state changed while the round settled what an interrupted update left: "
-                "an update is running; it is left to finish"
-            )
-        for line in self.up.import_state(stack, settlement.state):
-            report.released_locks.append(line)
-            self.say(f"info: {line}")
+        if settlement.state != state:
+            if self.up.export_state(stack) != state:
+                raise PulumiTryLater(
+                    "the stack's state changed while the round settled what an interrupted update "
+                    "left: an update is running; it is left to finish"
+                )
+            for line in self.up.import_state(stack, settlement.state):
+                report.released_locks.append(line)
+                self.say(f"info: {line}")
         for line in settlement.lines:
             report.settled.append(line)
             self.say(f"info: settled: {line}")
@@ -649,6 +657,22 @@ class Recoverer:
                     )
             settled.append((kind, decision))
         return settled
+
+    def _carry_failed(self, decisions: list[tuple[str, Decision]]) -> list[tuple[str, Decision]]:
+        """A VM or Job this run's last update failed to re-create, now found missing: created with
+        the cause of the recovery that update began, not "missing"."""
+        carried = []
+        for kind, decision in decisions:
+            cause = self.failed_causes.get(decision.name)
+            if cause is not None and decision.action == "create" and decision.cause is Cause.MISSING:
+                decision = dataclasses.replace(
+                    decision,
+                    resumed=True,
+                    cause=cause,
+                    reason=f"{decision.reason}; carries on the recovery ({cause}) whose update failed",
+                )
+            carried.append((kind, decision))
+        return carried
 
     def _failed_cause(self, name: str) -> Optional[Cause]:
         """The cause of ``name``'s last recovery whose update failed: this run's, or the last
@@ -840,7 +864,7 @@ def _live(decision: Decision) -> Live:
         return Live(None)
     if decision.action == "create":
         return Live(False)
-    return Live(True, decision.generation)
+    return Live(True, live_generation(decision))
 
 
 def _recovery_round(

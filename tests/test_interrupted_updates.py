@@ -14,12 +14,19 @@ from typing import Any
 import pytest
 from support.fake_kube_api import job
 from support.recover_runs import RecordingRunner, live_dev_stack, recoverer
-from tpu_training_components.domain.recovery import Cause
+from tpu_training_components.domain.recovery import Cause, keep, live_generation, replace
 from tpu_training_components.domain.recovery_rounds import RecoveryRound, RoundOutcome, with_resumed_causes
 
 from infra import recover
 from infra.automation import failure_message
-from infra.interrupted_updates import Live, any_interrupted, generation_of, interruptions, settle
+from infra.interrupted_updates import (
+    Live,
+    any_interrupted,
+    generation_of,
+    interruptions,
+    object_id,
+    settle,
+)
 
 VM_URN = "urn:pulumi:dev::tpu-training::tpu-training:compute:PreemptibleTpuVm$gcp:tpu/v2Vm:V2Vm::demo-tpu-vm"
 BUCKET_URN = "urn:pulumi:dev::tpu-training::gcp:storage/bucket:Bucket::ckpt"
@@ -84,7 +91,7 @@ def test_an_old_object_that_still_exists_is_no_longer_marked_so_its_replacement_
 @pytest.mark.parametrize("live", [Live(None), Live(True, None)])
 def test_nothing_is_changed_when_the_live_state_says_nothing_certain(live: Live) -> None:
     settled = settle(KILLED, interruptions(KILLED, {VM_URN}), {VM_URN: live})
-    assert settled.unknown == [VM_URN] and not settled.changed and settled.state == KILLED
+    assert settled.unknown == [VM_URN] and settled.lines == [] and settled.state == KILLED
 
 
 def test_only_the_resources_recovery_manages_are_looked_at() -> None:
@@ -146,8 +153,8 @@ def test_a_failed_updates_message_carries_the_apis_error_not_the_last_warning() 
             "stdout: Updating (dev):",
             "  ++ gcp:tpu:V2Vm demo-tpu-vm creating replacement (0s); error: creating TPU node: 500",
             "Diagnostics:",
-            '    error: creating TPU node demo-tpu: 500 {"error": {"code": 500, "status": "INTERNAL"}}',
             "    error: update failed",
+            '    error: creating TPU node demo-tpu: 500 {"error": {"code": 500, "status": "INTERNAL"}}',
             "    error: update failed",
             "stderr: warning: using pulumi-resource-gcp from $PATH at /plugins/pulumi-resource-gcp",
         ]
@@ -234,3 +241,67 @@ def test_a_failed_updates_cause_is_carried_on_by_the_next_round_of_the_watch(dev
     (vm_decision,) = [d for kind, d in carried.decisions if kind == "tpuVm"]
     assert (vm_decision.action, vm_decision.cause, vm_decision.resumed) == ("create", Cause.PREEMPTED, True)
     assert runner.rounds[-1] is not None and runner.rounds[-1].resumed == {"demo-tpu": "preempted"}
+
+
+def test_an_interrupted_first_create_is_adopted_by_the_id_its_inputs_give() -> None:
+    # The old resource is gone from the state (an earlier round removed it), and the round after
+    # was killed once its create was made: no entry holds the ID.
+    creating = vm(NEW, "preempted")
+    creating["inputs"].update(zone="europe-west4-a")
+    first = state([], [{"resource": creating, "type": "creating"}])
+    settled = settle(first, interruptions(first, {VM_URN}), {VM_URN: Live(True, NEW)}, "p")
+    (entry,) = [r for r in settled.state["deployment"]["resources"] if r["urn"] == VM_URN]
+    assert entry["id"] == NODE_ID and settled.adopted == {VM_URN: Cause.PREEMPTED}
+    job = {"type": "kubernetes:batch/v1:Job", "inputs": {"metadata": {"name": "train-v6e"}}}
+    assert object_id(job, "p") == "default/train-v6e"
+    assert object_id({"type": "gcp:storage/bucket:Bucket", "inputs": {"name": "b"}}, "p") is None
+
+
+def test_the_live_generation_of_a_replace_decision_is_the_one_running_not_the_next() -> None:
+    assert live_generation(replace("demo-tpu", OLD, "node is PREEMPTED", Cause.PREEMPTED)) == OLD
+    assert live_generation(keep("demo-tpu", OLD, "node is READY")) == OLD
+    assert live_generation(keep("demo-tpu", None, "node is READY")) is None
+
+
+def test_a_state_this_version_cannot_read_is_passed_over_not_a_crash() -> None:
+    odd = {
+        "deployment": {
+            "resources": ["x", {"urn": ["unhashable"]}],
+            "pending_operations": [1, {"resource": 2}],
+        }
+    }
+    assert interruptions(odd, {VM_URN}) == {}
+    assert any_interrupted({"deployment": "x"}) is False
+
+
+def test_a_node_the_killed_round_made_and_that_was_preempted_since_is_adopted_then_replaced(
+    tmp_path, monkeypatch
+) -> None:
+    fields = {"labels": {"recovery-generation": str(NEW), "recovery-cause": "preempted"}}
+    running = job("train-v6e", generation=1, active=4, ready=4)
+    with live_dev_stack(tmp_path, monkeypatch, "PREEMPTED", running, **fields):
+        runner = RecordingRunner()
+        runner.state = copy.deepcopy(KILLED)
+        report = recoverer(runner)[0].run_round()
+    (imported,) = runner.imports
+    (entry,) = [r for r in imported["deployment"]["resources"] if r["urn"] == VM_URN]
+    assert generation_of(entry) == NEW and not entry.get("pendingReplacement"), "adopted, not cleared"
+    (vm_decision,) = [d for kind, d in report.decisions if kind == "tpuVm"]
+    assert (vm_decision.action, vm_decision.cause, vm_decision.resumed) == ("replace", Cause.PREEMPTED, False)
+    assert report.outcome is RoundOutcome.SUCCEEDED
+
+
+def test_a_round_killed_after_it_adopted_a_node_but_before_its_update_is_carried_on(dev_vm) -> None:
+    # What the import left: the adopted resource, its outputs still its inputs.
+    adopted = vm(NEW, "preempted", id=NODE_ID)
+    adopted["outputs"] = copy.deepcopy(adopted["inputs"])
+    runner = RecordingRunner()
+    runner.state = state([adopted])
+    report = recoverer(runner)[0].run_round()
+    assert runner.imports == [], "nothing in the state to change"
+    (vm_decision,) = [d for kind, d in report.decisions if kind == "tpuVm"]
+    assert (vm_decision.action, vm_decision.resumed, vm_decision.cause) == ("keep", True, Cause.PREEMPTED)
+    assert runner.rounds[-1] is not None and runner.rounds[-1].resumed == {"demo-tpu": "preempted"}
+    assert report.settled == [
+        "demo-tpu-vm: adopted by a round killed before its own update; that update runs now"
+    ]

@@ -219,6 +219,15 @@ def replace(name: str, generation: Optional[int], reason: str, cause: Cause) -> 
     return Decision(name, "replace", generation + 1, reason, cause=cause)
 
 
+def live_generation(decision: Decision) -> Optional[int]:
+    """The generation of the live resource a decision was made on: a kept one's own, a replaced
+    one's its new generation less one (``replace``); None for one that is missing, or whose label
+    or API could not be read."""
+    if decision.unavailable or decision.action == "create" or decision.generation is None:
+        return None
+    return decision.generation - 1 if decision.action == "replace" else decision.generation
+
+
 _NO_LABEL = (
     f"its {GENERATION_LABEL} label is missing or not a plain number, so the last deployed generation counts"
 )
