@@ -489,6 +489,10 @@ def test_two_stockouts_move_a_preempted_vm_one_rung_down_its_ladder(
     for _ in range(2):
         failed = project.recover(STACK, "--once", "--records", str(records))
         assert failed.returncode != 0, failed.stdout[-3000:]
+        # The round's --json says what the API answered, not the CLI's last line (a plugin warning).
+        message = json.loads(failed.stdout)["up"]["message"]
+        assert message.startswith("error: creating TPU node demo-tpu: 429"), message
+        assert "RESOURCE_EXHAUSTED" in message and "warning" not in message, message
         assert tpu.node(second_zone, VM) is None, "no move before the attempts are spent"
     # The third round declares it on the next rung (the second zone), where the create works.
     moved = project.recover(STACK, "--once", "--records", str(records))

@@ -157,12 +157,13 @@ def test_a_round_killed_anywhere_in_a_vms_replacement_is_carried_on_by_the_next(
             resumed = project.start_recover(STACK, "--watch", "10")
             try:
                 settled = functools.partial(_outputs_name, project, generation)
-                assert eventually(settled, 120), "the watch settles it"
+                assert eventually(settled, 120, every=1.0), "the watch settles it"
             finally:
                 resumed.send_signal(signal.SIGTERM)
                 out, err = resumed.communicate(timeout=120)
             assert resumed.returncode == 0, out[-3000:] + err[-3000:]
             report = json.loads(out.strip().splitlines()[0])
+            assert report["up"]["status"] == "succeeded", report  # its first round did it
             (decision,) = report["decisions"]
             assert decision["action"] == "keep" and decision["resumed"] and decision["cause"] == "preempted"
             assert any("adopted into the state" in line for line in report["settled"]), report
