@@ -93,6 +93,9 @@ class Recorder:
     def import_state(self, stack: str, state: dict[str, Any]) -> tuple[str, ...]:
         raise AssertionError("a state with nothing interrupted is never written back")
 
+    def refresh(self, stack: str, urns: Sequence[str]) -> tuple[str, ...]:
+        raise AssertionError("a state with nothing interrupted is never refreshed")
+
 
 def detection(
     target: recover.Target, vms: int, api: FakeTpuApi, interval: float, rng: random.Random

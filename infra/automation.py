@@ -151,6 +151,10 @@ class UpRunner(Protocol):
         """Writes the stack's state; returns the lines of the dead locks it released."""
         ...
 
+    def refresh(self, stack: str, urns: Sequence[str]) -> tuple[str, ...]:
+        """`pulumi refresh` of ``urns`` alone; returns the lines of the dead locks it released."""
+        ...
+
 
 def failure_message(text: str) -> str:
     """What a failed CLI call says, in one line: its ``error:`` lines (the cloud API's answer among
@@ -627,6 +631,23 @@ class AutomationUp:
             ) from None
         finally:
             os.unlink(file.name)
+
+    def refresh(self, stack: str, urns: Sequence[str]) -> tuple[str, ...]:
+        """`pulumi refresh` of ``urns`` alone (their outputs read from the cloud), under the
+        stack's lock, a dead update's released first. Returns the lines of the locks released."""
+        args = ["refresh", "--yes", "--skip-preview", "--color", "never", "--stack", stack]
+        for urn in urns:
+            args += ["--target", urn]
+        try:
+            return self.unlocked(
+                stack, lambda: self._command.run(args, self._work_dir, {}, self._on_output, self._on_output)
+            )
+        except (PulumiTryLater, PulumiTimedOut):
+            raise
+        except self._automation.errors.CommandError as exc:
+            raise PulumiTryLater(
+                f"`pulumi refresh` for stack {stack!r} failed: {failure_message(str(exc))}"
+            ) from None
 
 
 def deployed_names(outputs: dict[str, Any]) -> set[str]:

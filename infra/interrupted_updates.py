@@ -19,7 +19,7 @@ resources it recovers, and judges by what the live state says of each one (``Liv
 
 - a pending create whose object exists at the generation it was creating: the update made it;
   it is adopted (the resource in the state becomes the one the create was making, with the
-  live object's ID; the round's targeted `pulumi up --refresh` then reads its outputs);
+  live object's ID; a targeted `pulumi refresh` then reads its outputs);
 - a pending create whose object does not exist: cleared, and the round creates it again;
 - a ``pendingReplacement`` resource whose object is gone: removed, as a refresh removes any
   resource whose object is gone; the round creates it again;
@@ -152,11 +152,32 @@ def any_interrupted(state: Mapping[str, Any]) -> bool:
     )
 
 
+RECOVERED_TYPES = frozenset(
+    {"gcp:tpu/v2Vm:V2Vm", "kubernetes:batch/v1:Job", "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"}
+)
+"""The resources recovery creates and replaces (infra/recovery_targets.py names the same)."""
+
+
 def _unread(entry: Mapping[str, Any]) -> bool:
-    # A provider's outputs always add to the inputs (a node's state, a Job's uid): outputs equal to
-    # the inputs are the ones ``settle`` gives an adopted resource until its refresh.
+    # Their provider's outputs always add to the inputs (a node's state, a Job's uid): outputs
+    # equal to the inputs are the ones ``settle`` gives an adopted resource until its refresh.
+    # (A provider resource's outputs are its inputs: not one of these types.)
     inputs = entry.get("inputs")
-    return bool(entry.get("custom")) and bool(inputs) and entry.get("outputs") == inputs
+    return entry.get("type") in RECOVERED_TYPES and bool(inputs) and entry.get("outputs") == inputs
+
+
+RECOVERED_TYPES = frozenset(
+    {"gcp:tpu/v2Vm:V2Vm", "kubernetes:batch/v1:Job", "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"}
+)
+"""The resources recovery creates and replaces (infra/recovery_targets.py names the same)."""
+
+
+def _unread(entry: Mapping[str, Any]) -> bool:
+    # Their provider's outputs always add to the inputs (a node's state, a Job's uid): outputs
+    # equal to the inputs are the ones ``settle`` gives an adopted resource until its refresh.
+    # (A provider resource's outputs are its inputs: not one of these types.)
+    inputs = entry.get("inputs")
+    return entry.get("type") in RECOVERED_TYPES and bool(inputs) and entry.get("outputs") == inputs
 
 
 def entry_for(state: Mapping[str, Any], urn: str) -> Optional[dict[str, Any]]:
@@ -232,8 +253,10 @@ def settle(
             ]
             made = generation_of(creating)
             if now.exists and made is not None and now.generation == made:
+                # The ID the new object's own inputs give first: after a move down a capacity
+                # ladder it is in another zone than the old resource's ID says.
                 identifier = (
-                    (replaced or {}).get("id") or _id_in_state(resources, urn) or object_id(creating, project)
+                    object_id(creating, project) or (replaced or {}).get("id") or _id_in_state(resources, urn)
                 )
                 if identifier:
                     adopted = {**copy.deepcopy(creating), "id": identifier}

@@ -630,8 +630,12 @@ class Recoverer:
         for line in settlement.lines:
             report.settled.append(line)
             self.say(f"info: settled: {line}")
-        # An adopted resource's outputs are read by the refresh of the round's own targeted
-        # `pulumi up --refresh`, which it runs (``Decision.resumed``).
+        if settlement.adopted:
+            # Its outputs read now: the round's own update may run without --refresh (a create
+            # among its targets), and until a refresh they are its inputs (``_unread``).
+            for line in self.up.refresh(stack, sorted(settlement.adopted)):
+                report.released_locks.append(line)
+                self.say(f"info: {line}")
         self.unsettled = False
         settled = []
         for kind, decision in decisions:
@@ -663,6 +667,8 @@ class Recoverer:
         the cause of the recovery that update began, not "missing"."""
         carried = []
         for kind, decision in decisions:
+            if decision.action == "keep" and not decision.unavailable:
+                self.failed_causes.pop(decision.name, None)  # it runs: that recovery is over
             cause = self.failed_causes.get(decision.name)
             if cause is not None and decision.action == "create" and decision.cause is Cause.MISSING:
                 decision = dataclasses.replace(

@@ -181,6 +181,11 @@ def remove_lock(url: str, *, project: str = "", cwd: str = ".") -> None:
     ``cwd`` for a relative one) or ``gs://`` (with the Application Default Credentials the
     backend uses). Only a file under ``.pulumi/locks/`` that ends in ``.json``; one already gone
     is no error. Raises ``LockNotRemovable`` for any other URL."""
+    # CLIs before the lock URL was built with path.Join put the lock's key after the backend URL
+    # whole, its query included: file:///state?no_tmp_dir=true/.pulumi/locks/....json.
+    base, marker, key = url.partition("/.pulumi/locks/")
+    if marker:
+        url = base.split("?", 1)[0] + marker + key
     parsed = urlparse(url)
     path = unquote(parsed.path)
     if "/.pulumi/locks/" not in path or not path.endswith(".json"):

@@ -184,6 +184,7 @@ def test_a_round_adopts_what_a_killed_round_made_and_records_that_recovery_as_re
     report = rec.run_round()
     (imported,) = runner.imports
     assert "pending_operations" not in imported["deployment"]
+    assert runner.refreshed == [[VM_URN]], "its outputs are read before the round's update"
     (vm_decision,) = [d for kind, d in report.decisions if kind == "tpuVm"]
     assert (vm_decision.action, vm_decision.resumed, vm_decision.cause) == ("keep", True, Cause.PREEMPTED)
     assert report.outcome is RoundOutcome.SUCCEEDED
@@ -299,9 +300,29 @@ def test_a_round_killed_after_it_adopted_a_node_but_before_its_update_is_carried
     runner.state = state([adopted])
     report = recoverer(runner)[0].run_round()
     assert runner.imports == [], "nothing in the state to change"
+    assert runner.refreshed == [[VM_URN]]
     (vm_decision,) = [d for kind, d in report.decisions if kind == "tpuVm"]
     assert (vm_decision.action, vm_decision.resumed, vm_decision.cause) == ("keep", True, Cause.PREEMPTED)
     assert runner.rounds[-1] is not None and runner.rounds[-1].resumed == {"demo-tpu": "preempted"}
     assert report.settled == [
         "demo-tpu-vm: adopted by a round killed before its own update; that update runs now"
     ]
+
+
+def test_a_node_made_in_another_zone_than_the_old_one_is_adopted_by_its_own_id() -> None:
+    # A move down a capacity ladder: the killed update was making the node in the next zone.
+    creating = vm(NEW, "stockout")
+    creating["inputs"].update(zone="europe-west4-b", project="p")
+    moved = state(
+        [vm(OLD, "preempted", id=NODE_ID, pendingReplacement=True)],
+        [{"resource": creating, "type": "creating"}],
+    )
+    settled = settle(moved, interruptions(moved, {VM_URN}), {VM_URN: Live(True, NEW)}, "p")
+    (entry,) = [r for r in settled.state["deployment"]["resources"] if r["urn"] == VM_URN]
+    assert entry["id"] == "projects/p/locations/europe-west4-b/nodes/demo-tpu"
+
+
+def test_a_provider_whose_outputs_are_its_inputs_is_not_taken_for_an_adopted_resource() -> None:
+    provider = {"urn": "urn:pulumi:dev::tpu-training::pulumi:providers:gcp::default", "custom": True}
+    provider.update(type="pulumi:providers:gcp", inputs={"project": "p"}, outputs={"project": "p"})
+    assert not any_interrupted(state([provider]))

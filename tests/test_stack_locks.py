@@ -131,9 +131,12 @@ def test_a_holder_on_another_host_at_an_unreadable_time_is_left_alone() -> None:
 def test_runs_pulumi_tells_a_live_pulumi_process_from_a_gone_one_and_from_a_reused_pid() -> None:
     # A live process whose command line names pulumi; then the same pid gone.
     process = subprocess.Popen(
-        [sys.executable, "-c", "import sys; sys.stdin.read()", "pulumi-up-double"], stdin=subprocess.PIPE
+        [sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()", "pulumi-up-double"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
     )
     try:
+        assert process.stdout is not None and process.stdout.readline() == b"up\n"  # it runs, exec'd
         assert runs_pulumi(process.pid)
     finally:
         process.communicate(b"")
@@ -163,6 +166,13 @@ def test_remove_lock_deletes_the_one_named_file_and_nothing_else(tmp_path) -> No
     remove_lock(f"file://{dead}?no_tmp_dir=true")
     assert not dead.exists() and taken_since.exists()
     remove_lock(f"file://{dead}")  # already gone: no error
+    # The form CLIs built before path.Join: the lock's key after the backend URL, query and all.
+    older = locks / "0b3c.json"
+    older.write_text("{}")
+    remove_lock(
+        f"file://{tmp_path / 'state'}?no_tmp_dir=true/.pulumi/locks/organization/tpu-training/dev/0b3c.json"
+    )
+    assert not older.exists()
     # A relative backend (file://./state) is read from the CLI's own folder.
     relative = "file://./state/.pulumi/locks/organization/tpu-training/dev/a7c0.json"
     remove_lock(relative, cwd=str(tmp_path))

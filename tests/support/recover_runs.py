@@ -72,6 +72,7 @@ class RecordingRunner:
         """The stack's state, as `pulumi stack export` prints it."""
         self.exports = 0
         self.imports: list[dict[str, Any]] = []
+        self.refreshed: list[list[str]] = []
 
     def __call__(
         self,
@@ -103,6 +104,10 @@ class RecordingRunner:
     def import_state(self, stack: str, state: dict[str, Any]) -> tuple[str, ...]:
         self.state = copy.deepcopy(state)
         self.imports.append(self.state)
+        return ()
+
+    def refresh(self, stack: str, urns: Sequence[str]) -> tuple[str, ...]:
+        self.refreshed.append(list(urns))
         return ()
 
 

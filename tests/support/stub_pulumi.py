@@ -33,7 +33,7 @@ call. ``behaviour.json`` in the folder chooses what `up` does:
   ``TPU_TRAINING_RECOVERY_ROUND`` it was given to ``up-env.jsonl`` (null when unset);
   `pulumi stack export` prints them as the state;
 - ``{"pending_operations": [...]}``: the pending operations `pulumi stack export` prints;
-  `pulumi stack import --file F` copies F to ``imported.json``; `cancel` succeeds.
+  `pulumi stack import --file F` copies F to ``imported.json``; `cancel` and `refresh` succeed.
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ elif args[:2] == ["stack", "export"]:
 elif args[:2] == ["stack", "import"]:
     source = args[args.index("--file") + 1]
     (HERE / "imported.json").write_text(Path(source).read_text())
-elif args[:1] == ["cancel"]:
+elif args[:1] in (["cancel"], ["refresh"]):
     print(f"stub pulumi: {{args[0]}} done")
 elif args[:3] == ["stack", "output", "--json"]:
     print(json.dumps(behaviour.get("outputs", {{}})))
