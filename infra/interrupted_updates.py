@@ -166,32 +166,6 @@ def _unread(entry: Mapping[str, Any]) -> bool:
     return entry.get("type") in RECOVERED_TYPES and bool(inputs) and entry.get("outputs") == inputs
 
 
-RECOVERED_TYPES = frozenset(
-    {"gcp:tpu/v2Vm:V2Vm", "kubernetes:batch/v1:Job", "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"}
-)
-"""The resources recovery creates and replaces (infra/recovery_targets.py names the same)."""
-
-
-def _unread(entry: Mapping[str, Any]) -> bool:
-    # Their provider's outputs always add to the inputs (a node's state, a Job's uid): outputs
-    # equal to the inputs are the ones ``settle`` gives an adopted resource until its refresh.
-    # (A provider resource's outputs are its inputs: not one of these types.)
-    inputs = entry.get("inputs")
-    return entry.get("type") in RECOVERED_TYPES and bool(inputs) and entry.get("outputs") == inputs
-
-
-def entry_for(state: Mapping[str, Any], urn: str) -> Optional[dict[str, Any]]:
-    """The live (not pending-replacement, not pending-delete) resource of ``urn`` in the state."""
-    return next(
-        (
-            entry
-            for entry in _entries(_deployment(state), "resources")
-            if entry.get("urn") == urn and not entry.get("pendingReplacement") and not entry.get("delete")
-        ),
-        None,
-    )
-
-
 @dataclass
 class Settlement:
     """The state with the interruptions settled, and what was done to each."""
