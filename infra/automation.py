@@ -617,36 +617,34 @@ class AutomationUp:
         with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="settled-", delete=False) as file:
             json.dump(state, file)
         try:
-            return self.unlocked(
-                stack,
-                lambda: self._command.run(
-                    ["stack", "import", "--file", file.name, "--stack", stack], self._work_dir, {}
-                ),
-            )
-        except (PulumiTryLater, PulumiTimedOut):
-            raise
-        except self._automation.errors.CommandError as exc:
-            raise PulumiTryLater(
-                f"`pulumi stack import` for stack {stack!r} failed: {_tail(str(exc))}"
-            ) from None
+            return self._locked(stack, "stack import", ["--file", file.name])
         finally:
             os.unlink(file.name)
 
     def refresh(self, stack: str, urns: Sequence[str]) -> tuple[str, ...]:
         """`pulumi refresh` of ``urns`` alone (their outputs read from the cloud), under the
         stack's lock, a dead update's released first. Returns the lines of the locks released."""
-        args = ["refresh", "--yes", "--skip-preview", "--color", "never", "--stack", stack]
+        args = ["--yes", "--skip-preview", "--color", "never"]
         for urn in urns:
             args += ["--target", urn]
+        return self._locked(stack, "refresh", args, self._on_output)
+
+    def _locked(
+        self, stack: str, command: str, args: list[str], on_output: Optional[Callable[[str], None]] = None
+    ) -> tuple[str, ...]:
+        """`pulumi COMMAND ARGS --stack STACK`, a call that takes the stack's lock (``unlocked``);
+        its failure is one a later round tries again (``PulumiTryLater``, saying what the CLI
+        said). Returns the lines of the locks released."""
+        full = [*command.split(), *args, "--stack", stack]
         try:
             return self.unlocked(
-                stack, lambda: self._command.run(args, self._work_dir, {}, self._on_output, self._on_output)
+                stack, lambda: self._command.run(full, self._work_dir, {}, on_output, on_output)
             )
-        except (PulumiTryLater, PulumiTimedOut):
+        except PulumiTryLater:
             raise
         except self._automation.errors.CommandError as exc:
             raise PulumiTryLater(
-                f"`pulumi refresh` for stack {stack!r} failed: {failure_message(str(exc))}"
+                f"`pulumi {command}` for stack {stack!r} failed: {failure_message(str(exc))}"
             ) from None
 
 

@@ -41,6 +41,8 @@ from typing import Any, Collection, Mapping, Optional
 
 from tpu_training_components.domain.recovery import CAUSE_ANNOTATION, CAUSE_LABEL, Cause
 
+from infra.recovery_targets import JOB_TYPE, JOBSET_TYPE, VM_TYPE
+
 PENDING_CREATE = "creating"
 
 _TRIGGER = re.compile(r"^recovery (\d+), restart \d+$")
@@ -152,10 +154,8 @@ def any_interrupted(state: Mapping[str, Any]) -> bool:
     )
 
 
-RECOVERED_TYPES = frozenset(
-    {"gcp:tpu/v2Vm:V2Vm", "kubernetes:batch/v1:Job", "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"}
-)
-"""The resources recovery creates and replaces (infra/recovery_targets.py names the same)."""
+RECOVERED_TYPES = frozenset({VM_TYPE, JOB_TYPE, JOBSET_TYPE})
+"""The resources recovery creates and replaces."""
 
 
 def _unread(entry: Mapping[str, Any]) -> bool:
@@ -287,7 +287,7 @@ def object_id(resource: Mapping[str, Any], project: str) -> Optional[str]:
     if not isinstance(inputs, dict):
         return None
     kind = str(resource.get("type", ""))
-    if kind == "gcp:tpu/v2Vm:V2Vm":
+    if kind == VM_TYPE:
         name, zone = inputs.get("name"), inputs.get("zone")
         owner = inputs.get("project") or project
         if all(isinstance(part, str) and part for part in (name, zone, owner)):

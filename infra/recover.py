@@ -570,9 +570,7 @@ class Recoverer:
         report.up = self._recover(report, loaded, outputs or {}, history, now)
         if report.up_started_at is not None:
             report.up_ended_at = self.clock()
-        for line in report.up.released_locks:
-            report.released_locks.append(line)
-            self.say(f"info: {line}")
+        self._released(report, report.up.released_locks)
         self.say(f"{self.target.qualified}: pulumi up {report.up.status}: {report.up.message}")
         self._remember(report)
         self._after_creates(settings, report)
@@ -591,13 +589,7 @@ class Recoverer:
             self.unsettled = False
             return decisions
         try:
-            urns = recovery_targets.find_targets(
-                self.target.project,
-                self.target.stack,
-                loaded.config,
-                loaded.secret_keys,
-                [(kind, d.name) for kind, d in decisions],
-            ).urns
+            urns = self._targets(loaded, decisions).urns
         except Exception as exc:  # noqa: BLE001 - the program, run offline, refused: leave the state be
             self.say(f"warning: the state was not settled: its resources could not be found: {exc}")
             return decisions
@@ -624,40 +616,31 @@ class Recoverer:
                     "the stack's state changed while the round settled what an interrupted update "
                     "left: an update is running; it is left to finish"
                 )
-            for line in self.up.import_state(stack, settlement.state):
-                report.released_locks.append(line)
-                self.say(f"info: {line}")
+            self._released(report, self.up.import_state(stack, settlement.state))
         for line in settlement.lines:
             report.settled.append(line)
             self.say(f"info: settled: {line}")
         if settlement.adopted:
             # Its outputs read now: the round's own update may run without --refresh (a create
             # among its targets), and until a refresh they are its inputs (``_unread``).
-            for line in self.up.refresh(stack, sorted(settlement.adopted)):
-                report.released_locks.append(line)
-                self.say(f"info: {line}")
+            self._released(report, self.up.refresh(stack, sorted(settlement.adopted)))
         self.unsettled = False
         settled = []
         for kind, decision in decisions:
             urn = urns.get(decision.name)
             if urn in settlement.adopted and decision.action == "keep" and not decision.unavailable:
                 cause = settlement.adopted[urn]
-                decision = dataclasses.replace(
+                decision = _resuming(
                     decision,
-                    resumed=True,
-                    cause=cause,
-                    reason=f"{decision.reason}; an interrupted update made it, and this round records "
-                    f"that recovery ({cause or 'cause not recorded'})",
+                    cause,
+                    f"an interrupted update made it, and this round records that recovery "
+                    f"({cause or 'cause not recorded'})",
                 )
             elif urn in found and decision.action != "keep" and decision.cause is Cause.MISSING:
                 cause = settlement.resumed.get(urn) or self._failed_cause(decision.name)
                 if cause is not None:
-                    decision = dataclasses.replace(
-                        decision,
-                        resumed=True,
-                        cause=cause,
-                        reason=f"{decision.reason}; carries on the recovery ({cause}) an interrupted "
-                        f"update began",
+                    decision = _resuming(
+                        decision, cause, f"carries on the recovery ({cause}) an interrupted update began"
                     )
             settled.append((kind, decision))
         return settled
@@ -671,11 +654,8 @@ class Recoverer:
                 self.failed_causes.pop(decision.name, None)  # it runs: that recovery is over
             cause = self.failed_causes.get(decision.name)
             if cause is not None and decision.action == "create" and decision.cause is Cause.MISSING:
-                decision = dataclasses.replace(
-                    decision,
-                    resumed=True,
-                    cause=cause,
-                    reason=f"{decision.reason}; carries on the recovery ({cause}) whose update failed",
+                decision = _resuming(
+                    decision, cause, f"carries on the recovery ({cause}) whose update failed"
                 )
             carried.append((kind, decision))
         return carried
@@ -685,14 +665,10 @@ class Recoverer:
         record of it in ``--records`` when that one did not succeed."""
         if name in self.failed_causes:
             return self.failed_causes[name]
-        if self.records is None:
+        records = self._read_records()
+        if records is None:
             return None
-        try:
-            with open(self.records, encoding="utf-8") as lines:
-                records = [json.loads(line) for line in lines if line.strip()]
-        except (OSError, ValueError):
-            return None
-        mine = [r for r in records if isinstance(r, dict) and r.get("name") == name]
+        mine = [r for r in records if r.get("name") == name]
         if not mine or mine[-1].get("upStatus") == RoundOutcome.SUCCEEDED.value:
             return None
         cause = mine[-1].get("cause")
@@ -734,15 +710,40 @@ class Recoverer:
         return dataclasses.replace(decision, reason=f"{decision.reason}; {declared.line}")
 
     def _recorded(self, name: str, ladder: Sequence[Rung]) -> Optional[LadderState]:
+        records = self._read_records(unread="stockouts count from this run")
+        return state_from_records(ladder, name, records) if records is not None else None
+
+    def _read_records(self, *, unread: Optional[str] = None) -> Optional[list[dict[str, Any]]]:
+        """The ``--records`` file's records; None when there is none, or it cannot be read (then,
+        with ``unread``, a warning saying what follows from that)."""
         if self.records is None:
             return None
         try:
             with open(self.records, encoding="utf-8") as lines:
                 records = [json.loads(line) for line in lines if line.strip()]
         except (OSError, ValueError) as exc:
-            self.say(f"warning: --records {self.records}: not read ({exc}); stockouts count from this run")
+            if unread is not None:
+                self.say(f"warning: --records {self.records}: not read ({exc}); {unread}")
             return None
-        return state_from_records(ladder, name, [r for r in records if isinstance(r, dict)])
+        return [r for r in records if isinstance(r, dict)]
+
+    def _targets(
+        self, loaded: LoadedStack, decisions: Sequence[tuple[str, Decision]]
+    ) -> recovery_targets.RecoveryTargets:
+        """The URNs of the VMs and Jobs of ``decisions``, from the stack program run offline."""
+        return recovery_targets.find_targets(
+            self.target.project,
+            self.target.stack,
+            loaded.config,
+            loaded.secret_keys,
+            [(kind, d.name) for kind, d in decisions],
+        )
+
+    def _released(self, report: RoundReport, lines: Sequence[str]) -> None:
+        """Says and reports the dead updates' locks a CLI call released."""
+        for line in lines:
+            report.released_locks.append(line)
+            self.say(f"info: {line}")
 
     def _after_creates(self, settings: stack_config.StackConfig, report: RoundReport) -> None:
         """Count what the update's creates met: a stockout brings the VM nearer its next rung;
@@ -808,13 +809,7 @@ class Recoverer:
         assert report.plan is not None
         recovering = [(kind, d) for kind, d in report.decisions if d in report.plan.recovering]
         try:
-            targets = recovery_targets.find_targets(
-                self.target.project,
-                self.target.stack,
-                loaded.config,
-                loaded.secret_keys,
-                [(kind, d.name) for kind, d in recovering],
-            )
+            targets = self._targets(loaded, recovering)
         except recovery_targets.TargetsNotFound as exc:
             return UpResult(RoundOutcome.FAILED, str(exc), 0.0)
         except Exception as exc:  # noqa: BLE001 - the program, run offline, refused its config
@@ -862,6 +857,11 @@ class Recoverer:
         return self.up(
             self.target.qualified, list(chosen.targets), refresh=chosen.refresh, recovery_round=told
         )
+
+
+def _resuming(decision: Decision, cause: Optional[Cause], why: str) -> Decision:
+    """``decision`` carrying on an interrupted recovery, with that recovery's cause."""
+    return dataclasses.replace(decision, resumed=True, cause=cause, reason=f"{decision.reason}; {why}")
 
 
 def _live(decision: Decision) -> Live:

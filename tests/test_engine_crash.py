@@ -104,10 +104,18 @@ def _round(done: subprocess.CompletedProcess) -> dict[str, Any]:
 
 
 def _assert_settled(
-    project: EngineProject, urn: str, generation: int
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The state holds exactly the live generation of ``urn``, nothing pending, no lock. Returns
-    the state's resources by URN and the stack's outputs (its root resource's, in the same read)."""
+    project: EngineProject,
+    point: str,
+    kind: str,
+    name: str,
+    generation: int,
+    cause: str,
+    others: dict[str, Any],
+) -> None:
+    """The state holds exactly the live generation of VM or Job ``name`` (``kind``: ``tpuVms`` or
+    ``jobs``), nothing pending, no lock, nothing else changed; the stack's outputs (its root
+    resource's, in the same read) name that generation, and ``lastRecoveries`` its ``cause``."""
+    urn = VM_URN if kind == "tpuVms" else JOB_URN
     deployment = project.state(STACK)["deployment"]
     assert not deployment.get("pending_operations"), deployment.get("pending_operations")
     (entry,) = [r for r in deployment["resources"] if r["urn"] == urn]
@@ -115,8 +123,13 @@ def _assert_settled(
     assert entry["replacementTrigger"] == generation
     assert _locks(project) == []
     resources = {r["urn"]: r for r in deployment["resources"]}
+    assert _others(resources, urn) == others, f"{point}: nothing else changed"
     (root,) = [r for r in deployment["resources"] if r["type"] == "pulumi:pulumi:Stack"]
-    return resources, root["outputs"]
+    outputs = root["outputs"]
+    generations = "recoveryGenerations" if kind == "tpuVms" else "jobRecoveryGenerations"
+    assert outputs[generations] == {name: generation}, point
+    last = outputs["lastRecoveries"][kind][name]
+    assert (last["generation"], last["cause"]) == (generation, cause), (point, last)
 
 
 def _assert_nothing_left_to_do(project: EngineProject) -> None:
@@ -176,11 +189,7 @@ def test_a_round_killed_anywhere_in_a_vms_replacement_is_carried_on_by_the_next(
             assert node["createTime"] == made["createTime"], "the node the killed round made is kept"
         generation = int(node["labels"]["recovery-generation"])
         assert node["labels"]["recovery-cause"] == "preempted", (point, node["labels"])
-        resources, outputs = _assert_settled(project, VM_URN, generation)
-        assert outputs["recoveryGenerations"] == {VM: generation}, point
-        last = outputs["lastRecoveries"]["tpuVms"][VM]
-        assert (last["generation"], last["cause"]) == (generation, "preempted"), (point, last)
-        assert _others(resources, VM_URN) == others, f"{point}: nothing else changed"
+        _assert_settled(project, point, "tpuVms", VM, generation, "preempted", others)
     _assert_nothing_left_to_do(project)
 
 
@@ -229,9 +238,5 @@ def test_a_round_killed_anywhere_in_a_jobs_replacement_is_carried_on_by_the_next
                 assert live["metadata"]["uid"] != job["metadata"]["uid"], point
             generation = int(live["metadata"]["labels"]["recovery-generation"])
             assert live["metadata"]["annotations"]["tpu-training/recovery-cause"] == "failed", point
-            resources, outputs = _assert_settled(project, JOB_URN, generation)
-            assert outputs["jobRecoveryGenerations"] == {JOB: generation}, point
-            last = outputs["lastRecoveries"]["jobs"][JOB]
-            assert (last["generation"], last["cause"]) == (generation, "failed"), (point, last)
-            assert _others(resources, JOB_URN) == others, f"{point}: nothing else changed"
+            _assert_settled(project, point, "jobs", JOB, generation, "failed", others)
         _assert_nothing_left_to_do(project)
