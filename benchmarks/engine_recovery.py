@@ -6,7 +6,7 @@
 One stack with a TPU VM and a GKE training Job (the engine tier's stacks, tests/support/engine/stacks.py)
 is deployed by the real Pulumi CLI (.ci/engine) with the provider doubles over the loopback fakes
 (docs/engine-tests.md). Then, ``--trials`` times per cause, in a shuffled order: the cause is
-injected into the fakes (the VM PREEMPTED; the Job Failed), `python -m infra.recover --once` runs
+injected into the fakes (the VM PREEMPTED; the Job Failed), `tpu-training recover --once` runs
 as an operator or a timer would start it, and the clock stops when the fakes hold the recovered
 resource (the VM READY at a new generation; a new Job object of the same name). Per cause: the
 whole recovery, the engine's targeted `pulumi up` within it, and the rest (the command's start,

@@ -29,8 +29,8 @@ the work redone. No figure is asserted by the tests (``--smoke`` is run by
 tests/test_trainer_goodput.py for its shape only: a quarter of M's work per case and one kill
 half-way through it, so its figures mean nothing).
 
-``--figure FILE`` draws each case's run as the timeline `infra.status --html` draws one
-(infra/timeline_figure.py): its steps over time from the trainer's own lines, its committed saves,
+``--figure FILE`` draws each case's run as the timeline `tpu-training status --html` draws one
+(tpu_training/timeline_figure.py): its steps over time from the trainer's own lines, its committed saves,
 each kill a line, shaded until the trainer's next ``resume``.
 """
 
@@ -60,7 +60,7 @@ from support.sandbox import Sandbox  # noqa: E402
 from tpu_training_components.domain.goodput import expected_lost_fraction  # noqa: E402
 from tpu_training_components.domain.run_timeline import Interruption, RunTimeline, build  # noqa: E402
 
-from infra import timeline_figure  # noqa: E402
+from tpu_training import timeline_figure  # noqa: E402
 
 KILLED = "SIGKILL (a preemption)"
 """The cause of every interruption the benchmark makes."""

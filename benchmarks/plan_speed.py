@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/plan_speed.py [--rounds 7] [--sizes 16,64,128,256] [--xpk PATH]
                                               [--smoke] [--json PATH]
 
-Every measured run is a fresh process, as a user runs it (`python -m infra.plan --stack S`,
+Every measured run is a fresh process, as a user runs it (`tpu-training plan --stack S`,
 output to /dev/null). A round runs every case once, in a shuffled order; the figures are the
 medians over the rounds, each case's first run (which checks that it works) not counted. Peak
 memory is each run's own maximum resident set (`os.wait4`), not the children's total.
@@ -77,9 +77,9 @@ XPK_ARGS = (
 ).split()
 """As tests/fixtures/xpk-1.16.0/cluster-create-v6e-16-flex.txt recorded it."""
 
-# Runs the plan as `python -m infra.plan` does, and writes the modules it loaded when it exits
+# Runs the plan as `tpu-training plan` does, and writes the modules it loaded when it exits
 # (at exit, whichever way the plan ends): each module once, by the first name it was loaded
-# under. `__main__` is the plan module itself.
+# under, but `__main__` (tpu_training/__main__.py, the CLI's entry).
 DUMP_MODULES = """\
 import atexit, json, runpy, sys
 target, args = sys.argv[1], sys.argv[2:]
@@ -88,18 +88,19 @@ def dump():
     for name, module in list(sys.modules.items()):
         if module is not None and id(module) not in seen:
             seen.add(id(module))
-            names.append("infra.plan" if name == "__main__" else name)
+            if name != "__main__":  # the CLI's entry, which runs the command when imported
+                names.append(name)
     with open(target, "w") as file:
         json.dump(names, file)
 atexit.register(dump)
-sys.argv = ["infra.plan", *args]
-runpy.run_module("infra.plan", run_name="__main__", alter_sys=True)
+sys.argv = ["tpu-training", "plan", *args]
+runpy.run_module("tpu_training", run_name="__main__", alter_sys=True)
 """
 
 # The floor: a fresh interpreter, the collector off (as the plan has it), every module the plan
 # loaded imported in the order it loaded them (the program folder on the path, as the plan puts
-# it), then the plan's own exit (infra.plan.exit_quickly). Names that cannot be imported by name
-# are counted.
+# it), then the plan's own exit (tpu_training.command_line.exit_quickly). Names that cannot be
+# imported by name are counted.
 IMPORT_FLOOR = """\
 import gc
 gc.disable()
@@ -277,6 +278,7 @@ def scratch_project(folder: Path, sizes: list[StackSize]) -> None:
     for name in ("Pulumi.yaml", "Pulumi.dev.yaml"):
         shutil.copy(REPO / name, folder / name)
     (folder / "infra").symlink_to(REPO / "infra", target_is_directory=True)
+    (folder / "trainer").symlink_to(REPO / "trainer", target_is_directory=True)
     for size in sizes:
         text = "\n".join(to_yaml({"config": stack_config(size)})) + "\n"
         (folder / f"Pulumi.{size.stack}.yaml").write_text(text)
@@ -344,7 +346,9 @@ def import_case(
 
 
 def plan_case(key: str, label: str, stack: str, folder: Path, env: dict[str, str], *extra: str) -> Case:
-    return Case(key, label, [sys.executable, "-m", "infra.plan", "--stack", stack, *extra], folder, env)
+    return Case(
+        key, label, [sys.executable, "-m", "tpu_training", "plan", "--stack", stack, *extra], folder, env
+    )
 
 
 def find_xpk(given: Optional[str]) -> Optional[str]:

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/recover_latency.py [--vms 64] [--interval 1.0] [--trials 5]
 
 A loopback Cloud TPU API holds a stack's VMs, all READY, in four zones. The watcher
-(`infra.recover`'s own loop, with `pulumi up` replaced by a recorder) runs a round every
+(`tpu-training recover`'s own loop, with `pulumi up` replaced by a recorder) runs a round every
 INTERVAL seconds; the benchmark flips one node to PREEMPTED at a random moment and measures the
 time until the watcher decides to run `pulumi up`. The bound is one interval plus one round.
 It then counts the API calls one round makes for growing numbers of VMs: one per zone, however
@@ -32,17 +32,19 @@ from support.fake_tpu_api import FakeTpuApi  # noqa: E402
 from tpu_training_components.domain.recovery_rounds import RecoveryRound, RoundOutcome  # noqa: E402
 from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT  # noqa: E402
 
-from infra import offline, recover  # noqa: E402
-from infra.automation import PendingChange, UpResult  # noqa: E402
+from tpu_training import project_files  # noqa: E402
+from tpu_training.recovery import recovery_round, stack_probe, watch_loop  # noqa: E402
+from tpu_training.recovery.automation import PendingChange, UpResult  # noqa: E402
 
 ZONES = ("europe-west4-a", "us-central1-a", "us-central1-b", "us-central1-f")
 PROJECT_ID = "tpu-training-bench"
 
 
-def bench_project(folder: Path, vms: int) -> recover.Target:
+def bench_project(folder: Path, vms: int) -> stack_probe.Target:
     """This project's Pulumi.yaml and program, with a stack of ``vms`` preemptible v3-8s."""
     shutil.copy(REPO / "Pulumi.yaml", folder)
     (folder / "infra").symlink_to(REPO / "infra")
+    (folder / "trainer").symlink_to(REPO / "trainer")
     config = {
         "gcp:project": PROJECT_ID,
         "tpu-training:tpuVms": [
@@ -58,7 +60,7 @@ def bench_project(folder: Path, vms: int) -> recover.Target:
         ],
     }
     (folder / "Pulumi.bench.yaml").write_text(yaml.safe_dump({"config": config}))
-    return recover.Target(offline.load_project(folder), "bench", "bench")
+    return stack_probe.Target(project_files.load_project(folder), "bench", "bench")
 
 
 class Recorder:
@@ -98,7 +100,7 @@ class Recorder:
 
 
 def detection(
-    target: recover.Target, vms: int, api: FakeTpuApi, interval: float, rng: random.Random
+    target: stack_probe.Target, vms: int, api: FakeTpuApi, interval: float, rng: random.Random
 ) -> tuple[float, float]:
     """(seconds from the preemption to the decision to run `pulumi up`, median round seconds)."""
     for zone in api.nodes.values():
@@ -106,10 +108,10 @@ def detection(
             node["state"] = "READY"
     recorder = Recorder()
     rounds: list[float] = []
-    rec = recover.Recoverer(target, probe=recover.Probe(), up=recorder, say=lambda line: None)
-    stop = recover.StopSignal(lambda line: None)
+    rec = recovery_round.Recoverer(target, probe=stack_probe.Probe(), up=recorder, say=lambda line: None)
+    stop = watch_loop.StopSignal(lambda line: None)
     watcher = threading.Thread(
-        target=recover.watch,
+        target=watch_loop.watch,
         kwargs={
             "recoverer": rec,
             "interval_seconds": interval,
@@ -132,9 +134,9 @@ def detection(
     return recorder.at - flipped, statistics.median(rounds)
 
 
-def calls_per_round(target: recover.Target, api: FakeTpuApi) -> int:
+def calls_per_round(target: stack_probe.Target, api: FakeTpuApi) -> int:
     before = len(api.calls)
-    recover.Recoverer(target, probe=recover.Probe(), up=None, say=lambda line: None).run_round()
+    recovery_round.Recoverer(target, probe=stack_probe.Probe(), up=None, say=lambda line: None).run_round()
     return len(api.calls) - before
 
 

@@ -5,7 +5,7 @@ starts, polling alone vs watching the cluster.
         [--figure FILE.png|FILE.svg]
     .venv/bin/python benchmarks/recovery_slo.py --engine ...   (the real engine: engine_recovery.py)
 
-A closed loop: `infra.recover`'s own `watch()` and `Recoverer` with the real `Probe` (the real
+A closed loop: `tpu-training recover`'s own `watch()` and `Recoverer` with the real `Probe` (the real
 Cloud TPU and Kubernetes clients) against the loopback fakes of both APIs, with `pulumi up`
 replaced by a recorder that notes when it started and then puts back what a real update would
 (the Job or JobSet re-created at a new generation, the VM READY). Each cause of ``CAUSES`` is
@@ -25,8 +25,8 @@ window) are causes like the others. The simulated trainer's healthy records jitt
 step time: a hang detected then is a false detection. To add a cause, add a ``Cause`` to
 ``CAUSES``: how to inject it into the fakes, and whether a `pulumi up` must follow.
 
-``--figure FILE`` draws the trials as the timeline `infra.status --html` draws a run's
-(infra/timeline_figure.py): a panel per mode, each fault a line in its cause's colour, shaded
+``--figure FILE`` draws the trials as the timeline `tpu-training status --html` draws a run's
+(tpu_training/timeline_figure.py): a panel per mode, each fault a line in its cause's colour, shaded
 until recovery acted on it (``RECOVERED``).
 """
 
@@ -61,8 +61,9 @@ from tpu_training_components.domain.recovery_rounds import Backoff, RoundOutcome
 from tpu_training_components.domain.run_timeline import Interruption, RunTimeline  # noqa: E402
 from tpu_training_components.live import endpoints  # noqa: E402
 
-from infra import offline, recover, recover_events, stack_config, timeline_figure  # noqa: E402
-from infra.automation import UpResult  # noqa: E402
+from tpu_training import project_files, stack_config, timeline_figure  # noqa: E402
+from tpu_training.recovery import recover_events, recovery_round, stack_probe, watch_loop  # noqa: E402
+from tpu_training.recovery.automation import UpResult  # noqa: E402
 
 ZONE, NEXT_ZONE = "us-central1-a", "us-central1-b"
 """The TPU VM's capacity ladder: (a, preemptible), (b, preemptible), (a, on-demand), (b, on-demand)."""
@@ -75,11 +76,12 @@ STEP_SECONDS = 2.0
 """The simulated trainer's mean step time; each record's last step is up to 3x that ago."""
 
 
-def bench_project(folder: Path) -> recover.Target:
+def bench_project(folder: Path) -> stack_probe.Target:
     """This project's Pulumi.yaml and program, with a stack of one preemptible TPU VM, one Job and
     one JobSet on a GKE pool."""
     shutil.copy(REPO / "Pulumi.yaml", folder)
     (folder / "infra").symlink_to(REPO / "infra")
+    (folder / "trainer").symlink_to(REPO / "trainer")
     workload = {"nodePool": POOL, "image": "trainer:1", "command": ["python3", "train.py"]}
     config = {
         "gcp:project": "tpu-training-bench",
@@ -108,7 +110,7 @@ def bench_project(folder: Path) -> recover.Target:
         "tpu-training:recovery": {"hangMinutes": HANG_MINUTES},
     }
     (folder / "Pulumi.bench.yaml").write_text(yaml.safe_dump({"config": config}))
-    return recover.Target(offline.load_project(folder), "bench", "bench")
+    return stack_probe.Target(project_files.load_project(folder), "bench", "bench")
 
 
 class World:
@@ -492,10 +494,10 @@ def _wall(seconds: float) -> datetime:
 
 
 class Loop:
-    """`recover.watch` running in a thread for one mode, every round's reading time noted."""
+    """`watch_loop.watch` running in a thread for one mode, every round's reading time noted."""
 
     def __init__(
-        self, target: recover.Target, world: World, interval: float, watching: bool, gap: float
+        self, target: stack_probe.Target, world: World, interval: float, watching: bool, gap: float
     ) -> None:
         self.world, self.interval = world, interval
         self.up = RecordingUp(world)
@@ -504,14 +506,14 @@ class Loop:
         self.interruptions: list[Interruption] = []
         """Each trial's fault, for the figure: its cause, when, and until recovery acted."""
         self.said: list[str] = []
-        self.stop = recover.StopSignal(self.said.append, gap_seconds=gap)
+        self.stop = watch_loop.StopSignal(self.said.append, gap_seconds=gap)
         self.settle = (
-            (gap + recover.WAKE_DEBOUNCE_SECONDS if watching else 0.0) + 0.2 + min(1.0, interval / 2)
+            (gap + watch_loop.WAKE_DEBOUNCE_SECONDS if watching else 0.0) + 0.2 + min(1.0, interval / 2)
         )
         """Between trials: the round a recovery's own events wake (the Job deleted and re-created)
         has come and gone before the next fault."""
         self.events = recover_events.ClusterEvents(self.stop.wake, self.said.append) if watching else None
-        probe = recover.Probe()
+        probe = stack_probe.Probe()
 
         def probing(settings: Any) -> Any:
             self.reads.append(time.monotonic())
@@ -519,15 +521,15 @@ class Loop:
                 self.events.note(settings)
             return probe(settings)
 
-        recoverer = recover.Recoverer(
+        recoverer = recovery_round.Recoverer(
             target,
             probe=probing,
             up=self.up,
             say=self.said.append,
-            notices=recover.notice_step(probe, write=True),
+            notices=stack_probe.notice_step(probe, write=True),
         )
         self.thread = threading.Thread(
-            target=recover.watch,
+            target=watch_loop.watch,
             kwargs={
                 "recoverer": recoverer,
                 "interval_seconds": interval,
@@ -535,7 +537,7 @@ class Loop:
                 "emit": lambda report: self.rounds.append(report.trigger),
                 "events": self.events,
                 # Retries of a refused create every interval (the default back-off's first wait
-                # is 60 s); a move to the next rung never waits (infra.recover).
+                # is 60 s); a move to the next rung never waits (tpu-training recover).
                 "backoff": Backoff(first_seconds=interval, cap_seconds=interval),
             },
         )
@@ -677,7 +679,7 @@ def main() -> None:
     trials, interval = (1, 0.5) if args.smoke else (args.trials, args.interval)
     # --smoke: shorter waits all round, the gap between rounds included (its figures are not the
     # command's; it shows the loop works).
-    gap = 0.3 if args.smoke else recover.MIN_SECONDS_BETWEEN_ROUNDS
+    gap = 0.3 if args.smoke else watch_loop.MIN_SECONDS_BETWEEN_ROUNDS
     rng = random.Random(27)
     results: dict[str, dict[str, Any]] = {}
     round_seconds: list[float] = []
@@ -687,7 +689,7 @@ def main() -> None:
         os.environ["TPU_API_ENDPOINT"] = tpu.endpoint
         os.environ["KUBECONFIG"] = str(kube.kubeconfig(Path(scratch)))
         target = bench_project(Path(scratch))
-        settings = recover.load_settings(target).settings
+        settings = stack_probe.load_settings(target).settings
         folders = {
             **{vm.name: stack_config.derived.vm_checkpoint_dir(settings, vm) for vm in settings.tpu_vms},
             **{j.name: stack_config.derived.job_checkpoint_dir(settings, j) for j in settings.jobs},
@@ -699,7 +701,9 @@ def main() -> None:
         world = World(tpu, kube, progress, folders[JOB])
         # A first round outside the clock: the program's modules and the clients load once.
         said: list[str] = []
-        warm = recover.Recoverer(target, probe=recover.Probe(), up=RecordingUp(world), say=said.append)
+        warm = recovery_round.Recoverer(
+            target, probe=stack_probe.Probe(), up=RecordingUp(world), say=said.append
+        )
         first = warm.run_round()
         if first.outcome is not RoundOutcome.NOT_RUN or first.plan is None or first.plan.unavailable:
             raise SystemExit(
@@ -832,9 +836,11 @@ def main() -> None:
         )
 
 
-def warm_round(target: recover.Target, world: World) -> float:
+def warm_round(target: stack_probe.Target, world: World) -> float:
     """Seconds of one round with nothing to recover: the list calls and the config read."""
-    rec = recover.Recoverer(target, probe=recover.Probe(), up=RecordingUp(world), say=lambda line: None)
+    rec = recovery_round.Recoverer(
+        target, probe=stack_probe.Probe(), up=RecordingUp(world), say=lambda line: None
+    )
     return rec.run_round().duration_seconds
 
 

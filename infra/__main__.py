@@ -10,27 +10,24 @@ from __future__ import annotations
 
 import os
 import sys
-import time
+from pathlib import Path
 
 if __name__ == "__main__" and __package__ == "infra":
     # `python -m infra`: the language host runs this folder as __main__ (no package; see the end
     # of the file), so this is someone running the program outside Pulumi, where it cannot work.
     print(
         "infra/ is the Pulumi program of this project: `pulumi preview` and `pulumi up` run it, in a "
-        "stack's context. Without the Pulumi CLI: `python -m infra.plan [--stack NAME]` shows what "
-        "`pulumi up` would do, `python -m infra.cost` what the stack costs, `python -m infra.status` "
-        "how training is doing and `python -m infra.recover` re-creates what was lost (README.md)",
+        "stack's context. Without the Pulumi CLI: `tpu-training plan [--stack NAME]` shows what "
+        "`pulumi up` would do, `tpu-training cost` what the stack costs, `tpu-training status` "
+        "how training is doing and `tpu-training recover` re-creates what was lost (README.md)",
         file=sys.stderr,
     )
     sys.exit(64)  # sysexits.h EX_USAGE: the command line is wrong
-from dataclasses import dataclass, field
-from typing import Any, Optional, TypeVar, Union
+from typing import Optional, TypeVar
 
 import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
-import stack_config
-from stack_config import ClusterConfig, StackConfig, derived
 from tpu_training_components import (
     CheckpointBucket,
     FlexStartTpuNodePool,
@@ -40,8 +37,6 @@ from tpu_training_components import (
     QueuedProvisioning,
     RecoveredJob,
     RecoveredTpuVm,
-    StackMonitoring,
-    StackMonitoringArgs,
     TpuComputeClass,
     TpuTrainingJob,
     TpuTrainingJobArgs,
@@ -52,181 +47,24 @@ from tpu_training_components import (
     TrainingServiceAccount,
     WorkloadEngines,
 )
-from tpu_training_components.domain import cost_estimate
-from tpu_training_components.domain.capacity_ladder import (
-    LADDERS_OUTPUT,
-    Rung,
-    current_rung,
-    index_of,
-    last_deployed_rung,
-    rung_prices,
-    with_stockout_causes,
-)
-from tpu_training_components.domain.goodput import CheckpointPlan
-from tpu_training_components.domain.recovery import utc_now
+from tpu_training_components.domain import capacity_ladder
+from tpu_training_components.domain.capacity_ladder import Rung
 from tpu_training_components.domain.recovery_rounds import (
     ROUND_ENV,
-    RecoveryRound,
-    RoundEnvError,
-    as_deployed,
-    with_resumed_causes,
 )
 from tpu_training_components.domain.required_access import apis_for_features
-from tpu_training_components.domain.restart_budget import RESTARTS_OUTPUT, history_output
-from tpu_training_components.domain.stack_identity import DEPLOYED_AS_OUTPUT, deployed_as, rename_problem
 from tpu_training_components.errors import InvalidArgument
-from tpu_training_components.resources.reconcile import (
-    GENERATIONS_OUTPUT,
-    JOB_GENERATIONS_OUTPUT,
-    RECOVERIES_OUTPUT,
-)
 
-TrainingWorkload = Union[TpuTrainingJob, TpuTrainingJobSet]
-Environments = dict[str, dict[str, str]]
-"""A training run's name (a TPU VM's or a Job's) -> the environment its processes receive."""
-
+from tpu_training import stack_config
+from tpu_training.program.last_update import LastUpdate, read_last_update, recovery_cause
+from tpu_training.program.outputs import declare_monitoring, declared_cost, export_outputs
+from tpu_training.program.parts import Environments, Foundation, Gke, TpuVms, TrainingWorkload, Workloads
+from tpu_training.stack_config import ClusterConfig, StackConfig, derived
 
 # --- What the last update left --------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class LastUpdate:
-    """This stack's outputs as of its last update, and what this update is: a recovery round of
-    `python -m infra.recover` or any other `pulumi up`."""
-
-    outputs: dict[str, Any]
-    secrets: frozenset[str]
-    """The names of the outputs that are secret."""
-    round: Optional[RecoveryRound]
-    """The recovery round this update runs, or None for every update `infra.recover` does not run."""
-
-    @property
-    def recovered_vms(self) -> frozenset[str]:
-        return self.round.tpu_vms if self.round else frozenset()
-
-    @property
-    def recovered_jobs(self) -> frozenset[str]:
-        return self.round.jobs if self.round else frozenset()
-
-    def export(self, key: str, value: Any, recovered: frozenset[str] = frozenset()) -> None:
-        """Export an output keyed by VM, Job or pool name. A recovery round's targeted update
-        changes only the ``recovered`` ones, and the engine keeps every other resource as the state
-        has it (and creates none that is not there): the output keeps what it said of every other
-        one (infra/recovery_targets.py cites the engine)."""
-        if self.round is None or not self.round.targeted:
-            pulumi.export(key, value)
-            return
-        previous = self.outputs.get(key)
-        deployed = pulumi.Output.from_input(value).apply(lambda new: as_deployed(previous, new, recovered))
-        pulumi.export(key, pulumi.Output.secret(deployed) if key in self.secrets else deployed)
-
-    def export_by_kind(self, key: str, value: Any, recovered: frozenset[str]) -> None:
-        """``export`` for an output keyed by kind, then by name (``lastRecoveries``: ``tpuVms``,
-        ``jobs``): each kind's entries kept as ``export`` keeps them."""
-        if self.round is None or not self.round.targeted:
-            pulumi.export(key, value)
-            return
-        previous = self.outputs.get(key)
-        before = previous if isinstance(previous, dict) else {}
-        deployed = pulumi.Output.from_input(value).apply(
-            lambda new: {
-                kind: as_deployed(before.get(kind), entries, recovered) for kind, entries in new.items()
-            }
-        )
-        pulumi.export(key, pulumi.Output.secret(deployed) if key in self.secrets else deployed)
-
-
-def _recovery_cause(
-    name: str,
-    last: LastUpdate,
-    recorded: Any,
-    stockouts: frozenset[str] = frozenset(),
-) -> Any:
-    """The cause written on a re-created VM or Job: ``stockout`` one rung down its ladder; the
-    cause of the recovery an interrupted update began, when this round carries it on; else the
-    one ``lastRecoveries`` records (``recorded(name)``)."""
-    if name in stockouts:
-        return "stockout"
-    if last.round is not None and name in last.round.resumed:
-        return last.round.resumed[name]
-    return recorded(name)
-
-
-CHECKPOINT_READ_ATTEMPTS = 5
-"""Reads of the stack's own outputs before the program gives up on a torn checkpoint."""
-
-
-def _read_stack_outputs(own: str) -> Any:
-    """The engine's read of this stack's outputs, tried again on a torn read: with a file backend,
-    an update that starts at once (`pulumi up --skip-preview`, and recovery's own rounds) writes the
-    stack's checkpoint while the program reads it, and the read now and then fails with "failed to
-    load checkpoint: EOF" (seen in the engine tier, Pulumi v3.274.1, pkg/backend/diy/state.go).
-    Any other failure, or the same one every time, ends the program as before."""
-    for attempt in range(1, CHECKPOINT_READ_ATTEMPTS):
-        try:
-            return pulumi.runtime.invoke("pulumi:pulumi:readStackOutputs", {"name": own})
-        except Exception as exc:  # the SDK raises a bare Exception for a failed invoke
-            if "failed to load checkpoint" not in str(exc):
-                raise
-        time.sleep(0.2 * attempt)
-    # The last attempt: whatever it raises ends the program.
-    return pulumi.runtime.invoke("pulumi:pulumi:readStackOutputs", {"name": own})
-
-
-def read_last_update() -> LastUpdate:
-    """The stack's outputs as of its last update, read now, before anything is declared: a check
-    in an Output's apply would run while the engine already replaces resources. The engine's own
-    read of a stack's outputs (its builtin `pulumi:pulumi:readStackOutputs`, what a StackReference
-    reads, pkg/resource/deploy/builtins.go, which the engine serves for the `pulumi` package,
-    pkg/resource/deploy/providers/registry.go loadProvider) answers synchronously through an
-    invoke. Raises ``InvalidArgument`` for a renamed stack or a recovery round's value that
-    `infra.recover` did not write."""
-    own = f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
-    result = _read_stack_outputs(own)
-    outputs = (result.value or {}).get("outputs")
-    secret = (result.value or {}).get("secretOutputNames") or []
-    previous = outputs if isinstance(outputs, dict) else {}
-    # A renamed stack would re-name, and so replace, nearly everything: refuse it before it starts.
-    rename = rename_problem(previous, pulumi.get_project(), pulumi.get_stack())
-    if rename:
-        raise InvalidArgument(rename)
-    # `python -m infra.recover` says what its own `pulumi up` recovers (None for every other
-    # update); read before anything is declared, so a value no round writes changes nothing.
-    try:
-        recovery_round = RecoveryRound.from_env(os.environ.get(ROUND_ENV))
-    except RoundEnvError as exc:
-        raise InvalidArgument(str(exc)) from None
-    return LastUpdate(previous, frozenset(str(name) for name in secret), recovery_round)
-
-
 # --- Project APIs and the network -----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Foundation:
-    """What everything else waits for or runs in: the APIs the stack enables, and its network."""
-
-    apis: Optional[ProjectApis]
-    network: Optional[TrainingNetwork]
-
-    @property
-    def after_apis(self) -> list[pulumi.Resource]:
-        """``depends_on`` of whatever calls an API the stack enables."""
-        return [self.apis] if self.apis is not None else []
-
-    @property
-    def after_network(self) -> list[pulumi.Resource]:
-        """``depends_on`` of whatever needs the network's routes (NAT) from its first boot."""
-        return [self.network] if self.network is not None else []
-
-    def network_in(
-        self, region: str, own: tuple[Optional[str], Optional[str]]
-    ) -> tuple[Optional[pulumi.Input[str]], Optional[pulumi.Input[str]]]:
-        """The (network, subnetwork) a VM or the cluster in ``region`` uses: the stack's, or its
-        own config's (``network.create: false``)."""
-        if self.network is None:
-            return own
-        return self.network.network_id, self.network.subnets[region].id
 
 
 def declare_foundation(settings: StackConfig) -> Foundation:
@@ -291,7 +129,7 @@ def declare_buckets(settings: StackConfig, foundation: Foundation) -> dict[str, 
     # and Job at $TRAINER_CODE, so a copy of the stack in another project trains the same code.
     if settings.trainer_code is not None:
         for region, bucket in buckets.items():
-            for object_name, path in settings.trainer_code.paths().items():
+            for object_name, path in settings.trainer_code.paths(PROJECT_FOLDER).items():
                 gcp.storage.BucketObject(
                     f"checkpoints-{region}-{object_name.replace('/', '-')}",
                     bucket=bucket.bucket_name,
@@ -368,40 +206,23 @@ def declare_recovery(settings: StackConfig, offline: bool, last: LastUpdate) -> 
 
 
 def standing_rung(vm: stack_config.TpuVmConfig, last: LastUpdate) -> Rung:
-    """The rung of its capacity ladder a VM stands on before this update decides: the one a
-    recovery round declares it on, or else the one last deployed (still on the ladder), or else
-    the preferred one."""
-    if last.round is not None and vm.name in last.round.rungs:
-        rung = last.round.rungs[vm.name]
-        if index_of(vm.ladder, rung) is None:
-            raise InvalidArgument(
-                f"{ROUND_ENV}: TPU VM {vm.name}: rung {rung} is not on its ladder "
-                f"({', '.join(str(r) for r in vm.ladder)}); unset it to run `pulumi up` yourself"
-            )
-        return rung
-    return current_rung(vm.ladder, last_deployed_rung(last.outputs, vm.name))
+    """``capacity_ladder.standing_rung`` of this VM, as the last update and this round leave it."""
+    try:
+        return capacity_ladder.standing_rung(
+            vm.ladder, vm.name, last.outputs, last.round.rungs if last.round is not None else None
+        )
+    except capacity_ladder.RungNotOnLadder as exc:
+        raise InvalidArgument(f"{ROUND_ENV}: {exc}; unset it to run `pulumi up` yourself") from None
 
 
 def declared_rung(vm: stack_config.TpuVmConfig, last: LastUpdate, recovery: TrainingRecovery) -> Rung:
-    """The rung a VM is declared on: where it stands while it is kept (a running VM never moves,
-    whatever the ladder's order says); a recovery round's rung; the preferred rung when any other
-    update creates or replaces it (climbing back up at its next recovery)."""
-    standing = standing_rung(vm, last)
-    if recovery.vm_decision(vm.name).action == "keep":
-        return standing
-    if last.round is not None and vm.name in last.round.rungs:
-        return standing
-    return vm.ladder[0]
-
-
-@dataclass(frozen=True)
-class TpuVms:
-    """The stack's TPU VMs by name, and the environment each one's training receives."""
-
-    vms: dict[str, PreemptibleTpuVm] = field(default_factory=dict)
-    environments: Environments = field(default_factory=dict)
-    rungs: dict[str, tuple[int, Rung]] = field(default_factory=dict)
-    """Each VM's rung of its capacity ladder, and its place there (0: the preferred)."""
+    """``capacity_ladder.declared_rung`` of this VM, kept or re-created as recovery decided."""
+    return capacity_ladder.declared_rung(
+        vm.ladder,
+        standing_rung(vm, last),
+        kept=recovery.vm_decision(vm.name).action == "keep",
+        round_declares=last.round is not None and vm.name in last.round.rungs,
+    )
 
 
 def declare_vm_identity(
@@ -450,7 +271,7 @@ def declare_tpu_vms(
                 "environment": environments[vm.name],
                 "service_account_email": identity.email,
                 "recovery_generation": recovery.vm_generation(vm.name),
-                "recovery_cause": _recovery_cause(vm.name, last, recovery.vm_cause, stockouts),
+                "recovery_cause": recovery_cause(vm.name, last, recovery.vm_cause, stockouts),
                 "restart_generation": vm.restart_generation,
                 "external_ip": vm.external_ip,
                 # A secret anywhere in tpuVms (`pulumi config set --secret --path
@@ -469,15 +290,6 @@ def declare_tpu_vms(
 
 
 # --- GKE: the cluster and its TPU node pools --------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Gke:
-    """The GKE cluster, as configured and as declared, and its TPU node pools by name."""
-
-    config: ClusterConfig
-    cluster: GkeTpuCluster
-    pools: dict[str, FlexStartTpuNodePool]
 
 
 def declare_gke(settings: StackConfig, cluster_config: ClusterConfig, foundation: Foundation) -> Gke:
@@ -545,14 +357,6 @@ def declare_gke(settings: StackConfig, cluster_config: ClusterConfig, foundation
 
 
 # --- GKE: the training workloads and what they run through ----------------------------------
-
-
-@dataclass(frozen=True)
-class Workloads:
-    """The training Jobs and JobSets by name, and the environment of each one's Pods."""
-
-    jobs: dict[str, TrainingWorkload] = field(default_factory=dict)
-    environments: Environments = field(default_factory=dict)
 
 
 def declare_workloads(
@@ -668,7 +472,7 @@ def declare_jobs(
             "workload_pool": gke.cluster.workload_pool,
             "namespace": job.namespace,
             "recovery_generation": recovery.job_generation(job.name),
-            "recovery_cause": _recovery_cause(job.name, last, recovery.job_cause),
+            "recovery_cause": recovery_cause(job.name, last, recovery.job_cause),
             "privileged": job.privileged,
         }
         grace = derived.job_termination_grace_seconds(settings)
@@ -704,201 +508,26 @@ def declare_jobs(
 # --- Stack outputs ------------------------------------------------------------------------------
 
 
-def export_outputs(
-    settings: StackConfig,
-    last: LastUpdate,
-    buckets: dict[str, CheckpointBucket],
-    tpu_vms: TpuVms,
-    gke: Optional[Gke],
-    workloads: Workloads,
-    recovery: TrainingRecovery,
-) -> None:
-    recovered_vms, recovered_jobs = last.recovered_vms, last.recovered_jobs
-    pulumi.export("checkpointBuckets", {region: b.url for region, b in buckets.items()})
-    environments: Any = tpu_vms.environments
-    if stack_config.is_config_secret(f"{stack_config.PROJECT}:tpuVms"):
-        environments = pulumi.Output.secret(environments)  # they hold the secret env values
-    last.export("trainingEnvironments", environments, recovered_vms)
-    # zone and provisioning: the rung the next run finds it on (domain/capacity_ladder.py).
-    last.export(
-        "tpuVms",
-        {
-            name: {
-                "zone": v.zone,
-                "provisioning": tpu_vms.rungs[name][1].provisioning,
-                "rung": tpu_vms.rungs[name][0],
-                "state": v.state,
-                "health": v.health,
-            }
-            for name, v in tpu_vms.vms.items()
-        },
-        recovered_vms,
-    )
-    # Read back by the next run's TrainingRecovery as "what this stack last deployed".
-    last.export(GENERATIONS_OUTPUT, recovery.vm_generations, recovered_vms)
-    if gke is not None:
-        cluster = gke.cluster
-        pulumi.export(
-            "cluster",
-            {"name": cluster.cluster_name, "location": cluster.location, "endpoint": cluster.endpoint},
-        )
-        pulumi.export("kubeconfig", cluster.kubeconfig)
-    last.export(
-        "nodePools",
-        {
-            name: {
-                "machineType": p.plan.shape.machine_type.name,
-                "topology": p.plan.shape.topology,
-                "vmsPerSlice": p.plan.shape.vms,
-                "maxNodes": p.plan.max_nodes,
-                "gkeNodePools": list(p.plan.pool_names),
-                "nodeSelector": p.plan.node_selector,
-            }
-            for name, p in (gke.pools if gke else {}).items()
-        },
-    )
-    last.export(
-        "jobs",
-        {
-            name: {
-                "namespace": j.namespace,
-                "checkpointDir": j.checkpoint_uri,
-                "environment": workloads.environments[name],
-            }
-            for name, j in workloads.jobs.items()
-        },
-        recovered_jobs,
-    )
-    if settings.checkpointing is not None:
-        export_checkpointing(settings, last)
-    last.export(JOB_GENERATIONS_OUTPUT, recovery.job_generations, recovered_jobs)
-    # Each Job's recoveries within its restart budget's window, read back by the watcher.
-    previous_job_generations = last.outputs.get(JOB_GENERATIONS_OUTPUT)
-    recovery_round = last.round
-    pulumi.export(
-        RESTARTS_OUTPUT,
-        recovery.job_generations.apply(
-            lambda declared: history_output(
-                last.outputs.get(RESTARTS_OUTPUT) or {},
-                recovery_round.restarts if recovery_round else {},
-                declared,
-                previous_job_generations if isinstance(previous_job_generations, dict) else {},
-                by_watcher=recovery_round is not None,
-            )
-        ),
-    )
-    # Each rung's price and the worst rung's, for VMs with a ladder (`python -m infra.plan` shows them).
-    ladders = {
-        vm.name: rung_prices(vm.ladder, vm.accelerator_type) for vm in settings.tpu_vms if len(vm.ladder) > 1
-    }
-    if ladders:
-        pulumi.export(LADDERS_OUTPUT, ladders)
-    # Read back by the next run, and by `python -m infra.status`: each VM's and Job's last recovery.
-    stockouts = last.round.stockouts if last.round is not None else frozenset()
-    resumed = last.round.resumed if last.round is not None else {}
-    decided_at = utc_now().strftime("%Y-%m-%dT%H:%M:%SZ")
-    last.export_by_kind(
-        RECOVERIES_OUTPUT,
-        pulumi.Output.all(recovery.last_recoveries, recovery.vm_generations, recovery.job_generations).apply(
-            lambda found: with_resumed_causes(
-                with_stockout_causes(found[0], stockouts),
-                resumed,
-                {"tpuVms": found[1], "jobs": found[2]},
-                decided_at,
-            )
-        ),
-        recovered_vms | recovered_jobs,
-    )
-    # Read back by the next run, which refuses to run under another stack or project name.
-    pulumi.export(DEPLOYED_AS_OUTPUT, deployed_as(pulumi.get_project(), pulumi.get_stack()))
-
-
-def export_checkpointing(settings: StackConfig, last: LastUpdate) -> None:
-    """How often each run checkpoints, and the share of its time preemptions and checkpoints
-    cost: an output, and a line in the update's log."""
-    candidates: dict[str, Optional[CheckpointPlan]] = {
-        **{vm.name: derived.vm_checkpoints(settings, vm) for vm in settings.tpu_vms},
-        **{job.name: derived.job_checkpoints(settings, job) for job in settings.jobs},
-    }
-    plans = {name: plan for name, plan in candidates.items() if plan is not None}
-    last.export(
-        "checkpointing",
-        {
-            name: {
-                "intervalSeconds": plan.interval_seconds,
-                "meanHoursBetweenInterruptions": round(plan.mean_seconds_between_interruptions / 3600, 2),
-                "expectedLostPercent": round(100 * plan.expected_lost_fraction, 2),
-            }
-            for name, plan in plans.items()
-        },
-        last.recovered_vms | last.recovered_jobs,
-    )
-    for name, plan in plans.items():
-        pulumi.log.info(
-            f"{name}: checkpoint every {plan.interval_seconds} s (Young's interval for a "
-            f"{plan.cost_seconds:g} s checkpoint, one interruption per "
-            f"{plan.mean_seconds_between_interruptions / 3600:g} h): about "
-            f"{100 * plan.expected_lost_fraction:.1f}% of the run lost to checkpoints, re-done work "
-            f"and {plan.restart_seconds:g} s restarts"
-        )
-
-
 # --- Monitoring ----------------------------------------------------------------------------------
-
-
-def declared_cost(foundation: Foundation, tpu_vms: TpuVms, gke: Optional[Gke]) -> str:
-    """What the stack's billable resources cost per hour, priced by ``cost_estimate`` as
-    ``python -m infra.cost`` prices the plan's registrations: each component names what it
-    declared (``priced``), so the dashboard's figure is the plan's."""
-    components: list[Any] = [*tpu_vms.vms.values()]
-    if foundation.network is not None:
-        components.append(foundation.network)
-    if gke is not None:
-        components += [gke.cluster, *gke.pools.values()]
-    return cost_estimate.summary(cost_estimate.estimate(p for c in components for p in c.priced))
-
-
-def declare_monitoring(
-    settings: StackConfig, foundation: Foundation, hourly_cost: str
-) -> Optional[StackMonitoring]:
-    """Metrics, dashboard and alerts (docs/monitoring.md), unless `monitoring.enabled` is false."""
-    if not settings.monitoring.enabled:
-        return None
-    plans = [derived.vm_checkpoints(settings, vm) for vm in settings.tpu_vms]
-    plans += [derived.job_checkpoints(settings, job) for job in settings.jobs]
-    intervals = [plan.interval_seconds for plan in plans if plan is not None]
-    budget = settings.recovery.restart_budget
-    args: StackMonitoringArgs = {
-        "stack": settings.stack,
-        "project": settings.gcp_project,
-        "notify": list(settings.monitoring.notify),
-        "restart_budget": budget.restarts,
-        "restart_window_hours": budget.window_hours,
-        "hourly_cost": hourly_cost,
-        # Trainer lines count only from this stack's own VMs and cluster namespaces.
-        "tpu_vms": [vm.name for vm in settings.tpu_vms],
-        "namespaces": sorted({job.namespace for job in settings.jobs}),
-    }
-    if settings.cluster is not None:
-        args["cluster"] = settings.cluster.name
-    if intervals:
-        # The slowest run sets the alert: a faster one would page for the slow one's normal gaps.
-        args["checkpoint_interval_seconds"] = max(intervals)
-    return StackMonitoring("monitoring", args, opts=pulumi.ResourceOptions(depends_on=foundation.after_apis))
 
 
 # --- The program --------------------------------------------------------------------------------
 
 
+PROJECT_FOLDER = Path(__file__).absolute().parent.parent
+"""The project's folder, Pulumi.yaml's (this program is its ``main: infra/``): the trainer's files
+are read from there."""
+
+
 def main() -> None:
-    settings = stack_config.load()
+    settings = stack_config.load(project_root=PROJECT_FOLDER)
     for warning in settings.warnings:
         pulumi.log.warn(warning)
     last = read_last_update()
     foundation = declare_foundation(settings)
     buckets = declare_buckets(settings, foundation)
     vm_identity = declare_vm_identity(settings, buckets, foundation)
-    # `python -m infra.plan` sets this unless --live: an offline plan reads no live state.
+    # `tpu-training plan` sets this unless --live: an offline plan reads no live state.
     recovery = declare_recovery(settings, offline=os.environ.get("TPU_TRAINING_OFFLINE") == "1", last=last)
     tpu_vms = (
         declare_tpu_vms(settings, vm_identity, foundation, recovery, last)
@@ -917,6 +546,6 @@ def main() -> None:
 
 # The language host runs this folder as __main__ (`runpy.run_path(args.PROGRAM, run_name='__main__')`
 # with the entry point "." for a directory `main`: pulumi/pulumi sdk/python/cmd/
-# pulumi-language-python-exec at 0491e0d1a5, pkg/engine/project.go), as infra.offline does.
+# pulumi-language-python-exec at 0491e0d1a5, pkg/engine/project.go), as tpu_training.offline does.
 if __name__ == "__main__":
     main()

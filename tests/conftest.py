@@ -50,6 +50,7 @@ def scratch_project(tmp_path: Path) -> Path:
     test (the plan finds Pulumi.yaml from its working directory, as the CLI does)."""
     shutil.copy(REPO / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
     (tmp_path / "infra").symlink_to(INFRA, target_is_directory=True)
+    (tmp_path / "trainer").symlink_to(REPO / "trainer", target_is_directory=True)
     return tmp_path
 
 

@@ -29,8 +29,9 @@ from tpu_training_components.domain.capacity_ladder import (
 from tpu_training_components.domain.recovery_rounds import ROUND_ENV, RecoveryRound, RoundOutcome
 from tpu_training_components.live.progress_records import ProgressReading
 
-from infra import offline, recover
-from infra.automation import UpResult
+from tpu_training import project_files
+from tpu_training.recovery import recovery_round, stack_probe, watch_loop
+from tpu_training.recovery.automation import UpResult
 
 VMS = "tpu-training:tpuVms"
 A, B = "us-central1-a", "us-central1-b"
@@ -302,7 +303,7 @@ def test_round_rungs_survive_the_environment():
     assert json.loads(round_.to_env())["rungs"] == {"demo-tpu": {"zone": B, "provisioning": "on-demand"}}
 
 
-# --- Recovery rounds (`python -m infra.recover`) on the held-out stack -----------------------------
+# --- Recovery rounds (`tpu-training recover`) on the held-out stack -----------------------------
 
 
 class _Refusing(RecordingRunner):
@@ -328,17 +329,18 @@ def ladder_stack(tmp_path, monkeypatch, config):
     """The held-out stack in a project of its own, its VM preempted on its first rung."""
     shutil.copy(REPO / "Pulumi.yaml", tmp_path)
     (tmp_path / "infra").symlink_to(REPO / "infra")
+    (tmp_path / "trainer").symlink_to(REPO / "trainer")
     (tmp_path / "Pulumi.ladder.yaml").write_text(yaml.safe_dump({"config": _held_out(config)}))
     with FakeTpuApi() as tpu:
         tpu.add(A, "demo-tpu", "PREEMPTED", labels={"recovery-generation": "3"})
         monkeypatch.setenv("TPU_API_ENDPOINT", tpu.endpoint)
-        yield recover.Target(offline.load_project(tmp_path), "ladder", "ladder"), tpu
+        yield stack_probe.Target(project_files.load_project(tmp_path), "ladder", "ladder"), tpu
 
 
 def _rounds(target, runner, count, records=None):
     said = []
-    probe = recover.Probe(read_progress=lambda folder: ProgressReading())
-    recoverer = recover.Recoverer(target, probe=probe, up=runner, say=said.append, records=records)
+    probe = stack_probe.Probe(read_progress=lambda folder: ProgressReading())
+    recoverer = recovery_round.Recoverer(target, probe=probe, up=runner, say=said.append, records=records)
     return [recoverer.run_round() for _ in range(count)], said
 
 
@@ -388,7 +390,7 @@ def test_a_once_schedule_counts_stockouts_from_its_records(ladder_stack, tmp_pat
     runner = _Refusing(tpu, STOCKOUT)
     for _ in range(2):  # two runs of --once, each a process of its own as far as memory goes
         (report,), _ = _rounds(target, runner, 1, records=str(records))
-        recover.append_records(str(records), report.recovery_records(), print)
+        watch_loop.append_records(str(records), report.recovery_records(), print)
     (report,), _ = _rounds(target, runner, 1, records=str(records))
     assert runner.rounds[-1].rungs["demo-tpu"] == Rung(B, "spot")
     assert report.outcome is RoundOutcome.SUCCEEDED
@@ -418,6 +420,7 @@ def test_no_ladder_no_ladder_prices(config):
 def plan_project(tmp_path, config):
     shutil.copy(REPO / "Pulumi.yaml", tmp_path)
     (tmp_path / "infra").symlink_to(REPO / "infra")
+    (tmp_path / "trainer").symlink_to(REPO / "trainer")
     (tmp_path / "deployed.json").write_text(json.dumps(_deployed_on(A, "spot")))
 
     def plan(name, edit, *args):

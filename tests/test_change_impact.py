@@ -19,7 +19,7 @@ from tpu_training_components.domain.change_impact import (
     classify,
 )
 
-from infra import plan, plan_diff
+from tpu_training import plan_compare, plan_output
 
 VM, JOB, POOL = "demo-tpu-vm", "train-v6e-job", "v6e-4x4-pool"
 RUN_PARAMETERS = "train-v6e-run-parameters"
@@ -29,15 +29,15 @@ Edit = Callable[[dict[str, Any]], None]
 @pytest.fixture(scope="module")
 def base() -> dict[str, Any]:
     """The dev stack's plan as deployed: the known-good baseline every edit is compared with."""
-    return plan.plan_document(run_stack(dev_config()))
+    return plan_output.plan_document(run_stack(dev_config()))
 
 
 def after(base: dict[str, Any], edit: Edit) -> tuple[dict[str, ResourceChange], str]:
     config = copy.deepcopy(dev_config())
     edit(config)
-    document = plan.plan_document(run_stack(config))
-    changes = plan_diff.compare(base, document)
-    return {c.name: c for c in changes if c.action != "same"}, plan_diff.render(
+    document = plan_output.plan_document(run_stack(config))
+    changes = plan_compare.compare(base, document)
+    return {c.name: c for c in changes if c.action != "same"}, plan_compare.render(
         "base.json", changes, document
     )
 
@@ -186,8 +186,8 @@ def test_a_metadata_edit_together_with_a_restart_is_a_replacement_not_a_next_boo
 def test_json_holds_the_classification(base):
     config = copy.deepcopy(dev_config())
     job(image="us-docker.pkg.dev/cloud-tpu-images/jax-ai-image/tpu:v2")(config)
-    changes = plan_diff.compare(base, plan.plan_document(run_stack(config)))
-    document = json.loads(json.dumps(plan_diff.to_json("base.json", changes)))
+    changes = plan_compare.compare(base, plan_output.plan_document(run_stack(config)))
+    document = json.loads(json.dumps(plan_compare.to_json("base.json", changes)))
 
     assert document["summary"]["replace"] == 1
     assert document["restartsTraining"] == [JOB]
@@ -224,7 +224,7 @@ def test_an_edit_of_the_trainers_code_replaces_its_uploads_and_nothing_else(base
     assert len(objects) == 2 and all(len(o["inputs"]["source"]["sha256"]) == 64 for o in objects)
     for each in objects:
         each["inputs"]["source"]["sha256"] = "0" * 64  # what the stack uploaded before the edit
-    changes = {c.name: c for c in plan_diff.compare(deployed, base) if c.action != "same"}
+    changes = {c.name: c for c in plan_compare.compare(deployed, base) if c.action != "same"}
     assert sorted(changes) == [
         "checkpoints-europe-west4-code-model.py",
         "checkpoints-us-east5-code-model.py",

@@ -17,7 +17,7 @@ from support import stub_pulumi
 from support.fake_kube_api import FakeKubernetesApi, job
 from support.fake_tpu_api import FakeTpuApi
 
-from infra import recover
+from tpu_training import exit_codes
 
 REPO = Path(__file__).resolve().parent.parent
 ZONE = "europe-west4-a"
@@ -26,7 +26,7 @@ DEADLINE = 3.0
 MARGIN = 10.0
 """What "soon after" allows for on a busy machine: a hang would take the servers' 600 s."""
 
-# `python -m infra.recover ARGS`, with the probes' deadline shortened: the real command, the real
+# `tpu-training recover ARGS`, with the probes' deadline shortened: the real command, the real
 # exit (SystemExit out of the module, then the interpreter's teardown).
 DRIVER = f"""
 import runpy, sys
@@ -34,8 +34,8 @@ from tpu_training_components.live import kube_api, tpu_api
 tpu_api.list_live_nodes.__kwdefaults__["deadline"] = {DEADLINE}
 kube_api.list_live_jobs.__kwdefaults__["deadline"] = {DEADLINE}
 kube_api.list_pool_nodes.__kwdefaults__["deadline"] = {DEADLINE}
-sys.argv = ["infra.recover", *sys.argv[1:]]
-runpy.run_module("infra.recover", run_name="__main__", alter_sys=True)
+sys.argv = ["tpu-training", "recover", *sys.argv[1:]]
+runpy.run_module("tpu_training", run_name="__main__", alter_sys=True)
 """
 
 
@@ -75,12 +75,12 @@ def _clean(done: subprocess.CompletedProcess[str]) -> None:
 def test_rounds_whose_reads_run_out_of_time_end_soon_after_the_deadline_with_75(world, tmp_path, monkeypatch):
     tpu, kube = world
     answered, usual = _recover_once()
-    assert answered.returncode == recover.EXIT_OK, answered.stderr
+    assert answered.returncode == exit_codes.EXIT_OK, answered.stderr
 
     # APIs that never answer: each request waits for ever.
     tpu.delay_seconds = kube.delay_seconds = 600
     done, seconds = _recover_once()
-    assert done.returncode == recover.EXIT_TRY_LATER, done.stderr
+    assert done.returncode == exit_codes.EXIT_TRY_LATER, done.stderr
     assert "TPU API unavailable (DeadlineExceeded" in done.stdout
     assert "Kubernetes API unavailable (DeadlineExceeded" in done.stdout
     # One zone and one namespace of Jobs, and the node pool's nodes (their maintenance notices):
@@ -107,7 +107,7 @@ def test_rounds_whose_reads_run_out_of_time_end_soon_after_the_deadline_with_75(
             os.close(os.open(gate, os.O_WRONLY | os.O_NONBLOCK))
         except OSError:  # ENXIO: nothing waits on it
             pass
-    assert done.returncode == recover.EXIT_TRY_LATER, done.stderr
+    assert done.returncode == exit_codes.EXIT_TRY_LATER, done.stderr
     assert "DeadlineExceeded: loading KUBECONFIG=" in done.stdout
     # The Jobs' listing and the nodes' each load it once, each ended at its deadline.
     assert seconds - usual < 2 * DEADLINE + MARGIN

@@ -36,6 +36,7 @@ from tpu_training_components.domain.compute_class import (
     COMPUTE_CLASS_MIN_GKE_VERSION,
     compute_class_manifest,
 )
+from tpu_training_components.domain.gke_cluster_plan import gke_version_problem
 from tpu_training_components.domain.kueue_manifests import queued_provisioning_spec, resource_flavor_manifest
 from tpu_training_components.domain.node_pool_plan import (
     COMPUTE_CLASS_LABEL,
@@ -43,12 +44,10 @@ from tpu_training_components.domain.node_pool_plan import (
     LADDER_RUNGS,
     POOL_NODE_LABEL,
     NodePoolError,
-    gke_version_problem,
     plan_tpu_node_pool,
 )
 
-from infra import plan as plan_command
-from infra import plan_diff
+from tpu_training import plan_compare, plan_output
 
 POOLS = "tpu-training:nodePools"
 JOBS = "tpu-training:jobs"
@@ -375,7 +374,7 @@ def documents() -> dict[str, dict[str, Any]]:
         "flex-spot": laddered(base, ["flex-start", "spot"]),
         "spot-flex-ondemand": laddered(base, ["spot", "flex-start", "on-demand"]),
     }
-    return {name: plan_command.plan_document(run_stack(config)) for name, config in configs.items()}
+    return {name: plan_output.plan_document(run_stack(config)) for name, config in configs.items()}
 
 
 def by_type(document: dict[str, Any], type_: str) -> list[dict[str, Any]]:
@@ -409,14 +408,14 @@ def test_a_ladder_plans_its_class_in_order_its_rungs_pools_and_jobs_that_select_
 
 
 def changes(documents: dict[str, dict[str, Any]], before: str, after: str):
-    return plan_diff.compare(documents[before], documents[after])
+    return plan_compare.compare(documents[before], documents[after])
 
 
 def test_reordering_a_ladder_updates_the_class_in_place_and_restarts_nothing(documents):
     found = [c for c in changes(documents, "spot-flex", "flex-spot") if c.action != "same"]
     assert [(c.type, c.action) for c in found] == [(COMPUTE_CLASS, "update")]
     assert not any(c.restarts_training for c in found)
-    text = plan_diff.render("before", found, documents["flex-spot"])
+    text = plan_compare.render("before", found, documents["flex-spot"])
     assert "GKE applies the new rungs and their order at its next scale-up" in text
 
 
@@ -431,7 +430,7 @@ def test_removing_a_rung_deletes_its_pool_and_says_what_that_stops(documents):
     found = changes(documents, "spot-flex-ondemand", "spot-flex")
     assert {(c.type, c.name): c.action for c in found}[(NODE_POOL, "v6e-4x4-pool-ondemand")] == "delete"
     assert not any(c.restarts_training for c in found)  # the Job's template is the same
-    text = plan_diff.render("before", found, documents["spot-flex"])
+    text = plan_compare.render("before", found, documents["spot-flex"])
     assert "v6e-4x4-pool-ondemand: deleted with its nodes — a training running on them stops" in text
 
 
@@ -486,7 +485,7 @@ def test_a_bad_ladder_is_refused_at_its_key(config, ladder, pool, says):
 
 
 def test_a_list_of_one_is_that_value(documents, config):
-    assert plan_command.plan_document(run_stack(laddered(config, ["flex-start"]))) == documents["single"]
+    assert plan_output.plan_document(run_stack(laddered(config, ["flex-start"]))) == documents["single"]
 
 
 def test_a_rungs_pool_name_taken_by_another_pool_is_refused(config):

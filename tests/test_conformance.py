@@ -658,7 +658,7 @@ def test_tpu_pools_keep_auto_upgrade_on_as_a_release_channel_requires(dev_stack)
 
 
 def _mock_id(registration: Any) -> str:
-    # The offline plan's mocks give every resource the id `{resource name}-id` (infra/offline.py).
+    # The offline plan's mocks give every resource the id `{resource name}-id` (tpu_training/offline.py).
     return f"{registration.name}-id"
 
 

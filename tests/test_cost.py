@@ -11,7 +11,7 @@ from support.in_process import run_plan
 from support.program import run_stack
 from tpu_training_components.domain import catalogue, prices
 
-from infra import cost
+from tpu_training.commands import cost
 
 POOLS = "tpu-training:nodePools"
 VMS = "tpu-training:tpuVms"
@@ -125,7 +125,7 @@ def test_the_plan_shows_the_cost_and_writes_it_in_its_json(tmp_path):
 
 
 def test_the_cost_command_prints_the_stacks_hourly_cost(capsys):
-    """`python -m infra.cost`: the plan's cost section alone, for the dev stack by default."""
+    """`tpu-training cost`: the plan's cost section alone, for the dev stack by default."""
     assert cost.main([]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Stack tpu-training/dev\nCost per hour (list prices in USD read ")

@@ -13,7 +13,7 @@ import pytest
 from support.in_process import run_plan
 from support.program import REPO
 
-from infra import config_docs
+from tpu_training.commands import config_docs
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
@@ -25,7 +25,7 @@ def test_the_configuration_reference_is_what_the_model_generates():
     page = config_docs.PAGE.read_text(encoding="utf-8")
     generated, missing = config_docs.generate(page)
     assert missing == [], "keys without a meaning in docs/configuration.md"
-    assert generated == page, "stale: run python -m infra.config_docs"
+    assert generated == page, "stale: run tpu-training docs"
     assert config_docs.main(["--check"]) == 0
 
 
@@ -129,7 +129,7 @@ def test_google_documents_are_named_by_title_not_by_internal_numbers():
 
 # A repository path in backticks: a folder of the repository, then more path, ending in a file.
 _NAMED_PATH = re.compile(
-    r"`((?:components|infra|policy|tests|trainer|benchmarks|docs|provider|\.ci|\.github)/[\w./-]*\.\w+)`"
+    r"`((?:components|infra|tpu_training|policy|tests|trainer|benchmarks|docs|provider|\.ci|\.github)/[\w./-]*\.\w+)`"
 )
 
 
@@ -150,9 +150,9 @@ def test_every_file_the_docs_name_exists(page):
 
 
 def test_the_path_check_sees_a_moved_file():
-    assert named_paths("see `tests/fake_tpu_api.py` and `infra/stack_config/loading.py`") == [
+    assert named_paths("see `tests/fake_tpu_api.py` and `tpu_training/stack_config/loading.py`") == [
         "tests/fake_tpu_api.py",
-        "infra/stack_config/loading.py",
+        "tpu_training/stack_config/loading.py",
     ]
     assert not (REPO / "tests" / "fake_tpu_api.py").exists()
 

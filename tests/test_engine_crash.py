@@ -9,7 +9,7 @@ CLI, its plugins), and runs the next round. That round must end with one live ge
 state holding exactly that one (no pending operation, nothing marked for replacement), no lock,
 the outputs naming it and its cause the one the killed round began with; nothing else changed; a
 further round and a `pulumi preview` find nothing to do. Every lock, pending operation and state
-entry here is the real engine's (Pulumi v3.274.1); infra/interrupted_updates.py says what it
+entry here is the real engine's (Pulumi v3.274.1); tpu_training/recovery/interrupted_updates.py says what it
 leaves at each point."""
 
 from __future__ import annotations

@@ -55,8 +55,10 @@ from tpu_training_components.domain.capacity_ladder import Rung
 from tpu_training_components.domain.recovery_rounds import ROUND_ENV, RecoveryRound, RoundOutcome, as_deployed
 from tpu_training_components.errors import InvalidArgument
 
-from infra import offline, recover, recovery_targets
-from infra.automation import PendingChange
+from tpu_training import exit_codes, offline
+from tpu_training.commands import recover
+from tpu_training.recovery import recovery_targets, round_report, watch_loop
+from tpu_training.recovery.automation import PendingChange
 
 ZONE = "europe-west4-a"
 FAILED = (("Failed", "True", "BackoffLimitExceeded"),)
@@ -96,7 +98,7 @@ def test_a_removed_resource_waiting_for_a_deploy_is_left_alone_and_the_root_is_n
     assert STACK_URN not in targets  # naming it would make old-job an allowed delete, and fail
     assert targets == [VM_URN, job_urn("train-v6e")]
     assert any(line.endswith("tpu-training:gke:TpuTrainingJob old-job: delete") for line in said)
-    assert recover.exit_status(report) == recover.EXIT_OK
+    assert round_report.exit_status(report) == exit_codes.EXIT_OK
 
 
 # --- 2. outputs say what the state holds --------------------------------------------------------
@@ -112,7 +114,7 @@ PREVIOUS = {
 
 def run_program(round_: RecoveryRound | None, previous=PREVIOUS, config=None) -> offline.ProgramRun:
     """The stack program as a `pulumi up` runs it, live state read from the loopback APIs, told
-    of ``round_`` as `python -m infra.recover` tells it."""
+    of ``round_`` as `tpu-training recover` tells it."""
     saved = {name: os.environ.pop(name, None) for name in (ROUND_ENV, "TPU_TRAINING_OFFLINE")}
     if round_ is not None:
         os.environ[ROUND_ENV] = round_.to_env()
@@ -160,7 +162,7 @@ def test_as_deployed_keeps_removed_ones_and_leaves_out_never_deployed_ones():
 @pytest.mark.parametrize("text", ["", "{}", "[1]", '{"targeted": "yes", "tpuVms": [], "jobs": []}'])
 def test_a_round_variable_no_round_writes_is_refused_with_its_name(apis, text, monkeypatch):
     monkeypatch.setenv(ROUND_ENV, text)
-    with pytest.raises(InvalidArgument, match=f"{ROUND_ENV} = .* is not what `python -m infra.recover` sets"):
+    with pytest.raises(InvalidArgument, match=f"{ROUND_ENV} = .* is not what `tpu-training recover` sets"):
         run_stack(dev_config())
 
 
@@ -199,7 +201,7 @@ def test_a_job_whose_pool_or_parameters_have_a_pending_edit_is_blocked_alone(api
     # The VM's rung too (domain/capacity_ladder.py): a ladder of one, its zone and capacity type.
     rungs = {"demo-tpu": Rung(ZONE, "preemptible")}
     assert runner.rounds[0] == RecoveryRound(True, frozenset({"demo-tpu"}), frozenset(), {}, rungs)
-    assert recover.exit_status(report) == recover.EXIT_OK
+    assert round_report.exit_status(report) == exit_codes.EXIT_OK
 
 
 def test_a_blocked_job_alone_is_a_blocked_round(apis):
@@ -209,7 +211,7 @@ def test_a_blocked_job_alone_is_a_blocked_round(apis):
     report = recoverer(runner)[0].run_round()
     assert runner.targets == []
     assert report.outcome is RoundOutcome.BLOCKED and report.up is not None
-    assert recover.exit_status(report) == recover.EXIT_UP_FAILED
+    assert round_report.exit_status(report) == round_report.EXIT_UP_FAILED
 
 
 def test_apply_pending_recovers_it_with_its_pool_in_one_full_update(apis):
@@ -292,13 +294,13 @@ def test_a_whole_round_against_a_state_with_a_removed_resource_a_new_job_and_a_p
         monkeypatch.chdir(scratch_project)
         said: list[str] = []
         monkeypatch.setattr(recover, "_printer", lambda stream: said.append)
-        monkeypatch.setattr(recover.StopSignal, "install", lambda self: None)  # pytest keeps its own
+        monkeypatch.setattr(watch_loop.StopSignal, "install", lambda self: None)  # pytest keeps its own
         status = recover.main(["--stack", "dev", "--once"])
 
         ups = [c for c in stub_pulumi.calls(stub) if c[1] == "up"]
         (up,) = ups
         assert [up[i + 1] for i, word in enumerate(up) if word == "--target"] == [VM_URN, job_urn("train-b")]
-        assert status == recover.EXIT_OK, said
+        assert status == exit_codes.EXIT_OK, said
         assert any("old-job: delete" in line and "left alone" in line for line in said)
         assert any(line.startswith("warning: train-new was never deployed") for line in said)
         (blocked,) = [line for line in said if "train-v6e is not recovered" in line]

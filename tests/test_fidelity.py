@@ -161,7 +161,7 @@ def test_the_tpu_fake_answers_as_v2_publishes_and_a_renamed_field_fails_it():
 
 
 def test_the_project_fakes_answer_as_their_apis_publish_and_take_what_the_project_sends(tmp_path: Path):
-    from infra import preflight
+    from tpu_training.commands import preflight
 
     with FakeProjectApis() as api:
         api.enabled_apis = {"tpu.googleapis.com"}

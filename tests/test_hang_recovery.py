@@ -22,11 +22,12 @@ from tpu_training_components.domain.progress import HangCheck, ProcessProgress
 from tpu_training_components.domain.recovery import Cause
 from tpu_training_components.live import endpoints
 from tpu_training_components.live.cloud_logging import RecordLog
-from tpu_training_components.live.kube_api import ClusterRef
+from tpu_training_components.live.kube_client import ClusterRef
 from tpu_training_components.live.progress_records import ProgressReading
 from tpu_training_components.resources import reconcile
 
-from infra import offline, recover
+from tpu_training import offline, project_files
+from tpu_training.recovery import recovery_round, stack_probe, watch_loop
 
 NOW = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
 ZONE = "europe-west4-a"
@@ -276,9 +277,9 @@ def test_a_round_replaces_the_hung_job_alone_and_says_why_in_its_json(tmp_path, 
         )
         runner = RecordingRunner()
         said: list[str] = []
-        rec = recover.Recoverer(
-            recover.Target(offline.load_project(REPO), "dev", "dev"),
-            probe=recover.Probe(clock=lambda: NOW),
+        rec = recovery_round.Recoverer(
+            stack_probe.Target(project_files.load_project(REPO), "dev", "dev"),
+            probe=stack_probe.Probe(clock=lambda: NOW),
             up=runner,
             say=said.append,
             clock=lambda: NOW,
@@ -305,7 +306,7 @@ def test_a_round_replaces_the_hung_job_alone_and_says_why_in_its_json(tmp_path, 
     assert report.gcp_project == "tpu-training-dev"
     records_file = tmp_path / "records.jsonl"
     with FakeCloudLogging() as logging_api:
-        recover.publish_records(
+        watch_loop.publish_records(
             report, str(records_file), RecordLog(said.append, logging_api.endpoint), said.append
         )
     assert [json.loads(line) for line in records_file.read_text().splitlines()] == [record_]
@@ -316,11 +317,11 @@ def test_a_round_replaces_the_hung_job_alone_and_says_why_in_its_json(tmp_path, 
 def test_records_are_appended_and_an_unwritable_file_is_a_warning(tmp_path):
     said: list[str] = []
     target = tmp_path / "records.jsonl"
-    recover.append_records(str(target), [{"name": "a"}, {"name": "b"}], said.append)
-    recover.append_records(str(target), [{"name": "c"}], said.append)
+    watch_loop.append_records(str(target), [{"name": "a"}, {"name": "b"}], said.append)
+    watch_loop.append_records(str(target), [{"name": "c"}], said.append)
     assert [json.loads(line)["name"] for line in target.read_text().splitlines()] == ["a", "b", "c"]
     nowhere = tmp_path / "no-such-dir" / "r.jsonl"
-    recover.append_records(str(nowhere), [{"name": "d"}], said.append)
+    watch_loop.append_records(str(nowhere), [{"name": "d"}], said.append)
     assert said == [
         f"warning: --records {nowhere}: not written (No such file or directory); the recovery itself went on"
     ]
@@ -331,18 +332,21 @@ def test_records_are_appended_and_an_unwritable_file_is_a_warning(tmp_path):
 
 def load_settings(config: dict[str, Any]):
     """The dev stack's settings for this config, as the program reads them."""
-    from infra import stack_config
+    from tpu_training import stack_config
 
     loaded: list[Any] = []
     encoded = {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
     offline.run(
-        lambda: loaded.append(stack_config.load("dev")), project="tpu-training", stack="dev", config=encoded
+        lambda: loaded.append(stack_config.load("dev", project_root=REPO)),
+        project="tpu-training",
+        stack="dev",
+        config=encoded,
     )
     return loaded[0]
 
 
 def test_hang_keys_are_checked_and_reach_every_vm_and_job(config):
-    from infra import stack_config
+    from tpu_training import stack_config
 
     config["tpu-training:recovery"] = {"hangMinutes": 45}
     config["tpu-training:jobs"][0]["hangMinutes"] = 12

@@ -28,7 +28,7 @@ from tpu_training_components import (
     plan_tpu_node_pool,
 )
 
-from infra import offline, plan, plan_diff
+from tpu_training import command_line, offline, plan_compare, plan_output
 
 GOLDEN = Path(__file__).parent / "golden" / "dev.plan.json"
 HUGE = 10**5000  # more digits than Python's int() <-> str conversion takes (4,300)
@@ -162,8 +162,8 @@ def test_a_chart_version_takes_ascii_digits_only(version):
 def test_a_lone_surrogate_in_previous_outputs_is_a_usage_error(tmp_path):
     path = tmp_path / "outputs.json"
     path.write_text('{"jobRecoveryGenerations": {"\\udcff": 1}}')
-    with pytest.raises(plan.UsageError, match="lone surrogate"):
-        plan.read_previous_outputs(str(path))
+    with pytest.raises(command_line.UsageError, match="lone surrogate"):
+        plan_output.read_previous_outputs(str(path))
 
 
 def test_a_lone_surrogate_in_a_base_plan_is_refused(tmp_path):
@@ -171,8 +171,8 @@ def test_a_lone_surrogate_in_a_base_plan_is_refused(tmp_path):
     document["resources"][0]["name"] = "\udcff"
     path = tmp_path / "base.json"
     path.write_text(json.dumps(document))  # json escapes it as \udcff
-    with pytest.raises(plan_diff.CompareError, match=r"resources\[0\].name holds a lone surrogate"):
-        plan_diff.read_base(str(path))
+    with pytest.raises(plan_compare.CompareError, match=r"resources\[0\].name holds a lone surrogate"):
+        plan_compare.read_base(str(path))
 
 
 def test_a_kubeconfig_of_the_wrong_shape_in_the_base_is_a_provider_that_cannot_be_compared():
@@ -186,14 +186,14 @@ def test_a_kubeconfig_of_the_wrong_shape_in_the_base_is_a_provider_that_cannot_b
         "clusters": [{"name": "c", "cluster": "not an object"}],
     }
     # An unchanged clusterIdentifier settles it: DiffConfig drops every other reason (an update).
-    changes = {c.name: c for c in plan_diff.compare(base, new)}
+    changes = {c.name: c for c in plan_compare.compare(base, new)}
     assert changes[provider["name"]].action == "update"
     # Without one, the provider is replaced: the active cluster cannot be compared.
     for document in (base, new):
         next(r for r in document["resources"] if r["type"] == provider["type"])["inputs"].pop(
             "clusterIdentifier"
         )
-    changes = {c.name: c for c in plan_diff.compare(base, new)}
+    changes = {c.name: c for c in plan_compare.compare(base, new)}
     assert changes[provider["name"]].action == "replace"
     assert "cannot be compared" in " ".join(changes[provider["name"]].because)
 
@@ -218,5 +218,5 @@ def test_a_base_plan_whose_options_have_the_wrong_shape_is_refused(tmp_path, key
         target[key] = value
     path = tmp_path / "base.json"
     path.write_text(json.dumps(document))
-    with pytest.raises(plan_diff.CompareError, match=rf"resources\[0\]\.{key} = "):
-        plan_diff.read_base(str(path))
+    with pytest.raises(plan_compare.CompareError, match=rf"resources\[0\]\.{key} = "):
+        plan_compare.read_base(str(path))

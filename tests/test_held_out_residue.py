@@ -126,7 +126,7 @@ def test_a_vm_network_given_as_the_providers_self_link_is_taken(config, network)
 def test_a_full_standard_output_is_named_and_no_traceback():
     with open("/dev/full", "w") as full:
         result = subprocess.run(
-            [sys.executable, "-m", "infra.plan"],
+            [sys.executable, "-m", "tpu_training", "plan"],
             cwd=REPO,
             env=dict(os.environ, PYTHONPATH=str(REPO)),
             stdout=full,

@@ -1,5 +1,6 @@
 """What a killed or failed recovery update left in the state, settled from live state
-(infra/interrupted_updates.py), and a round that does it (infra/recover.py ``Recoverer._settle``).
+(tpu_training/recovery/interrupted_updates.py), and a round that does it
+(tpu_training/recovery/recovery_round.py ``Recoverer._settle``).
 
 The states here have the shape the engine tier saw Pulumi v3.274.1 leave when a round was killed
 (tests/test_engine_crash.py): after the delete of a replacement, the old resource marked
@@ -17,9 +18,10 @@ from support.recover_runs import RecordingRunner, live_dev_stack, recoverer
 from tpu_training_components.domain.recovery import Cause, keep, live_generation, replace
 from tpu_training_components.domain.recovery_rounds import RecoveryRound, RoundOutcome, with_resumed_causes
 
-from infra import recover
-from infra.automation import failure_message
-from infra.interrupted_updates import (
+from tpu_training import exit_codes
+from tpu_training.recovery import round_report
+from tpu_training.recovery.automation import failure_message
+from tpu_training.recovery.interrupted_updates import (
     Live,
     any_interrupted,
     generation_of,
@@ -208,7 +210,7 @@ def test_a_round_that_cannot_read_the_live_state_leaves_an_interruption_as_it_is
     report = recoverer(runner)[0].run_round()
     assert runner.imports == [] and runner.stacks == []
     assert report.outcome is RoundOutcome.TRY_LATER and "left as it is" in (report.reason or "")
-    assert recover.exit_status(report) == recover.EXIT_TRY_LATER
+    assert round_report.exit_status(report) == exit_codes.EXIT_TRY_LATER
 
 
 def test_a_state_that_changes_while_the_round_settles_it_is_left_to_the_update_that_runs(dev_vm) -> None:

@@ -12,7 +12,8 @@ from support.fake_kube_api import FakeGkeApi, FakeKubernetesApi, job, self_signe
 from support.program import changed_registrations, run_stack
 from tpu_training_components.domain.job_manifests import KUEUE_QUEUE_LABEL
 from tpu_training_components.domain.job_recovery import JobCondition, LiveJob, decide_job
-from tpu_training_components.live.kube_api import ClusterRef, list_live_jobs, make_container_client
+from tpu_training_components.live.kube_api import list_live_jobs
+from tpu_training_components.live.kube_client import ClusterRef, make_container_client
 from tpu_training_components.resources import reconcile
 
 CLUSTER = ClusterRef("tpu-training-dev", "europe-west4", "tpu-dev")

@@ -26,11 +26,12 @@ from tpu_training_components.domain.jobset_manifests import (
     jobset_manifest,
 )
 from tpu_training_components.domain.node_pool_plan import NODE_POOL_LABEL, POOL_NODE_LABEL
-from tpu_training_components.live.kube_api import ClusterRef, list_live_jobs
+from tpu_training_components.live.kube_api import list_live_jobs
+from tpu_training_components.live.kube_client import ClusterRef
 from tpu_training_components.resources import reconcile
 from tpu_training_components.resources.engines import JOBSET_CHART, JOBSET_VERSION, WorkloadEngines
 
-from infra import offline
+from tpu_training import offline
 
 CLUSTER = ClusterRef(PROJECT, "europe-west4", "tpu-dev")
 

@@ -34,7 +34,7 @@ import time
 import pytest
 from support.fake_kube_api import FakeJobSetApi, job, jobset, node, watched_pod
 from support.waiting import eventually
-from tpu_training_components.live.kube_api import ClusterRef
+from tpu_training_components.live.kube_client import ClusterRef
 from tpu_training_components.live.kube_watch import (
     MAINTENANCE_LABEL,
     ClusterWatcher,

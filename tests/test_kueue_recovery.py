@@ -1,8 +1,8 @@
 """Recovery is a reconcile, for Jobs and JobSets queued through Kueue: a suspended one is decided by
 its Kueue Workload, read through the real `kubernetes` client from a loopback API that serves
 Workloads in the shape Kueue v0.19.2 writes them (tests/support/fake_kube_api.py, each checked
-against Kueue's own Workload CRD), by the reconcile, the stack program, `python -m infra.recover`
-and `python -m infra.plan --live`."""
+against Kueue's own Workload CRD), by the reconcile, the stack program, `tpu-training recover`
+and `tpu-training plan --live`."""
 
 from __future__ import annotations
 
@@ -31,10 +31,12 @@ from support.program import REPO, run_components, run_stack
 from tpu_training_components import TrainingRecovery
 from tpu_training_components.domain.job_manifests import KUEUE_QUEUE_LABEL
 from tpu_training_components.domain.kueue_recovery import KUEUE_JOB_UID_LABEL
-from tpu_training_components.live.kube_api import ClusterRef, list_live_jobs
+from tpu_training_components.live.kube_api import list_live_jobs
+from tpu_training_components.live.kube_client import ClusterRef
 from tpu_training_components.resources import reconcile
 
-from infra import offline, recover
+from tpu_training import project_files
+from tpu_training.recovery import recovery_round, stack_probe
 
 WORKLOAD_CRD = KUEUE_CRDS / "kueue.x-k8s.io_workloads.yaml"
 CLUSTER = ClusterRef("tpu-training-dev", "us-east5", "tpu-dev")
@@ -258,7 +260,7 @@ def test_no_workload_crd_keeps_the_live_generation_with_a_warning(kube, tmp_path
     kube.add("default", train)
     (decision,) = decide(kube, tmp_path, [("train", "default")], queued={"train"}).values()
     assert (decision.action, decision.generation, decision.warn) == ("keep", 3, True)
-    assert decision.unavailable  # `python -m infra.recover` tries again later
+    assert decision.unavailable  # `tpu-training recover` tries again later
     assert (
         "its Kueue Workload could not be read (NotFoundException: HTTP 404 Not Found; the cluster "
         "serves no Kueue Workloads: is Kueue installed?)"
@@ -443,7 +445,7 @@ def test_training_recovery_refuses_a_queued_flag_that_is_no_bool():
         run_components(body)
 
 
-# --- infra.recover and infra.plan --live get the same decisions -----------------------------------
+# --- tpu-training recover and tpu-training plan --live get the same decisions -----------------------
 
 
 def _queued_dev_stack(root: Path) -> None:
@@ -463,9 +465,11 @@ def test_recover_queues_anew_a_job_kueue_deactivated(scratch_project, monkeypatc
         served(kube, train, "capacity-revoked")
         monkeypatch.setenv("TPU_API_ENDPOINT", tpu.endpoint)
         monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig(tmp_path)))
-        target = recover.Target(offline.load_project(scratch_project), "dev", "dev")
+        target = stack_probe.Target(project_files.load_project(scratch_project), "dev", "dev")
         said: list[str] = []
-        report = recover.Recoverer(target, probe=recover.Probe(), up=None, say=said.append).run_round()
+        report = recovery_round.Recoverer(
+            target, probe=stack_probe.Probe(), up=None, say=said.append
+        ).run_round()
     assert [(kind, d.action) for kind, d in report.decisions] == [("tpuVm", "keep"), ("job", "replace")]
     assert kube.calls == [JOBS_PATH.format("default"), WORKLOADS_PATH.format("default")]
     assert any("train-v6e: Kueue deactivated its Workload" in line for line in said)

@@ -40,18 +40,20 @@ def test_the_domain_folder_holds_the_planning_and_decisions():
 
 def test_the_import_contracts_are_kept():
     """domain/ imports no Pulumi, cloud client, live client or component; live/ no component and
-    no Pulumi; the components nothing of infra/ or the policy pack; and no package has an import
+    no Pulumi; the components nothing of the tool (tpu_training/) or the policy pack; the tool's
+    layers (cli, commands, recovery, the shared modules, the config) import only downwards,
+    commands never import commands, the CLI no command itself; and no package has an import
     cycle among its modules."""
     done = lint_imports(REPO)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "Contracts: 4 kept, 0 broken." in done.stdout
+    assert "Contracts: 7 kept, 0 broken." in done.stdout
 
 
 @pytest.fixture
 def project_copy(tmp_path: Path) -> Path:
     """The project's Python sources and contracts, to break one rule in."""
     shutil.copy(REPO / "pyproject.toml", tmp_path)
-    for folder in ("components/tpu_training_components", "infra", "policy/tpu_training_policies"):
+    for folder in ("components/tpu_training_components", "tpu_training", "policy/tpu_training_policies"):
         shutil.copytree(REPO / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
 
@@ -69,16 +71,24 @@ def project_copy(tmp_path: Path) -> Path:
         ("components/tpu_training_components/live/tpu_api.py", "import pulumi_gcp", "live/ reads live state"),
         (
             "components/tpu_training_components/resources/tpu_vm.py",
-            "from infra.stack_config import derived",
+            "from tpu_training.stack_config import derived",
             "The components know nothing",
         ),
         # Under TYPE_CHECKING, as the cycles this contract replaced were.
         (
-            "infra/stack_config/gke.py",
+            "tpu_training/stack_config/gke.py",
             "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .stack import StackConfig",
             "No import cycles",
         ),
         ("policy/tpu_training_policies/pools.py", "from . import stack", "No import cycles"),
+        ("tpu_training/commands/cost.py", "from tpu_training.commands import plan", "Commands never import"),
+        (
+            "tpu_training/recovery/watch_loop.py",
+            "from tpu_training.commands import recover",
+            "The tool's layers",
+        ),
+        ("tpu_training/stack_config/keys.py", "from tpu_training import offline", "The tool's layers"),
+        ("tpu_training/cli.py", "from tpu_training.commands import plan", "The CLI imports no command"),
     ],
 )
 def test_each_contract_sees_the_import_it_forbids(project_copy, module, line, contract):
@@ -90,13 +100,49 @@ def test_each_contract_sees_the_import_it_forbids(project_copy, module, line, co
     assert contract in done.stdout.split("Broken contracts")[1]
 
 
-CONFIG_PACKAGE = REPO / "infra" / "stack_config"
+CONFIG_PACKAGE = REPO / "tpu_training" / "stack_config"
 
 
 def test_only_the_loader_of_the_config_package_reads_pulumi_config():
     # STYLE: only the stack's config module reads pulumi.Config, into a frozen typed object.
     readers = sorted(p.name for p in CONFIG_PACKAGE.glob("*.py") if "pulumi.Config(" in p.read_text())
     assert readers == ["loading.py"]
+
+
+def test_infra_holds_the_program_alone_and_nothing_imports_it():
+    """infra/ is the Pulumi program (``main: infra/``) and its requirements; the config and the
+    commands are the installed ``tpu_training``, imported under that one name. The program is run,
+    never imported: no module of the library or the tool names it (it is no package, so no
+    import-linter contract can)."""
+    assert sorted(p.name for p in (REPO / "infra").iterdir() if p.name != "__pycache__") == [
+        "__main__.py",
+        "requirements.txt",
+    ]
+    importers = []
+    for folder in ("components", "tpu_training", "policy", "provider", "trainer"):
+        for path in (REPO / folder).rglob("*.py"):
+            if "venv" in path.parts:
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            if {"infra", "stack_config"} & set(_imported_modules(tree)):
+                importers.append(str(path.relative_to(REPO)))
+    assert importers == []
+
+
+PRODUCT_FOLDERS = ("components", "tpu_training", "infra", "policy", "provider", "trainer")
+MOST_LINES = 600
+
+
+def test_no_product_module_is_over_600_lines():
+    long = {}
+    for folder in PRODUCT_FOLDERS:
+        for path in (REPO / folder).rglob("*.py"):
+            if "venv" in path.parts:
+                continue
+            lines = len(path.read_text(encoding="utf-8").splitlines())
+            if lines > MOST_LINES:
+                long[str(path.relative_to(REPO))] = lines
+    assert long == {}
 
 
 # --- the tests themselves: helpers in tests/support/, fixtures and hooks in conftest.py ---------

@@ -37,13 +37,16 @@ from support.sandbox import trainer_modules
 from tpu_training_components.domain import maintenance_notices as mn
 from tpu_training_components.domain.recovery import decide
 from tpu_training_components.live import endpoints
-from tpu_training_components.live.kube_api import ClusterRef, list_pool_nodes
+from tpu_training_components.live.kube_api import list_pool_nodes
+from tpu_training_components.live.kube_client import ClusterRef
 from tpu_training_components.live.progress_records import SAVE_REQUEST
 from tpu_training_components.live.tpu_api import list_live_nodes
 from tpu_training_components.resources import reconcile
 
-from infra import maintenance, offline
-from infra.recover import Probe, Recoverer, Target, load_settings, notice_step
+from tpu_training import exit_codes, project_files
+from tpu_training.recovery import maintenance
+from tpu_training.recovery.recovery_round import Recoverer
+from tpu_training.recovery.stack_probe import Probe, Target, load_settings, notice_step
 
 ZONE = "europe-west4-a"
 NOW = datetime(2026, 11, 26, 9, 0, tzinfo=timezone.utc)
@@ -342,7 +345,7 @@ def test_a_node_list_that_is_not_one_is_a_failure_not_an_exception(tmp_path: Pat
 
 @pytest.fixture(scope="module")
 def settings():
-    project = offline.load_project(Path(__file__).resolve().parent.parent)
+    project = project_files.load_project(Path(__file__).resolve().parent.parent)
     return load_settings(Target(project, "dev", "dev")).settings
 
 
@@ -485,7 +488,7 @@ def test_a_round_names_the_notices_asks_once_and_warns_once(settings, gcs, tmp_p
         step_now = step.__call__
         lines: list[str] = []
         recoverer = Recoverer(
-            Target(offline.load_project(Path(__file__).resolve().parent.parent), "dev", "dev"),
+            Target(project_files.load_project(Path(__file__).resolve().parent.parent), "dev", "dev"),
             probe=probe,
             up=None,
             say=lines.append,
@@ -518,7 +521,7 @@ def _job() -> dict[str, Any]:
 
 
 def test_status_names_the_notices_and_writes_nothing(gcs, tmp_path, monkeypatch, capsys):
-    from infra import status
+    from tpu_training.commands import status
 
     server, _ = gcs
     with FakeTpuApi() as tpu, FakeNodeApi() as kube:
@@ -584,7 +587,7 @@ def test_the_live_plan_names_the_notices_when_asked_and_asks_for_no_save(tmp_pat
 
 
 def test_notices_in_the_plan_need_live(capsys):
-    from infra import plan
+    from tpu_training.commands import plan
 
-    assert plan.main(["--notices"]) == plan.EXIT_USAGE
+    assert plan.main(["--notices"]) == exit_codes.EXIT_USAGE
     assert "--notices reads live state: give --live too" in capsys.readouterr().err

@@ -38,7 +38,7 @@ from tpu_training_components.domain.monitoring import (
     plan_monitoring,
 )
 
-from infra import cost
+from tpu_training.commands import cost
 
 RECORDED = Path(__file__).parent / "fixtures" / "recorded-run"
 # The trainer's lines as a container runtime hands them to Cloud Logging: the text after the
@@ -423,7 +423,7 @@ def _ladders(config):
 @pytest.mark.parametrize("edit", [lambda c: c, _gke_only, _ladders], ids=["dev", "gke-only", "ladders"])
 def test_the_dashboard_shows_what_infra_cost_prices_the_plan_at(config, edit):
     run = run_stack(edit(config))
-    found = cost.estimate(run)  # what `python -m infra.cost` prints, from the plan's registrations
+    found = cost.estimate(run)  # what `tpu-training cost` prints, from the plan's registrations
     assert found.lines, "nothing priced: the comparison would prove nothing"
     assert _cost_tile(run) == f"The plan's estimate for stack dev: {cost_estimate.summary(found)}."
     for when, title in cost_estimate.PARTS:

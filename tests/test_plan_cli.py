@@ -1,4 +1,4 @@
-"""`python -m infra.plan` as a command: its arguments are checked before any work, its exit
+"""`tpu-training plan` as a command: its arguments are checked before any work, its exit
 statuses tell argument errors from config errors, and no output path ends in a traceback.
 
 Its ``main`` runs in the test's process (support.in_process) where a process adds nothing the test
@@ -25,7 +25,7 @@ from support.fake_tpu_api import FakeTpuApi
 from support.in_process import run_plan
 from support.program import REPO, run_stack
 
-from infra import json_file, plan
+from tpu_training import command_line, exit_codes, json_file, plan_output
 
 
 def assert_refused_before_any_work(
@@ -41,12 +41,12 @@ def assert_refused_before_any_work(
 
 def test_json_into_a_missing_folder_is_refused_before_the_plan_runs(tmp_path):
     result = run_plan("--json", str(tmp_path / "missing" / "plan.json"))
-    assert_refused_before_any_work(result, plan.EXIT_USAGE, "--json", "does not exist")
+    assert_refused_before_any_work(result, exit_codes.EXIT_USAGE, "--json", "does not exist")
 
 
 def test_json_onto_a_folder_is_refused(tmp_path):
     result = run_plan("--json", str(tmp_path))
-    assert_refused_before_any_work(result, plan.EXIT_USAGE, "--json", "is a folder")
+    assert_refused_before_any_work(result, exit_codes.EXIT_USAGE, "--json", "is a folder")
 
 
 def test_manifests_onto_a_file_or_below_one_is_refused(tmp_path):
@@ -54,7 +54,7 @@ def test_manifests_onto_a_file_or_below_one_is_refused(tmp_path):
     a_file.write_text("mine\n")
     for target, reason in ((a_file, "is a file, not a folder"), (a_file / "sub", f"{a_file} is a file")):
         result = run_plan("--manifests", str(target))
-        assert_refused_before_any_work(result, plan.EXIT_USAGE, "--manifests", reason)
+        assert_refused_before_any_work(result, exit_codes.EXIT_USAGE, "--manifests", reason)
     assert a_file.read_text() == "mine\n"
 
 
@@ -65,7 +65,7 @@ def test_manifests_leave_alone_what_an_earlier_plan_did_not_write(tmp_path):
     (folder / "broken.yaml").symlink_to(tmp_path / "nowhere")
     (folder / "latin1.yaml").write_bytes(b"# caf\xe9\n")
     os.mkfifo(folder / "pipe.yaml")  # opening it to read would wait for a writer forever
-    (folder / "old.yaml").write_text(plan.MANIFEST_HEADER + "kind: Job\n")
+    (folder / "old.yaml").write_text(plan_output.MANIFEST_HEADER + "kind: Job\n")
 
     result = run_plan("--manifests", str(folder))
 
@@ -81,7 +81,7 @@ def test_a_manifest_that_cannot_be_written_exits_73_and_names_the_file(tmp_path)
     folder = tmp_path / "manifests"
     (folder / "job_default_train-v6e.yaml").mkdir(parents=True)
     result = run_plan("--manifests", str(folder))
-    assert result.returncode == plan.EXIT_CANNOT_WRITE
+    assert result.returncode == exit_codes.EXIT_CANNOT_WRITE
     assert "Traceback" not in result.stderr
     assert "cannot write" in result.stderr and "job_default_train-v6e.yaml" in result.stderr
 
@@ -89,7 +89,7 @@ def test_a_manifest_that_cannot_be_written_exits_73_and_names_the_file(tmp_path)
 @pytest.mark.parametrize("stack", ["../evil", "", "a/b/c/d", "x" * 101, "dev eu", "org/"])
 def test_stack_names_pulumi_refuses_are_argument_errors(stack):
     result = run_plan("--stack", stack)
-    assert_refused_before_any_work(result, plan.EXIT_USAGE, "--stack", "1 to 100 letters")
+    assert_refused_before_any_work(result, exit_codes.EXIT_USAGE, "--stack", "1 to 100 letters")
 
 
 @pytest.mark.parametrize("stack", ["org/dev", "org/tpu-training/dev"])
@@ -99,24 +99,24 @@ def test_stack_names_with_an_organisation_and_project_as_the_cli_takes_them(stac
 
 def test_a_stack_of_another_project_is_an_argument_error():
     result = run_plan("--stack", "org/other/dev")
-    assert_refused_before_any_work(result, plan.EXIT_USAGE, "names project 'other'")
+    assert_refused_before_any_work(result, exit_codes.EXIT_USAGE, "names project 'other'")
 
 
 @pytest.mark.parametrize(
     ("option", "reason"), [("--json", "give a file name"), ("--manifests", "give a folder")]
 )
 def test_empty_output_paths_are_argument_errors(option, reason):
-    assert_refused_before_any_work(run_plan(option, ""), plan.EXIT_USAGE, reason)
+    assert_refused_before_any_work(run_plan(option, ""), exit_codes.EXIT_USAGE, reason)
 
 
 def test_an_output_path_the_system_refuses_is_an_argument_error(tmp_path):
     result = run_plan("--json", str(tmp_path / ("x" * 300)))
-    assert_refused_before_any_work(result, plan.EXIT_USAGE, "--json", "File name too long")
+    assert_refused_before_any_work(result, exit_codes.EXIT_USAGE, "--json", "File name too long")
 
 
 def test_unknown_options_exit_64_not_the_config_status():
     result = run_plan("--bogus")
-    assert result.returncode == plan.EXIT_USAGE != plan.EXIT_CONFIG_ERROR
+    assert result.returncode == exit_codes.EXIT_USAGE != exit_codes.EXIT_CONFIG_ERROR
     assert "unrecognized arguments: --bogus" in result.stderr
 
 
@@ -161,12 +161,12 @@ def test_previous_outputs_of_the_wrong_shape_are_argument_errors(tmp_path, conte
     previous = tmp_path / "outputs.json"
     previous.write_text(content)
     result = run_plan("--previous-outputs", str(previous))
-    assert_refused_before_any_work(result, plan.EXIT_USAGE, "--previous-outputs", reason)
+    assert_refused_before_any_work(result, exit_codes.EXIT_USAGE, "--previous-outputs", reason)
 
 
 def test_a_missing_previous_outputs_file_is_an_argument_error(tmp_path):
     result = run_plan("--previous-outputs", str(tmp_path / "none.json"))
-    assert_refused_before_any_work(result, plan.EXIT_USAGE, "cannot be read")
+    assert_refused_before_any_work(result, exit_codes.EXIT_USAGE, "cannot be read")
 
 
 def test_config_errors_keep_status_2_and_say_what_reads_secret(scratch_project):
@@ -175,7 +175,7 @@ def test_config_errors_keep_status_2_and_say_what_reads_secret(scratch_project):
     dev["config"]["tpu-training:tpuVms"][0]["acceleratorType"] = "v3-9"
     (scratch_project / "Pulumi.sec.yaml").write_text(yaml.safe_dump(dev))
     result = run_plan("--stack", "sec", cwd=scratch_project)
-    assert result.returncode == plan.EXIT_CONFIG_ERROR
+    assert result.returncode == exit_codes.EXIT_CONFIG_ERROR
     assert "tpu-training:tpuVms[0].acceleratorType" in result.stderr
     assert (
         "warning: tpu-training:labels holds a secret, which the offline plan cannot decrypt" in result.stderr
@@ -211,7 +211,7 @@ def test_a_successful_run_leaves_no_event_loop_open():
     # Python reports loops still open at exit as a ResourceWarning (shown in development mode);
     # outside it, at shutdown, as "Exception ignored in: BaseEventLoop.__del__".
     result = subprocess.run(
-        [sys.executable, "-X", "dev", "-W", "ignore::DeprecationWarning", "-m", "infra.plan"],
+        [sys.executable, "-X", "dev", "-W", "ignore::DeprecationWarning", "-m", "tpu_training", "plan"],
         cwd=REPO,
         env=dict(os.environ, PYTHONPATH=str(REPO)),
         capture_output=True,
@@ -227,7 +227,7 @@ def test_a_reader_that_is_gone_gets_no_traceback():
     # `true` exits at once, so the plan's first write meets a closed pipe.
     result = subprocess.run(
         # pipefail: the pipeline's status is the plan's, not that of `true`.
-        ["bash", "-o", "pipefail", "-c", f"'{sys.executable}' -m infra.plan | true"],
+        ["bash", "-o", "pipefail", "-c", f"'{sys.executable}' -m tpu_training plan | true"],
         cwd=REPO,
         env=dict(os.environ, PYTHONPATH=str(REPO)),
         capture_output=True,
@@ -299,19 +299,19 @@ def test_a_compare_to_file_that_is_no_plan_is_refused_before_any_work(tmp_path, 
     else:
         base.write_text(content)
     result = run_plan("--compare-to", str(base))
-    assert_refused_before_any_work(result, plan.EXIT_USAGE, "--compare-to", reason)
+    assert_refused_before_any_work(result, exit_codes.EXIT_USAGE, "--compare-to", reason)
 
 
 def test_a_missing_compare_to_file_is_refused_before_any_work(tmp_path):
     result = run_plan("--compare-to", str(tmp_path / "none.json"))
-    assert_refused_before_any_work(result, plan.EXIT_USAGE, "--compare-to", "cannot be read")
+    assert_refused_before_any_work(result, exit_codes.EXIT_USAGE, "--compare-to", "cannot be read")
 
 
 # --- inputs that never end, signals and closed streams: a clear exit, never a hang --------------
 
 
 def _plan_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "infra.plan", *args]
+    return [sys.executable, "-m", "tpu_training", "plan", *args]
 
 
 def _plan_env() -> dict[str, str]:
@@ -322,8 +322,8 @@ def test_previous_outputs_from_a_fifo_nobody_writes_to_is_refused_in_time(tmp_pa
     fifo = tmp_path / "outputs.json"
     os.mkfifo(fifo)
     try:
-        with pytest.raises(plan.UsageError, match="nothing came to read in 0.2 s"):
-            plan.read_previous_outputs(str(fifo), seconds=0.2)
+        with pytest.raises(command_line.UsageError, match="nothing came to read in 0.2 s"):
+            plan_output.read_previous_outputs(str(fifo), seconds=0.2)
     finally:
         # The abandoned reader is blocked opening the FIFO: a writer that opens and closes it
         # lets it finish, so nothing outlives the test.
@@ -350,7 +350,7 @@ def test_endless_or_huge_previous_outputs_are_refused_without_reading_them_whole
     for source in ("/dev/zero", str(huge)):
         result = run_plan("--previous-outputs", source)
         assert_refused_before_any_work(
-            result, plan.EXIT_USAGE, f"--previous-outputs {source}: larger than 16777216 bytes"
+            result, exit_codes.EXIT_USAGE, f"--previous-outputs {source}: larger than 16777216 bytes"
         )
 
 
@@ -385,7 +385,7 @@ def test_sigint_while_waiting_for_previous_outputs_exits_130_with_one_line(tmp_p
         else:  # let the writer's open finish
             os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
         process.kill()
-    assert process.returncode == plan.EXIT_INTERRUPTED == 130
+    assert process.returncode == exit_codes.EXIT_INTERRUPTED == 130
     assert stderr == "interrupted\n" and stdout == ""
 
 
@@ -455,7 +455,7 @@ def test_live_that_reads_nothing_exits_75_and_says_so():
         with tempfile.TemporaryDirectory() as folder:
             env = {"TPU_API_ENDPOINT": tpu.endpoint, "KUBECONFIG": str(kube.kubeconfig(Path(folder)))}
             result = run_plan("--live", env=env)
-    assert result.returncode == plan.EXIT_LIVE_UNAVAILABLE == 75, result.stderr
+    assert result.returncode == exit_codes.EXIT_TRY_LATER == 75, result.stderr
     assert "--live read no live state" in result.stderr
     assert "Summary: " in result.stdout  # the plan itself is still shown
     assert "recovery (live state unavailable: every one kept as last deployed)" in result.stdout
@@ -496,10 +496,10 @@ def _multislice(config: dict) -> dict:
 def test_manifests_of_a_stack_that_installs_a_helm_release(config, tmp_path):
     # A Helm release has no kind of its own: the plan used to stop on KeyError: 'kind'.
     result = run_stack(_multislice(config))
-    written = plan.write_manifests(result, tmp_path)
+    written = plan_output.write_manifests(result, tmp_path)
     kinds = sorted(yaml.safe_load(p.read_text())["kind"] for p in written)
     assert kinds == ["ConfigMap", "JobSet", "Service", "ServiceAccount"]
-    assert plan.helm_releases(result) == ["jobset (oci://registry.k8s.io/jobset/charts/jobset 0.12.0)"]
+    assert plan_output.helm_releases(result) == ["jobset (oci://registry.k8s.io/jobset/charts/jobset 0.12.0)"]
 
 
 def test_two_objects_never_share_a_manifest_file(config, tmp_path):
@@ -510,7 +510,7 @@ def test_two_objects_never_share_a_manifest_file(config, tmp_path):
     second = dict(first, name="train", namespace="ml-x")
     config["tpu-training:nodePools"][0]["slices"] = 2
     config["tpu-training:jobs"].append(second)
-    written = plan.write_manifests(run_stack(config), tmp_path)
+    written = plan_output.write_manifests(run_stack(config), tmp_path)
     jobs = [yaml.safe_load(p.read_text()) for p in written if p.name.startswith("job_")]
     assert sorted((j["metadata"]["namespace"], j["metadata"]["name"]) for j in jobs) == [
         ("ml", "x-train"),
@@ -525,7 +525,7 @@ def test_manifests_are_never_written_through_a_link(tmp_path):
     folder.mkdir()
     (folder / "job_default_train-v6e.yaml").symlink_to(outside)
     result = run_plan("--manifests", str(folder))
-    assert result.returncode == plan.EXIT_CANNOT_WRITE, result.stderr
+    assert result.returncode == exit_codes.EXIT_CANNOT_WRITE, result.stderr
     assert "Traceback" not in result.stderr
     assert "job_default_train-v6e.yaml is a symbolic link" in result.stderr
     assert outside.read_text() == "precious\n"
@@ -536,9 +536,9 @@ def test_a_hand_written_file_of_a_manifests_name_is_not_overwritten(tmp_path):
     folder = tmp_path / "manifests"
     folder.mkdir()
     (folder / "job_default_train-v6e.yaml").write_text("# my own edits\nkind: Job\n")
-    (folder / "old.yaml").write_text(plan.MANIFEST_HEADER + "kind: Job\n")
+    (folder / "old.yaml").write_text(plan_output.MANIFEST_HEADER + "kind: Job\n")
     result = run_plan("--manifests", str(folder))
-    assert result.returncode == plan.EXIT_CANNOT_WRITE, result.stderr
+    assert result.returncode == exit_codes.EXIT_CANNOT_WRITE, result.stderr
     assert "no '# Generated by' header" in result.stderr and "Traceback" not in result.stderr
     assert (folder / "job_default_train-v6e.yaml").read_text() == "# my own edits\nkind: Job\n"
     assert (folder / "old.yaml").exists()  # refused before anything was removed or written

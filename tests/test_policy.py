@@ -36,7 +36,7 @@ from support.program import REPO, run_stack
 from tpu_training_components.domain.job_manifests import PRIVILEGED_OPT_IN_ANNOTATION
 from tpu_training_components.domain.node_pool_plan import POOL_NODE_LABEL
 
-from infra import offline
+from tpu_training import offline, project_files
 
 POLICY_DIR = REPO / "policy"
 RPC_TIMEOUT = 30
@@ -154,7 +154,7 @@ def served(analyzer: Any) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def dev_plan() -> list[offline.Registration]:
     """Every registration of the real dev stack program, run once for this module."""
-    return offline.run_program(offline.load_project(REPO), "dev").registrations
+    return offline.run_program(project_files.load_project(REPO), "dev").registrations
 
 
 def _struct(props: dict[str, Any]) -> struct_pb2.Struct:

@@ -15,7 +15,7 @@ from pathlib import Path
 from support.in_process import run_plan
 from support.program import REPO, refused, run_stack
 
-from infra.stack_config.storage import unlisted_sibling_imports
+from tpu_training.stack_config.storage import unlisted_sibling_imports
 
 BUCKET_OBJECT = "gcp:storage/bucketObject:BucketObject"
 TRAINER_FILES = sorted(path.name for path in (REPO / "trainer").iterdir() if path.suffix == ".py") + [

@@ -1,4 +1,4 @@
-"""`python -m infra.preflight`: the real client libraries (google-auth, Service Usage, Resource
+"""`tpu-training preflight`: the real client libraries (google-auth, Service Usage, Resource
 Manager, Cloud TPU, GKE) against loopback fakes of those APIs (support/fake_project_apis.py), and
 the one list of APIs and permissions (domain/required_access.py) it checks, kept complete."""
 
@@ -20,7 +20,8 @@ from tpu_training_components.domain.required_access import (
     stack_access,
 )
 
-from infra import offline, preflight
+from tpu_training import offline, project_files
+from tpu_training.commands import preflight
 
 ENDPOINT_VARIABLES = (
     "TPU_API_ENDPOINT",
@@ -33,7 +34,7 @@ ZONE = "europe-west4-a"
 
 @pytest.fixture(scope="module")
 def dev_run() -> offline.ProgramRun:
-    return offline.run_program(offline.load_project(offline.REPO_ROOT), "dev")
+    return offline.run_program(project_files.load_project(project_files.REPO_ROOT), "dev")
 
 
 @pytest.fixture
@@ -221,7 +222,7 @@ def test_the_time_budget_leaves_later_checks_unchecked(api, dev_run):
 
 def test_the_command_prints_the_checklist_and_exits_1_with_fixes(api):
     api.enabled_apis.discard("serviceusage.googleapis.com")
-    result = run_plan("--stack", "dev", module="infra.preflight")
+    result = run_plan("--stack", "dev", command="preflight")
     assert result.returncode == preflight.EXIT_NOT_READY, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "Preflight for stack dev in project tpu-training-dev:"

@@ -16,7 +16,8 @@ from support.loopback import LoopbackJsonServer, not_found
 from tpu_training_components.live import endpoints
 from tpu_training_components.live.checkpoints import read_checkpoints
 from tpu_training_components.live.deadline import DeadlineExceeded, call_with_deadline
-from tpu_training_components.live.kube_api import ClusterRef, list_live_jobs, make_container_client
+from tpu_training_components.live.kube_api import list_live_jobs
+from tpu_training_components.live.kube_client import ClusterRef, make_container_client
 from tpu_training_components.live.tpu_api import list_live_nodes, make_client
 from tpu_training_components.resources import reconcile
 
@@ -466,7 +467,7 @@ def test_a_redirected_gke_api_is_unavailable_not_absent():
     )
 
 
-# --- a run's checkpoints in its bucket (python -m infra.status) ----------------------------------
+# --- a run's checkpoints in its bucket (tpu-training status) ----------------------------------
 
 
 class FakeStorageApi(LoopbackJsonServer):

@@ -6,7 +6,6 @@ import hashlib
 import json
 import logging
 import os
-import runpy
 import subprocess
 import sys
 import textwrap
@@ -15,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 from support.in_process import run_plan
-from support.program import INFRA, REPO
+from support.program import INFRA, REPO, TPU_TRAINING
 
-from infra import offline, plan, stack_config
+from tpu_training import offline, plan_output, project_files, stack_config
 
 GOLDEN = REPO / "tests" / "golden" / "dev.plan.json"
 
@@ -34,7 +33,7 @@ def test_dev_plan_matches_the_golden_file():
 
 
 def test_dev_stack_reproduces_seed_000_and_its_bucket():
-    values, _, _ = offline.stack_config(offline.load_project(REPO), "dev")
+    values, _, _ = project_files.stack_config(project_files.load_project(REPO), "dev")
     (vm,) = json.loads(values["tpu-training:tpuVms"])
     assert (vm["name"], vm["zone"], vm["acceleratorType"], vm["runtimeVersion"], vm["provisioning"]) == (
         "demo-tpu",
@@ -78,7 +77,7 @@ def test_plan_writes_every_kubernetes_object_as_valid_yaml(tmp_path):
     target = tmp_path / "manifests"
     target.mkdir()
     (target / "mine.yaml").write_text("kind: Mine\n")  # not ours: left alone
-    (target / "job_default_gone.yaml").write_text(plan.MANIFEST_HEADER + "kind: Job\n")  # ours, stale
+    (target / "job_default_gone.yaml").write_text(plan_output.MANIFEST_HEADER + "kind: Job\n")  # ours, stale
     result = run_plan("--manifests", str(target))
     assert result.returncode == 0, result.stderr
     # A notice, not the plan: standard output holds the plan alone.
@@ -160,8 +159,8 @@ def test_secrets_are_replaced_and_reported(scratch_project):
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     bucket = next(r for r in plan["resources"] if r["type"] == "gcp:storage/bucket:Bucket")
-    assert bucket["inputs"]["project"] == offline.SECRET_PLACEHOLDER
-    assert bucket["inputs"]["labels"]["owner"] == offline.SECRET_PLACEHOLDER
+    assert bucket["inputs"]["project"] == project_files.SECRET_PLACEHOLDER
+    assert bucket["inputs"]["labels"]["owner"] == project_files.SECRET_PLACEHOLDER
     warnings = "\n".join(plan["warnings"])
     for key in ("gcp:project", "tpu-training:labels"):
         assert f"{key} holds a secret, which the offline plan cannot decrypt" in warnings
@@ -172,7 +171,7 @@ def test_secrets_are_replaced_and_reported(scratch_project):
 def test_program_runs_as_the_language_host_runs_it():
     """Only infra/ on sys.path, working directory infra/, isolated from the repository root: the
     components must come from the installed package, exactly as after `pulumi install`."""
-    config, _, _ = offline.stack_config(offline.load_project(REPO), "dev")
+    config, _, _ = project_files.stack_config(project_files.load_project(REPO), "dev")
     script = textwrap.dedent(
         f"""
         import asyncio, runpy, sys
@@ -191,7 +190,7 @@ def test_program_runs_as_the_language_host_runs_it():
             def call(self, args):  # the program reads its last outputs: as the engine, none yet
                 return {{}}, []  # no check failures (the SDK's mock monitor cannot iterate None)
 
-        # As the language host runs a program (see infra/offline.py, run), the engine mocked.
+        # As the language host runs a program (see tpu_training/offline.py, run), the engine mocked.
         pulumi.runtime.reset_options(project="tpu-training", stack="dev", preview=False)
         pulumi.runtime.configure(pulumi.runtime.Settings(
             project="tpu-training", stack="dev", monitor=mocks.MockMonitor(Mocks()),
@@ -294,37 +293,23 @@ def test_running_the_program_outside_pulumi_names_the_commands_instead():
     assert done.returncode == 64
     assert "Traceback" not in done.stderr
     assert "Pulumi program" in done.stderr
-    for command in ("python -m infra.plan", "python -m infra.cost", "python -m infra.status"):
+    for command in ("tpu-training plan", "tpu-training cost", "tpu-training status"):
         assert command in done.stderr
 
 
 def test_a_command_run_from_inside_infra_runs_for_the_project_above():
-    """In infra/, `python -m cost` or `python plan.py` used to stop at `from infra import ...`
-    (ModuleNotFoundError): each runs as `python -m infra.<command>` from the project folder."""
+    """`tpu-training` finds the project from the working directory upwards, as the Pulumi CLI
+    does: run inside infra/, it plans the project above, with the same answer."""
     done = subprocess.run(
-        [sys.executable, "-m", "cost", "--json"], cwd=INFRA, capture_output=True, text=True, timeout=120
+        [TPU_TRAINING, "cost", "--json"], cwd=INFRA, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["alwaysOn"]["usdPerHour"] == 0.2404
-    assert f"note: running `python -m infra.cost` in {REPO}, the project folder" in done.stderr
     done = subprocess.run(
-        [sys.executable, "plan.py", "--stack", "a/b/c/d"],
-        cwd=INFRA,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [TPU_TRAINING, "plan", "--stack", "a/b/c/d"], cwd=INFRA, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 64, done.stderr
     assert "Traceback" not in done.stderr and "error: --stack 'a/b/c/d'" in done.stderr
-
-
-def _program_namespace() -> dict:
-    """infra/__main__.py's functions, loaded as the language host loads the file but not run."""
-    sys.path.insert(0, str(INFRA))
-    try:
-        return runpy.run_path(str(INFRA / "__main__.py"), run_name="infra_program_under_test")
-    finally:
-        sys.path.remove(str(INFRA))
 
 
 def test_a_torn_checkpoint_read_of_the_stacks_own_outputs_is_tried_again_and_other_failures_are_not(
@@ -333,10 +318,11 @@ def test_a_torn_checkpoint_read_of_the_stacks_own_outputs_is_tried_again_and_oth
     # The engine tier saw it (Pulumi v3.274.1, file backend, `up --skip-preview`): the program's
     # read of its own stack's outputs failed with "failed to load checkpoint: EOF" while the
     # engine wrote the checkpoint.
-    program = _program_namespace()
+    from tpu_training.program import last_update
+
     torn = Exception("invoke of pulumi:pulumi:readStackOutputs failed: failed to load checkpoint: EOF")
     answers: list = [torn, torn, "outputs"]
-    monkeypatch.setattr(program["time"], "sleep", lambda seconds: None)
+    monkeypatch.setattr(last_update.time, "sleep", lambda seconds: None)
 
     def invoke(token, args):
         answer = answers.pop(0)
@@ -344,24 +330,24 @@ def test_a_torn_checkpoint_read_of_the_stacks_own_outputs_is_tried_again_and_oth
             raise answer
         return answer
 
-    monkeypatch.setattr(program["pulumi"].runtime, "invoke", invoke)
-    assert program["_read_stack_outputs"]("org/project/stack") == "outputs"
+    monkeypatch.setattr(last_update.pulumi.runtime, "invoke", invoke)
+    assert last_update.read_stack_outputs("org/project/stack") == "outputs"
     assert answers == []
 
-    answers[:] = [torn] * program["CHECKPOINT_READ_ATTEMPTS"] + ["never read"]
+    answers[:] = [torn] * last_update.CHECKPOINT_READ_ATTEMPTS + ["never read"]
     with pytest.raises(Exception, match="failed to load checkpoint"):
-        program["_read_stack_outputs"]("org/project/stack")
+        last_update.read_stack_outputs("org/project/stack")
     assert answers == ["never read"], "it gives up after its attempts"
 
     other = Exception("invoke of pulumi:pulumi:readStackOutputs failed: unknown stack")
     answers[:] = [other, "never read"]
     with pytest.raises(Exception, match="unknown stack"):
-        program["_read_stack_outputs"]("org/project/stack")
+        last_update.read_stack_outputs("org/project/stack")
     assert answers == ["never read"], "any other failure is not tried again"
 
 
 def test_a_run_keeps_no_logger_behind_and_still_collects_the_programs_warnings():
-    """Each run logs through a logger of its own, outside logging's registry: `infra.recover`
+    """Each run logs through a logger of its own, outside logging's registry: `tpu-training recover`
     runs the program every round, and a logger got by name lives as long as the process, with
     every message its collector held (and every `setLevel` anywhere walks all of them)."""
     import pulumi

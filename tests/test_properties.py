@@ -1,7 +1,7 @@
 """Bad input the tests make up themselves (hypothesis): stack files and live API answers.
 
 - A stack file is the dev stack with one to three random changes (a value replaced by junk, a
-  key dropped or added). `python -m infra.plan` ends with 0 or 2 and no traceback, and every
+  key dropped or added). `tpu-training plan` ends with 0 or 2 and no traceback, and every
   problem it reports names a `tpu-training:` or `gcp:` key.
 - A live answer holds a working node or Job amid random other nodes, Jobs and fields. Its
   generation never changes: at most the probe gives up, and then the last deployed one stands.
@@ -25,11 +25,12 @@ from hypothesis import strategies as st
 from support.fake_kube_api import FakeKubernetesApi, job
 from support.fake_tpu_api import FakeTpuApi
 from support.program import INFRA, REPO, dev_config
-from tpu_training_components.live.kube_api import ClusterRef
+from tpu_training_components.live.kube_client import ClusterRef
 from tpu_training_components.live.tpu_api import make_client
 from tpu_training_components.resources import reconcile
 
-from infra import plan
+from tpu_training import exit_codes
+from tpu_training.commands import plan
 
 # ---------------------------------------------------------------------------------------------
 # Stack files
@@ -94,6 +95,7 @@ def project() -> Iterator[Path]:
     folder = Path(tempfile.mkdtemp(prefix="tpu-training-properties-"))
     shutil.copy(REPO / "Pulumi.yaml", folder / "Pulumi.yaml")
     (folder / "infra").symlink_to(INFRA, target_is_directory=True)
+    (folder / "trainer").symlink_to(INFRA.parent / "trainer", target_is_directory=True)
     yield folder
     shutil.rmtree(folder)
 
@@ -113,8 +115,8 @@ def _run_plan(project: Path, config: dict[str, Any]) -> tuple[int, str]:
 @given(config=stack_configs())
 def test_generated_stack_files_exit_0_or_2_and_every_problem_names_a_key(project, config):
     status, stderr = _run_plan(project, config)
-    assert status in (plan.EXIT_OK, plan.EXIT_CONFIG_ERROR), stderr
-    if status == plan.EXIT_CONFIG_ERROR:
+    assert status in (exit_codes.EXIT_OK, exit_codes.EXIT_CONFIG_ERROR), stderr
+    if status == exit_codes.EXIT_CONFIG_ERROR:
         problems = [line for line in stderr.splitlines() if line.startswith(("  - ", "error: "))]
         problems = [p for p in problems if not p.startswith("error: invalid configuration for stack")]
         assert problems, stderr
@@ -124,10 +126,10 @@ def test_generated_stack_files_exit_0_or_2_and_every_problem_names_a_key(project
 
 def test_the_generator_reaches_both_outcomes(project):
     """The property above would hold vacuously if every generated file were refused."""
-    assert _run_plan(project, dev_config())[0] == plan.EXIT_OK
+    assert _run_plan(project, dev_config())[0] == exit_codes.EXIT_OK
     broken = dev_config()
     broken["tpu-training:tpuVms"][0]["zone"] = 7
-    assert _run_plan(project, broken)[0] == plan.EXIT_CONFIG_ERROR
+    assert _run_plan(project, broken)[0] == exit_codes.EXIT_CONFIG_ERROR
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from support.program import REPO, dev_config, run_stack
 from tpu_training_components.domain import provider_rules
 from tpu_training_components.domain.change_impact import NEXT_BOOT, ResourceChange, compare_plans
 
-from infra import plan
+from tpu_training import plan_output
 
 FIXTURES = REPO / "tests" / "fixtures"
 DIFF_GO = (FIXTURES / "pulumi-kubernetes-94977969" / "diff.go").read_text()
@@ -159,9 +159,9 @@ def _queued() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def plans() -> dict[str, dict[str, Any]]:
     return {
-        "dev": plan.plan_document(run_stack(dev_config())),
-        "multislice": plan.plan_document(run_stack(_multislice())),
-        "queued": plan.plan_document(run_stack(_queued())),
+        "dev": plan_output.plan_document(run_stack(dev_config())),
+        "multislice": plan_output.plan_document(run_stack(_multislice())),
+        "queued": plan_output.plan_document(run_stack(_queued())),
     }
 
 

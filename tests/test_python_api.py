@@ -260,7 +260,7 @@ def test_the_package_exports_what_all_lists_and_imports_each_only_when_first_use
     assert set(api._EXPORTS) <= set(dir(api))
     for name in api.__all__:
         assert getattr(api, name).__name__ == name
-    # A fresh interpreter: the domain alone (what infra.recover, infra.status and the engine
+    # A fresh interpreter: the domain alone (what tpu-training recover, tpu-training status and the engine
     # tier's provider doubles import) loads no Pulumi resource module and no pulumi-gcp.
     fresh = subprocess.run(
         [

@@ -50,6 +50,7 @@ from tpu_training_components import (
     WorkloadEngines,
 )
 from tpu_training_components.domain import provider_rules
+from tpu_training_components.domain.gke_cluster_plan import gke_version_problem
 from tpu_training_components.domain.job_manifests import KUEUE_QUEUE_LABEL
 from tpu_training_components.domain.kueue_manifests import (
     MAX_RUN_DURATION_PARAMETER,
@@ -59,7 +60,6 @@ from tpu_training_components.domain.kueue_manifests import (
 from tpu_training_components.domain.node_pool_plan import (
     QUEUED_PROVISIONING_MIN_GKE_VERSION,
     QUEUED_PROVISIONING_TAINT,
-    gke_version_problem,
     plan_tpu_node_pool,
 )
 from tpu_training_components.resources.engines import KUEUE_CHART, KUEUE_NAMESPACE, KUEUE_VERSION

@@ -1,4 +1,4 @@
-"""`python -m infra.recover`: decisions -> `pulumi up` or nothing, the Automation API path through
+"""`tpu-training recover`: decisions -> `pulumi up` or nothing, the Automation API path through
 a stub `pulumi` on PATH, exit statuses, the watch loop, back-off and signals.
 
 Live state comes from the loopback fakes, through the real client libraries; the dev stack
@@ -28,8 +28,11 @@ from tpu_training_components.domain.recovery_rounds import (
     plan_round,
 )
 
-from infra import recover
-from infra.automation import AutomationUp, PulumiUnavailable
+from tpu_training import exit_codes
+from tpu_training.commands import recover
+from tpu_training.recovery import round_report, watch_loop
+from tpu_training.recovery.automation import AutomationUp
+from tpu_training.recovery.pulumi_process import PulumiUnavailable
 
 ZONE = "europe-west4-a"
 WORKING_NODE = {"labels": {"recovery-generation": "3"}, "health": "HEALTHY"}
@@ -99,13 +102,13 @@ def test_next_round_waits_the_longer_of_interval_and_backoff_only_after_a_failur
 @pytest.mark.parametrize(
     ("outcome", "key", "status"),
     [
-        (RoundOutcome.CONFIG_ERROR, "error", recover.EXIT_CONFIG_ERROR),
-        (RoundOutcome.UNAVAILABLE, "unavailable", recover.EXIT_UNAVAILABLE),
-        (RoundOutcome.TRY_LATER, "tryLater", recover.EXIT_TRY_LATER),
+        (RoundOutcome.CONFIG_ERROR, "error", exit_codes.EXIT_CONFIG_ERROR),
+        (RoundOutcome.UNAVAILABLE, "unavailable", exit_codes.EXIT_UNAVAILABLE),
+        (RoundOutcome.TRY_LATER, "tryLater", exit_codes.EXIT_TRY_LATER),
     ],
 )
 def test_a_round_that_ended_early_says_why_under_its_own_key_and_ran_no_up(outcome, key, status):
-    report = recover.RoundReport("dev", 1, "2026-11-26T12:00:00Z", ended_early=(outcome, "because"))
+    report = round_report.RoundReport("dev", 1, "2026-11-26T12:00:00Z", ended_early=(outcome, "because"))
     printed = json.loads(json.dumps(report.to_json()))
     assert {k: printed[k] for k in ("error", "unavailable", "tryLater")} == {
         "error": None,
@@ -114,11 +117,11 @@ def test_a_round_that_ended_early_says_why_under_its_own_key_and_ran_no_up(outco
         key: "because",
     }
     assert printed["up"] == {"status": "not-run", "message": None, "durationSeconds": 0.0, "changes": {}}
-    assert recover.exit_status(report) == status
+    assert round_report.exit_status(report) == status
 
 
 def test_every_outcome_has_an_exit_status_and_the_docs_list_every_up_status():
-    assert set(recover.EXIT_STATUSES) == set(RoundOutcome)
+    assert set(round_report.EXIT_STATUSES) == set(RoundOutcome)
     page = " ".join((REPO / "docs" / "hands-free-recovery.md").read_text().split())
     listed = page.split("`up` {`status`: ", 1)[1].split(",", 1)[0].split(" | ")
     assert listed == [o.value for o in RoundOutcome if o not in ENDED_EARLY]
@@ -136,7 +139,7 @@ def test_a_working_stack_costs_one_call_per_zone_and_namespace_and_no_up(apis):
     report = rec.run_round()
     assert runner.stacks == []
     assert report.plan is not None and not report.plan.run_up
-    assert recover.exit_status(report) == recover.EXIT_OK
+    assert round_report.exit_status(report) == exit_codes.EXIT_OK
     # One call per zone; per namespace one for its Jobs and, as the Job trains, one for its Pods.
     assert len(tpu.calls) == 1 and len(kube.calls) == 2
     assert (
@@ -149,9 +152,9 @@ def test_a_working_stack_costs_one_call_per_zone_and_namespace_and_no_up(apis):
 @pytest.mark.parametrize(
     ("up_status", "expected"),
     [
-        (RoundOutcome.SUCCEEDED, recover.EXIT_OK),
-        (RoundOutcome.FAILED, recover.EXIT_UP_FAILED),
-        (RoundOutcome.BUSY, recover.EXIT_TRY_LATER),
+        (RoundOutcome.SUCCEEDED, exit_codes.EXIT_OK),
+        (RoundOutcome.FAILED, round_report.EXIT_UP_FAILED),
+        (RoundOutcome.BUSY, exit_codes.EXIT_TRY_LATER),
     ],
 )
 def test_a_preempted_node_runs_up_once_and_its_result_sets_the_exit_status(apis, up_status, expected):
@@ -162,7 +165,7 @@ def test_a_preempted_node_runs_up_once_and_its_result_sets_the_exit_status(apis,
     report = rec.run_round()
     assert runner.stacks == ["dev"]
     assert report.outcome is up_status and report.up is not None
-    assert recover.exit_status(report) == expected
+    assert round_report.exit_status(report) == expected
     assert "info: TPU VM demo-tpu: node is PREEMPTED -> will be replaced (a new recovery generation)" in said
 
 
@@ -184,7 +187,7 @@ def test_an_unreadable_api_runs_nothing_and_asks_to_try_later(apis):
     report = recoverer(runner)[0].run_round()
     assert runner.stacks == []
     assert report.plan is not None and [d.name for d in report.plan.unavailable] == ["demo-tpu"]
-    assert recover.exit_status(report) == recover.EXIT_TRY_LATER
+    assert round_report.exit_status(report) == exit_codes.EXIT_TRY_LATER
 
 
 def test_an_unreadable_zone_does_not_stop_the_recovery_of_another_resource(apis):
@@ -194,7 +197,7 @@ def test_an_unreadable_zone_does_not_stop_the_recovery_of_another_resource(apis)
     runner = RecordingRunner()
     report = recoverer(runner)[0].run_round()
     assert runner.stacks == ["dev"]
-    assert recover.exit_status(report) == recover.EXIT_OK
+    assert round_report.exit_status(report) == exit_codes.EXIT_OK
 
 
 def test_a_dry_run_decides_and_says_so_without_running_up(apis):
@@ -203,7 +206,7 @@ def test_a_dry_run_decides_and_says_so_without_running_up(apis):
     rec, said = recoverer(None)
     report = rec.run_round()
     assert report.outcome is RoundOutcome.DRY_RUN and report.up is not None
-    assert recover.exit_status(report) == recover.EXIT_OK
+    assert round_report.exit_status(report) == exit_codes.EXIT_OK
     assert report.to_json()["upNeeded"] is True
     assert said[-1].startswith("dev: pulumi up dry-run")
 
@@ -223,7 +226,7 @@ def test_a_stop_asked_during_the_round_starts_no_up(apis):
     report = rec.run_round()
     assert runner.stacks == []
     assert report.outcome is RoundOutcome.STOPPED and report.up is not None
-    assert recover.exit_status(report) == recover.EXIT_TRY_LATER
+    assert round_report.exit_status(report) == exit_codes.EXIT_TRY_LATER
 
 
 def test_invalid_config_is_reported_and_nothing_is_probed(apis, scratch_project):
@@ -233,7 +236,7 @@ def test_invalid_config_is_reported_and_nothing_is_probed(apis, scratch_project)
     rec, said = recoverer(runner, "test", root)
     report = rec.run_round()
     assert report.outcome is RoundOutcome.CONFIG_ERROR and "tpu-training:tpuVms" in report.reason
-    assert recover.exit_status(report) == recover.EXIT_CONFIG_ERROR
+    assert round_report.exit_status(report) == exit_codes.EXIT_CONFIG_ERROR
     assert tpu.calls == [] and kube.calls == [] and runner.stacks == []
 
 
@@ -244,7 +247,7 @@ def test_a_stack_that_reads_no_live_state_is_a_config_error(apis, scratch_projec
     )
     report = recoverer(RecordingRunner(), "test", root)[0].run_round()
     assert report.outcome is RoundOutcome.CONFIG_ERROR and "readLiveState is false" in report.reason
-    assert recover.exit_status(report) == recover.EXIT_CONFIG_ERROR
+    assert round_report.exit_status(report) == exit_codes.EXIT_CONFIG_ERROR
 
 
 # ---------------------------------------------------------------------------------------------
@@ -252,7 +255,7 @@ def test_a_stack_that_reads_no_live_state_is_a_config_error(apis, scratch_projec
 # ---------------------------------------------------------------------------------------------
 
 
-class ScriptedStop(recover.StopSignal):
+class ScriptedStop(watch_loop.StopSignal):
     """Records each wait instead of sleeping; asks to stop after ``rounds`` waits."""
 
     def __init__(self, rounds: int) -> None:
@@ -281,10 +284,10 @@ def test_watch_backs_off_after_failed_ups_and_returns_to_its_interval(apis):
         if len(statuses) == 4:  # the new node is up
             tpu.nodes[ZONE][0]["state"] = "READY"
 
-    status = recover.watch(
+    status = watch_loop.watch(
         rec, interval_seconds=30, stop=stop, emit=emit, backoff=Backoff(first_seconds=60, cap_seconds=200)
     )
-    assert status == recover.EXIT_OK
+    assert status == exit_codes.EXIT_OK
     assert statuses == [RoundOutcome.FAILED] * 3 + [RoundOutcome.SUCCEEDED, RoundOutcome.NOT_RUN]
     assert stop.waits == [60, 120, 200, 30, 30]
     assert "dev: `pulumi up` failed 2 time(s) in a row; next round in 120 s" in said
@@ -299,7 +302,7 @@ def test_an_unreadable_api_between_failed_ups_does_not_restart_the_backoff(apis)
     def emit(report):
         tpu.fail_with = 503 if report.number == 1 else None  # round 2 cannot read the zone
 
-    recover.watch(rec, interval_seconds=30, stop=stop, emit=emit, backoff=Backoff(first_seconds=60))
+    watch_loop.watch(rec, interval_seconds=30, stop=stop, emit=emit, backoff=Backoff(first_seconds=60))
     assert stop.waits == [60, 30, 120]
 
 
@@ -308,7 +311,8 @@ def test_watch_stops_at_once_on_a_config_error_in_its_first_round(apis, scratch_
     rec, _ = recoverer(RecordingRunner(), "test", root)
     stop = ScriptedStop(rounds=5)
     assert (
-        recover.watch(rec, interval_seconds=30, stop=stop, emit=lambda r: None) == recover.EXIT_CONFIG_ERROR
+        watch_loop.watch(rec, interval_seconds=30, stop=stop, emit=lambda r: None)
+        == exit_codes.EXIT_CONFIG_ERROR
     )
     assert stop.waits == []
 
@@ -336,7 +340,7 @@ def test_automation_up_makes_exactly_these_cli_calls(stub):
             "--color",
             "never",
             "--message",
-            "python -m infra.recover: recovery after preemption, maintenance or a failed Job",
+            "tpu-training recover: recovery after preemption, maintenance or a failed Job",
             "--refresh",
             "--stack",
             "dev",
@@ -385,7 +389,7 @@ def test_a_cli_older_than_the_projects_minimum_is_unavailable(stub, monkeypatch,
 
 
 def test_the_minimum_cli_is_the_projects_required_version():
-    from infra.automation import MIN_CLI_VERSION
+    from tpu_training.recovery.pulumi_process import MIN_CLI_VERSION
 
     assert f'requiredPulumiVersion: ">={MIN_CLI_VERSION}"' in (REPO / "Pulumi.yaml").read_text()
 
@@ -462,7 +466,7 @@ def test_secrets_without_a_cli_are_unavailable_not_guessed(apis, scratch_project
     report = recoverer(None, "test", root)[0].run_round()
     assert report.outcome is RoundOutcome.UNAVAILABLE
     assert "holds secrets (tpu-training:tpuVms)" in report.reason
-    assert recover.exit_status(report) == recover.EXIT_UNAVAILABLE
+    assert round_report.exit_status(report) == exit_codes.EXIT_UNAVAILABLE
     assert tpu.calls == []
 
 
@@ -484,7 +488,7 @@ def test_once_json_runs_up_through_the_cli_and_prints_one_object(apis, stub):
     tpu, _ = apis
     tpu.nodes[ZONE][0]["state"] = "TERMINATED"
     done = run_recover("--stack", "dev", "--once", "--json", env=dict(os.environ))
-    assert done.returncode == recover.EXIT_OK, done.stderr
+    assert done.returncode == exit_codes.EXIT_OK, done.stderr
     (line,) = done.stdout.splitlines()
     report = json.loads(line)
     assert report["upNeeded"] is True
@@ -518,7 +522,7 @@ def test_usage_errors_exit_64_before_any_work(stub, args, capsys):
         status = recover.main(args)
     except SystemExit as exc:  # argparse's own refusals
         status = exc.code
-    assert status == recover.EXIT_USAGE
+    assert status == exit_codes.EXIT_USAGE
     assert "error:" in capsys.readouterr().err
     assert stub_pulumi.calls(stub) == []
 
@@ -532,7 +536,7 @@ def test_a_missing_stack_still_prints_its_round_as_json(apis, stub):
     tpu.nodes[ZONE][0]["state"] = "PREEMPTED"
     set_behaviour(stub, stack_missing=True)
     done = in_process.run_recover("--stack", "dev", "--once", "--json")
-    assert done.returncode == recover.EXIT_UNAVAILABLE
+    assert done.returncode == exit_codes.EXIT_UNAVAILABLE
     (line,) = done.stdout.splitlines()
     assert "pulumi stack init dev" in json.loads(line)["unavailable"]
 
@@ -540,7 +544,7 @@ def test_a_missing_stack_still_prints_its_round_as_json(apis, stub):
 def test_no_pulumi_cli_exits_69_before_any_probe(apis, tmp_path):
     tpu, _ = apis
     done = in_process.run_recover("--stack", "dev", env={"PATH": str(tmp_path / "empty")})
-    assert done.returncode == recover.EXIT_UNAVAILABLE
+    assert done.returncode == exit_codes.EXIT_UNAVAILABLE
     assert "Pulumi CLI cannot be run" in done.stderr
     assert "install it (version 3.226.0 or later): curl -fsSL https://get.pulumi.com | sh" in done.stderr
     assert tpu.calls == []
@@ -551,7 +555,7 @@ def test_sigterm_during_up_lets_the_up_finish_then_ends_the_watch(apis, stub):
     tpu.nodes[ZONE][0]["state"] = "PREEMPTED"
     set_behaviour(stub, up="succeed", hold=True)
     process = subprocess.Popen(
-        [sys.executable, "-m", "infra.recover", "--stack", "dev", "--watch", "3600", "--json"],
+        [sys.executable, "-m", "tpu_training", "recover", "--stack", "dev", "--watch", "3600", "--json"],
         cwd=REPO,
         env=dict(os.environ),
         stdout=subprocess.PIPE,
@@ -573,7 +577,7 @@ def test_sigterm_during_up_lets_the_up_finish_then_ends_the_watch(apis, stub):
         stdout, stderr = process.communicate(timeout=30)
     finally:
         process.kill()
-    assert process.returncode == recover.EXIT_OK, stderr
+    assert process.returncode == exit_codes.EXIT_OK, stderr
     rounds = [json.loads(line) for line in stdout.splitlines()]
     assert [r["up"]["status"] for r in rounds] == ["succeeded"]
     assert "SIGTERM: stopping after this round" in stderr

@@ -1,5 +1,6 @@
-"""`python -m infra.recover --watch`: a change in the cluster starts the next round within
-seconds (infra/recover_events.py, StopSignal.wake), an irrelevant one does not, the interval stays
+"""`tpu-training recover --watch`: a change in the cluster starts the next round within
+seconds (tpu_training/recovery/recover_events.py, StopSignal.wake), an irrelevant one does not, the
+interval stays
 the backstop, and `--no-events` turns it off. Live state: the dev stack on the loopback fakes.
 
 Every wait is bounded; the Kubernetes semantics the watcher relies on are cited in
@@ -17,7 +18,9 @@ from support.recover_runs import RecordingRunner, live_dev_stack, recoverer
 from support.waiting import eventually
 from tpu_training_components.live.kube_watch import WatchLimits
 
-from infra import offline, recover, recover_events, stack_config
+from tpu_training import exit_codes, project_files, stack_config
+from tpu_training.commands import recover
+from tpu_training.recovery import recover_events, round_report, stack_probe, watch_loop
 
 QUICK = WatchLimits(server_timeout_seconds=5, first_backoff_seconds=0.05, backoff_cap_seconds=0.2)
 RUNNING_JOB = job("train-v6e", generation=1, active=4, ready=4)
@@ -35,12 +38,12 @@ def apis(tmp_path, monkeypatch):
 
 
 class Watch:
-    """`recover.watch` in a thread with cluster events, every round's (time, trigger) noted."""
+    """`watch_loop.watch` in a thread with cluster events, every round's (time, trigger) noted."""
 
     def __init__(self, interval: float = 60.0) -> None:
         self.runner = RecordingRunner()
         self.rec, self.said = recoverer(self.runner)
-        self.stop = recover.StopSignal(self.said.append)
+        self.stop = watch_loop.StopSignal(self.said.append)
         self.events = recover_events.ClusterEvents(self.stop.wake, self.said.append, limits=QUICK)
         inner = self.rec.probe
 
@@ -58,7 +61,7 @@ class Watch:
 
     def _run(self, interval: float) -> None:
         self.status.append(
-            recover.watch(
+            watch_loop.watch(
                 self.rec,
                 interval_seconds=interval,
                 stop=self.stop,
@@ -70,7 +73,7 @@ class Watch:
     def end(self) -> None:
         self.stop.request_stop()
         self.thread.join(10)
-        assert not self.thread.is_alive() and self.status == [recover.EXIT_OK]
+        assert not self.thread.is_alive() and self.status == [exit_codes.EXIT_OK]
 
 
 def test_a_failed_job_starts_a_round_within_two_seconds_and_a_ready_flip_does_not(apis):
@@ -109,7 +112,7 @@ def test_the_interval_stays_the_backstop_for_tpu_vms(apis):
 
 
 def test_wakes_coalesce_into_one_round_and_wait_out_the_gap():
-    stop = recover.StopSignal(lambda line: None, debounce_seconds=0.05, gap_seconds=0.3)
+    stop = watch_loop.StopSignal(lambda line: None, debounce_seconds=0.05, gap_seconds=0.3)
     stop.wake("Pod default/a: phase Failed")
     stop.wake("Pod default/b: phase Failed")
     started = time.monotonic()
@@ -119,7 +122,7 @@ def test_wakes_coalesce_into_one_round_and_wait_out_the_gap():
 
 
 def test_a_failed_up_backs_off_whatever_the_cluster_says():
-    stop = recover.StopSignal(lambda line: None, debounce_seconds=0.0, gap_seconds=0.0)
+    stop = watch_loop.StopSignal(lambda line: None, debounce_seconds=0.0, gap_seconds=0.0)
     stop.wake("Job default/a: deleted")
     started = time.monotonic()
     assert stop.sleep(0.3, wakeable=False) is None
@@ -128,7 +131,7 @@ def test_a_failed_up_backs_off_whatever_the_cluster_says():
 
 
 def test_a_stop_ends_a_wait_at_once():
-    stop = recover.StopSignal(lambda line: None)
+    stop = watch_loop.StopSignal(lambda line: None)
     threading.Timer(0.1, stop.request_stop).start()
     started = time.monotonic()
     assert stop.sleep(30) is None and stop.stopped
@@ -136,9 +139,11 @@ def test_a_stop_ends_a_wait_at_once():
 
 
 def test_every_round_says_what_started_it_in_json():
-    report = recover.RoundReport("dev", 2, "2026-11-26T12:00:00Z", trigger="event: Job default/a: deleted")
+    report = round_report.RoundReport(
+        "dev", 2, "2026-11-26T12:00:00Z", trigger="event: Job default/a: deleted"
+    )
     assert report.to_json()["trigger"] == "event: Job default/a: deleted"
-    assert recover.RoundReport("dev", 1, "2026-11-26T12:00:00Z").to_json()["trigger"] == "first"
+    assert round_report.RoundReport("dev", 1, "2026-11-26T12:00:00Z").to_json()["trigger"] == "first"
 
 
 @pytest.mark.parametrize(
@@ -146,15 +151,15 @@ def test_every_round_says_what_started_it_in_json():
 )
 def test_no_events_turns_the_watcher_off(monkeypatch, flags, watched):
     seen = {}
-    monkeypatch.setattr(recover.StopSignal, "install", lambda self: None)
+    monkeypatch.setattr(watch_loop.StopSignal, "install", lambda self: None)
     monkeypatch.setattr(recover, "watch", lambda rec, **kw: seen.update(kw) or 0)
     assert recover.main(["--stack", "dev", "--dry-run", *flags]) == 0
     assert isinstance(seen["events"], recover_events.ClusterEvents) is watched
 
 
 def test_a_stack_without_a_cluster_watches_nothing_and_the_dev_stack_its_own_jobs_pods_and_nodes():
-    project = offline.load_project(REPO)
-    settings = recover.load_settings(recover.Target(project, "dev", "dev")).settings
+    project = project_files.load_project(REPO)
+    settings = stack_probe.load_settings(stack_probe.Target(project, "dev", "dev")).settings
     cluster, scope = recover_events.scope_of(settings)
     assert cluster.path == "projects/tpu-training-dev/locations/us-east5/clusters/tpu-dev"
     assert (scope.job_namespaces, scope.jobset_namespaces, scope.pod_namespaces) == (

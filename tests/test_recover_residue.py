@@ -1,4 +1,4 @@
-"""`python -m infra.recover` at its edges: every CLI call ends within a bound well under a minute
+"""`tpu-training recover` at its edges: every CLI call ends within a bound well under a minute
 and a half (also in a dry run, also when the CLI ignores SIGINT), output no one can read from
 `stack select` is a try-later, a Ctrl-C while it starts exits 130, and a Pulumi.yaml this
 project cannot run under is refused with what was wrong."""
@@ -17,8 +17,10 @@ from support.in_process import run_recover
 from support.program import REPO
 from support.recover_runs import live_dev_stack, run_snippet, set_behaviour
 
-from infra import automation, offline, recover
-from infra.automation import AutomationUp
+from tpu_training import exit_codes, project_files
+from tpu_training.commands import recover
+from tpu_training.recovery import pulumi_process, watch_loop
+from tpu_training.recovery.automation import AutomationUp
 
 SECRET_STACK = (
     "config:\n  gcp:project: tpu-training-dev\n  tpu-training:tpuVms:\n    secure: AAABAHhlbmNyeXB0ZWQ=\n"
@@ -42,8 +44,8 @@ def apis(tmp_path, monkeypatch):
 )
 def test_every_read_of_the_cli_ends_well_within_a_minute_and_a_half(args):
     full = ["--non-interactive", *args]
-    bound = automation._timeout_for(full, automation.UP_TIMEOUT_SECONDS)
-    bound += automation._grace_for(full, automation.STOP_GRACE_SECONDS) + 10.0  # then SIGKILL's wait
+    bound = pulumi_process._timeout_for(full, pulumi_process.UP_TIMEOUT_SECONDS)
+    bound += pulumi_process._grace_for(full, pulumi_process.STOP_GRACE_SECONDS) + 10.0  # then SIGKILL's wait
     assert bound <= 75.0
 
 
@@ -54,26 +56,26 @@ def test_a_cli_that_ignores_sigint_is_killed_after_a_short_grace_in_a_dry_run(
     # The dry run of a stack with secrets starts the CLI for `version` and `config`; a CLI that
     # neither answers nor stops on SIGINT is killed after READ_GRACE_SECONDS, not after the
     # minute `pulumi up` gets to finish its operations.
-    monkeypatch.setattr(automation, "CLI_TIMEOUT_SECONDS", 0.5)
-    monkeypatch.setattr(automation, "VERSION_TIMEOUT_SECONDS", 0.5)
-    monkeypatch.setattr(automation, "READ_GRACE_SECONDS", 0.5)
-    monkeypatch.setattr(recover.StopSignal, "install", lambda self: None)
+    monkeypatch.setattr(pulumi_process, "CLI_TIMEOUT_SECONDS", 0.5)
+    monkeypatch.setattr(pulumi_process, "VERSION_TIMEOUT_SECONDS", 0.5)
+    monkeypatch.setattr(pulumi_process, "READ_GRACE_SECONDS", 0.5)
+    monkeypatch.setattr(watch_loop.StopSignal, "install", lambda self: None)
     (scratch_project / "Pulumi.dev.yaml").write_text(SECRET_STACK)
     monkeypatch.chdir(scratch_project)
     set_behaviour(stub, hang_ignoring_sigint=command)
     started = time.monotonic()
     status = recover.main(["--stack", "dev", "--once", "--dry-run"])
     assert time.monotonic() - started < 10
-    assert status == (recover.EXIT_UNAVAILABLE if command == "version" else recover.EXIT_TRY_LATER)
+    assert status == (exit_codes.EXIT_UNAVAILABLE if command == "version" else exit_codes.EXIT_TRY_LATER)
     assert "did not finish within 0.5 s and was stopped" in capsys.readouterr().out
 
 
 def test_the_version_call_alone_is_bounded_too(stub, monkeypatch):
-    monkeypatch.setattr(automation, "VERSION_TIMEOUT_SECONDS", 0.5)
-    monkeypatch.setattr(automation, "READ_GRACE_SECONDS", 0.5)
+    monkeypatch.setattr(pulumi_process, "VERSION_TIMEOUT_SECONDS", 0.5)
+    monkeypatch.setattr(pulumi_process, "READ_GRACE_SECONDS", 0.5)
     set_behaviour(stub, hang_ignoring_sigint="version")
     started = time.monotonic()
-    with pytest.raises(automation.PulumiUnavailable, match=r"does not answer.*within 0\.5 s"):
+    with pytest.raises(pulumi_process.PulumiUnavailable, match=r"does not answer.*within 0\.5 s"):
         AutomationUp(REPO, lambda line: None)
     assert time.monotonic() - started < 5
 
@@ -89,7 +91,7 @@ def test_stack_select_printing_garbage_and_failing_is_a_try_later_not_a_tracebac
 ):
     set_behaviour(stub, select_output="\x00\xff\xfe\x89PNG\r\n\x1a\n\xc3(garbage", select_exit=exit_status)
     done = run_recover("--stack", "dev", "--once")
-    assert done.returncode == recover.EXIT_TRY_LATER, done.stdout + done.stderr
+    assert done.returncode == exit_codes.EXIT_TRY_LATER, done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     assert "`pulumi stack select` for stack 'dev' failed" in done.stdout
     assert not [c for c in stub_pulumi.calls(stub) if c[1] == "up"]
@@ -98,7 +100,7 @@ def test_stack_select_printing_garbage_and_failing_is_a_try_later_not_a_tracebac
 def test_stack_select_printing_garbage_and_succeeding_is_read_through(apis, stub):
     set_behaviour(stub, select_output="\xff\xfe garbage\n")
     done = run_recover("--stack", "dev", "--once")
-    assert done.returncode == recover.EXIT_OK, done.stdout + done.stderr
+    assert done.returncode == exit_codes.EXIT_OK, done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
 
 
@@ -113,8 +115,8 @@ def interrupting_import(name, *args, **kwargs):
         os.kill(os.getpid(), signal.SIGINT)
     return real_import(name, *args, **kwargs)
 builtins.__import__ = interrupting_import
-sys.argv = ["infra.recover", "--stack", "dev", "--once", "--dry-run"]
-runpy.run_module("infra.recover", run_name="__main__", alter_sys=True)
+sys.argv = ["tpu-training", "recover", "--stack", "dev", "--once", "--dry-run"]
+runpy.run_module("tpu_training", run_name="__main__", alter_sys=True)
 """
 
 
@@ -152,12 +154,12 @@ def test_a_project_file_this_project_cannot_run_under_is_refused(
     project_file = scratch_project / "Pulumi.yaml"
     document = yaml.safe_load(project_file.read_text())
     project_file.write_text(yaml.safe_dump({**document, key: value}))
-    with pytest.raises(offline.ProjectFileError, match=re.escape(f"Pulumi.yaml: {message}")):
-        offline.load_project(scratch_project)
+    with pytest.raises(project_files.ProjectFileError, match=re.escape(f"Pulumi.yaml: {message}")):
+        project_files.load_project(scratch_project)
     monkeypatch.chdir(scratch_project)
-    monkeypatch.setattr(recover.StopSignal, "install", lambda self: None)
+    monkeypatch.setattr(watch_loop.StopSignal, "install", lambda self: None)
     status = recover.main(["--stack", "dev", "--once", "--dry-run"])
-    assert status == recover.EXIT_CONFIG_ERROR
+    assert status == exit_codes.EXIT_CONFIG_ERROR
     assert message in capsys.readouterr().err
 
 
@@ -166,4 +168,4 @@ def test_valid_version_ranges_the_cli_reads_are_accepted(scratch_project):
     text = project_file.read_text()
     for version in (">=3.226.0 <4.0.0", "3.x", ">= 3.226.0 || 4.1.x", ">=3.226.0-alpha.1"):
         project_file.write_text(text.replace('">=3.226.0"', f'"{version}"'))
-        assert offline.load_project(scratch_project).name == "tpu-training"
+        assert project_files.load_project(scratch_project).name == "tpu-training"

@@ -4,7 +4,8 @@ what was never deployed, and costs one VM at any stack size. Every CLI call has 
 
 The engine semantics this relies on (targets diff only the targets, `--refresh` refreshes only
 them, reads and stack outputs still happen, untargeted creates fail a dependent target) are cited
-with file and line of pulumi/pulumi in ``infra/recovery_targets.py``'s docstring; this file pins
+with file and line of pulumi/pulumi in ``tpu_training/recovery/recovery_targets.py``'s docstring; this
+file pins
 the URNs and flags the round hands to the CLI."""
 
 from __future__ import annotations
@@ -34,8 +35,16 @@ from support.recover_runs import (
 )
 from tpu_training_components.domain.recovery_rounds import RoundOutcome
 
-from infra import automation, offline, recover, recovery_targets
-from infra.automation import AutomationUp, DeadlineCommand, PendingChange, PulumiUnavailable
+from tpu_training import exit_codes, offline, project_files
+from tpu_training.recovery import (
+    pulumi_process,
+    recovery_round,
+    recovery_targets,
+    round_report,
+    stack_probe,
+)
+from tpu_training.recovery.automation import AutomationUp, PendingChange
+from tpu_training.recovery.pulumi_process import DeadlineCommand, PulumiUnavailable
 
 ZONE = "europe-west4-a"
 JOB_URN = (
@@ -76,7 +85,7 @@ def test_a_recovery_round_runs_up_targeted_at_the_vm_alone(apis):
     assert runner.previews == 1
     assert runner.targets == [[VM_URN]]
     assert report.targets == (VM_URN,)
-    assert recover.exit_status(report) == recover.EXIT_OK
+    assert round_report.exit_status(report) == exit_codes.EXIT_OK
 
 
 def test_pending_changes_beside_the_recovery_are_named_and_left_alone(apis):
@@ -119,7 +128,7 @@ def test_a_vm_never_deployed_is_a_pending_change_not_a_recovery(apis):
     report = rec.run_round()
     assert runner.targets == []
     assert report.outcome is RoundOutcome.BLOCKED and report.up is not None
-    assert recover.exit_status(report) == recover.EXIT_UP_FAILED
+    assert round_report.exit_status(report) == round_report.EXIT_UP_FAILED
     assert any("demo-tpu was never deployed: creating it is a pending change" in line for line in said)
 
 
@@ -180,12 +189,13 @@ def test_at_256_vms_a_round_that_recovers_one_vm_targets_one_vm(scratch_project,
 def test_the_cli_gets_a_preview_then_an_up_with_exactly_these_targets(apis, stub):
     set_behaviour(stub, pending=[{"op": "update", "urn": BUCKET_URN, "diffReasons": ["labels"]}])
     done = run_recover("--stack", "dev", "--once", "--json")
-    assert done.returncode == recover.EXIT_OK, done.stderr
+    assert done.returncode == exit_codes.EXIT_OK, done.stderr
     commands = [c[1:] for c in stub_pulumi.calls(stub)]
     assert commands[:5] == [
         ["version"],
         ["stack", "select", "--stack", "dev"],
-        # The state, for what an interrupted update may have left (infra/interrupted_updates.py).
+        # The state, for what an interrupted update may have left
+        # (tpu_training/recovery/interrupted_updates.py).
         ["stack", "export", "--stack", "dev"],
         ["stack", "select", "--stack", "dev"],
         ["stack", "output", "--json", "--stack", "dev"],
@@ -205,7 +215,7 @@ def test_the_cli_gets_a_preview_then_an_up_with_exactly_these_targets(apis, stub
 
 def test_apply_pending_through_the_cli_passes_no_target(apis, stub):
     done = run_recover("--stack", "dev", "--once", "--apply-pending")
-    assert done.returncode == recover.EXIT_OK, done.stderr
+    assert done.returncode == exit_codes.EXIT_OK, done.stderr
     (up,) = [c for c in stub_pulumi.calls(stub) if c[1] == "up"]
     assert "--target" not in up
 
@@ -214,13 +224,13 @@ def test_apply_pending_through_the_cli_passes_no_target(apis, stub):
 def test_a_preview_that_fails_changes_nothing_and_asks_to_try_later(apis, stub, behaviour):
     set_behaviour(stub, **behaviour)
     done = run_recover("--stack", "dev", "--once")
-    assert done.returncode == recover.EXIT_TRY_LATER, done.stderr
+    assert done.returncode == exit_codes.EXIT_TRY_LATER, done.stderr
     assert not [c for c in stub_pulumi.calls(stub) if c[1] == "up"]
     assert "Traceback" not in done.stderr + done.stdout
 
 
 def test_every_cli_call_has_a_deadline(stub, monkeypatch):
-    monkeypatch.setattr(automation, "VERSION_TIMEOUT_SECONDS", 0.5)
+    monkeypatch.setattr(pulumi_process, "VERSION_TIMEOUT_SECONDS", 0.5)
     set_behaviour(stub, hang="version")
     started = time.monotonic()
     with pytest.raises(PulumiUnavailable, match=r"does not answer.*did not finish within 0\.5 s"):
@@ -231,15 +241,15 @@ def test_every_cli_call_has_a_deadline(stub, monkeypatch):
 def test_a_config_read_that_hangs_is_stopped_and_the_round_tries_later(
     apis, stub, monkeypatch, scratch_project
 ):
-    monkeypatch.setattr(automation, "CLI_TIMEOUT_SECONDS", 1.0)
+    monkeypatch.setattr(pulumi_process, "CLI_TIMEOUT_SECONDS", 1.0)
     (scratch_project / "Pulumi.dev.yaml").write_text(
         "config:\n  gcp:project: tpu-training-dev\n  tpu-training:tpuVms:\n    secure: AAABAHhlbmNyeXB0ZWQ=\n"
     )
     set_behaviour(stub, hang="config")
     cli = AutomationUp(scratch_project, lambda line: None, grace_seconds=0.5)
-    rec = recover.Recoverer(
-        recover.Target(offline.load_project(scratch_project), "dev", "dev"),
-        probe=recover.Probe(),
+    rec = recovery_round.Recoverer(
+        stack_probe.Target(project_files.load_project(scratch_project), "dev", "dev"),
+        probe=stack_probe.Probe(),
         up=cli,
         say=lambda line: None,
         decrypt=cli.read_config,
@@ -248,7 +258,7 @@ def test_a_config_read_that_hangs_is_stopped_and_the_round_tries_later(
     report = rec.run_round()
     assert time.monotonic() - started < 10
     assert report.outcome is RoundOutcome.TRY_LATER and "did not finish within 1 s" in report.reason
-    assert recover.exit_status(report) == recover.EXIT_TRY_LATER
+    assert round_report.exit_status(report) == exit_codes.EXIT_TRY_LATER
 
 
 def test_cli_output_that_is_not_utf8_is_a_clear_error_not_a_traceback(stub):
@@ -260,14 +270,14 @@ def test_cli_output_that_is_not_utf8_is_a_clear_error_not_a_traceback(stub):
 def test_a_dry_run_never_starts_the_cli_when_it_needs_no_secrets(apis, stub):
     set_behaviour(stub, hang="version")  # a CLI that would hang the run
     done = run_recover("--stack", "dev", "--once", "--dry-run")
-    assert done.returncode == recover.EXIT_OK, done.stderr
+    assert done.returncode == exit_codes.EXIT_OK, done.stderr
     assert stub_pulumi.calls(stub) == []
     assert f"--target {VM_URN}" in done.stdout
 
 
 def test_a_closed_stdout_ends_no_recovery_and_prints_no_traceback(apis, stub):
     process = subprocess.Popen(
-        [sys.executable, "-m", "infra.recover", "--stack", "dev", "--once"],
+        [sys.executable, "-m", "tpu_training", "recover", "--stack", "dev", "--once"],
         cwd=REPO,
         env=dict(os.environ),
         stdout=subprocess.PIPE,
@@ -276,7 +286,7 @@ def test_a_closed_stdout_ends_no_recovery_and_prints_no_traceback(apis, stub):
     assert process.stdout is not None
     process.stdout.close()  # the reader goes away at once
     _, stderr = process.communicate(timeout=90)
-    assert process.returncode == recover.EXIT_OK, stderr
+    assert process.returncode == exit_codes.EXIT_OK, stderr
     assert b"Traceback" not in stderr
     assert [c for c in stub_pulumi.calls(stub) if c[1] == "up"]  # the recovery still ran
 
@@ -333,15 +343,16 @@ def test_a_process_the_cli_leaves_behind_holding_its_pipes_does_not_hold_the_cal
 def test_unreadable_outputs_make_the_round_try_later(apis, stub):
     set_behaviour(stub, outputs="not an object")  # `pulumi stack output --json` prints a string
     done = run_recover("--stack", "dev", "--once")
-    assert done.returncode == recover.EXIT_TRY_LATER, done.stderr
+    assert done.returncode == exit_codes.EXIT_TRY_LATER, done.stderr
     assert not [c for c in stub_pulumi.calls(stub) if c[1] == "up"]
 
 
 _HANGING_JOBS_ROUND = """
 import functools, os, sys
 from tpu_training_components.live import kube_api
-from infra import recover
-probe = recover.Probe(read_jobs=functools.partial(kube_api.list_live_jobs, deadline=1.0))
+from tpu_training.commands import recover
+from tpu_training.recovery import stack_probe
+probe = stack_probe.Probe(read_jobs=functools.partial(kube_api.list_live_jobs, deadline=1.0))
 sys.exit(recover.main(["--stack", "dev", "--once", "--dry-run"], probe=probe))
 """
 
@@ -357,7 +368,7 @@ def test_a_jobs_list_past_its_deadline_exits_75_by_the_interpreters_own_exit(tmp
         env = dict(os.environ, TPU_API_ENDPOINT=tpu.endpoint, KUBECONFIG=str(kube.kubeconfig(tmp_path)))
         env.pop("TPU_TRAINING_OFFLINE", None)
         done = run_snippet(_HANGING_JOBS_ROUND, env)
-    assert done.returncode == recover.EXIT_TRY_LATER, done.stderr
+    assert done.returncode == exit_codes.EXIT_TRY_LATER, done.stderr
     assert "DeadlineExceeded: listing Jobs in default" in done.stdout
     assert "Traceback" not in done.stderr
 
@@ -367,9 +378,9 @@ def test_a_dry_run_exits_as_the_readme_says(apis, stub):
     # 75 when live state could not be read; never a CLI call without secrets.
     tpu, _ = apis
     done = run_recover("--stack", "dev", "--once", "--dry-run", "--json")
-    assert done.returncode == recover.EXIT_OK, done.stderr
+    assert done.returncode == exit_codes.EXIT_OK, done.stderr
     assert json.loads(done.stdout)["upNeeded"] is True
     tpu.fail_with = 503
     done = run_recover("--stack", "dev", "--once", "--dry-run", "--json")
-    assert done.returncode == recover.EXIT_TRY_LATER, done.stderr
+    assert done.returncode == exit_codes.EXIT_TRY_LATER, done.stderr
     assert stub_pulumi.calls(stub) == []

@@ -32,7 +32,8 @@ from tpu_training_components.domain.restart_budget import (
     read_history,
 )
 
-from infra import recover
+from tpu_training import exit_codes
+from tpu_training.recovery import round_report
 
 NOW = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
 BUDGET = RestartBudget(10, timedelta(hours=24))
@@ -116,7 +117,7 @@ def test_a_jobset_that_keeps_failing_is_recovered_until_its_budget_is_spent(mult
     # 2 recoveries x (1 + 3) + the failed generation's 3 = 11 restarts: one more is over 10.
     assert runner.targets == []
     assert report.plan is not None and [d.name for d in report.plan.over_budget] == ["train-v6e"]
-    assert recover.exit_status(report) == recover.EXIT_UP_FAILED
+    assert round_report.exit_status(report) == round_report.EXIT_UP_FAILED
     (line,) = [line for line in said if "restart budget is spent" in line]
     assert "11 restart(s) within the last 24 h" in line and "recovery.restartBudget: at most 10" in line
     assert "-> is kept" in line
@@ -128,7 +129,7 @@ def test_within_its_budget_it_is_recovered_and_the_program_is_told_its_history(m
     history = {"train-v6e": [{"at": ago(30), "restarts": 3}, {"at": ago(2), "restarts": 3}]}
     runner = RecordingRunner(outputs={RESTARTS_OUTPUT: history})
     report = recoverer(runner, "dev", multislice_project)[0].run_round()
-    assert recover.exit_status(report) == recover.EXIT_OK
+    assert round_report.exit_status(report) == exit_codes.EXIT_OK
     assert len(runner.targets) == 1
     (told,) = runner.rounds
     assert told is not None and told.jobs == {"train-v6e"}
@@ -147,7 +148,7 @@ def test_node_pressure_evictions_count_against_the_budget_of_a_running_jobset(mu
     rec, said = recoverer(runner, "dev", multislice_project)
     report = rec.run_round()
     assert runner.stacks == []  # nothing to re-create, and no CLI call for it
-    assert recover.exit_status(report) == recover.EXIT_UP_FAILED
+    assert round_report.exit_status(report) == round_report.EXIT_UP_FAILED
     assert any(
         "JobSet is running" in line and "restart budget is spent: 11 restart(s)" in line for line in said
     )
@@ -158,14 +159,14 @@ def test_a_long_run_with_occasional_preemptions_stays_within_its_budget(multisli
     running["metadata"]["creationTimestamp"] = ago(24 * 10)
     live.add_jobset("default", running)
     report = recoverer(RecordingRunner(), "dev", multislice_project)[0].run_round()
-    assert recover.exit_status(report) == recover.EXIT_OK
+    assert round_report.exit_status(report) == exit_codes.EXIT_OK
 
 
 def test_a_dry_run_checks_what_it_can_see_and_says_what_it_cannot(multislice_project, live):
     live.add_jobset("default", failed_jobset(12))
     rec, said = recoverer(None, "dev", multislice_project)
     report = rec.run_round()
-    assert recover.exit_status(report) == recover.EXIT_UP_FAILED
+    assert round_report.exit_status(report) == round_report.EXIT_UP_FAILED
     assert any("not read in a dry run" in line for line in said)
 
 

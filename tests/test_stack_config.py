@@ -12,7 +12,7 @@ from support.in_process import run_plan
 from support.program import REPO, run_stack
 from support.program import refused as _refused
 
-from infra import offline
+from tpu_training import project_files
 
 VMS = "tpu-training:tpuVms"
 
@@ -248,15 +248,15 @@ def test_stack_config_dir_is_where_the_plan_reads_the_stack_file(scratch_project
 
 def test_the_older_config_folder_spelling_and_both_at_once(scratch_project):
     # project.go, RewriteConfigPathIntoStackConfigDir: `config: <folder>` is the older spelling.
-    assert offline.load_project(REPO).stack_file("dev") == REPO / "Pulumi.dev.yaml"
+    assert project_files.load_project(REPO).stack_file("dev") == REPO / "Pulumi.dev.yaml"
     project_file = scratch_project / "Pulumi.yaml"
     project_file.write_text("name: tpu-training\nruntime: python\nmain: infra/\nconfig: stacks\n")
-    project = offline.load_project(scratch_project)
+    project = project_files.load_project(scratch_project)
     assert project.stack_file("dev") == scratch_project / "stacks" / "Pulumi.dev.yaml"
     assert project.declarations == {}
     project_file.write_text(project_file.read_text() + "stackConfigDir: other\n")
-    with pytest.raises(offline.ProjectFileError, match="Should not use both config and stackConfigDir"):
-        offline.load_project(scratch_project)
+    with pytest.raises(project_files.ProjectFileError, match="Should not use both config and stackConfigDir"):
+        project_files.load_project(scratch_project)
 
 
 def test_a_list_given_as_one_value_says_list_not_tuple(config):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra import offline
+from tpu_training import project_files
 
 
 @pytest.mark.parametrize(
@@ -39,7 +39,7 @@ from infra import offline
 )
 def test_yaml_1_2_values(value, expected):
     text = f"config:\n  key: {value}\n"
-    assert repr(offline._load_yaml_1_2(text)) == repr({"config": {"key": expected}})
+    assert repr(project_files._load_yaml_1_2(text)) == repr({"config": {"key": expected}})
 
 
 def test_a_duplicate_key_names_the_file_and_the_key_not_stand_in_values(tmp_path):
@@ -48,8 +48,8 @@ def test_a_duplicate_key_names_the_file_and_the_key_not_stand_in_values(tmp_path
         "config:\n  tpu-training:labels:\n    team: a\n  tpu-training:labels:\n    team: b\n",
         encoding="utf-8",
     )
-    with pytest.raises(offline.ProjectFileError) as err:
-        offline._read_yaml(stack_file)
+    with pytest.raises(project_files.ProjectFileError) as err:
+        project_files._read_yaml(stack_file)
     message = str(err.value)
     assert 'found duplicate key "tpu-training:labels"' in message
     assert 'in "Pulumi.mine.yaml", line 4' in message

@@ -10,7 +10,7 @@ import pytest
 from support.in_process import run_plan
 from support.program import REPO
 
-from infra import offline
+from tpu_training import project_files
 
 DEV = (REPO / "Pulumi.dev.yaml").read_text()
 
@@ -21,12 +21,12 @@ def _values(project_dir: Path, stack_text: str | bytes) -> dict[str, str]:
         path.write_bytes(stack_text)
     else:
         path.write_text(stack_text)
-    values, _, _ = offline.stack_config(offline.load_project(project_dir), "t")
+    values, _, _ = project_files.stack_config(project_files.load_project(project_dir), "t")
     return values
 
 
 def _refused(project_dir: Path, stack_text: str | bytes) -> str:
-    with pytest.raises(offline.ProjectFileError) as err:
+    with pytest.raises(project_files.ProjectFileError) as err:
         _values(project_dir, stack_text)
     return str(err.value)
 

@@ -1,4 +1,4 @@
-"""Whose lock holds the stack, and when a recovery round releases it (infra/stack_locks.py).
+"""Whose lock holds the stack, and when a recovery round releases it (tpu_training/recovery/stack_locks.py).
 
 The refusal below is the one pulumi/pulumi v3.274.1 prints for a diy backend
 (pkg/backend/diy/lock.go ``checkForLock``: "\\n  %v: created by %v@%v (pid %v) at %v", the time
@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from infra.stack_locks import (
+from tpu_training.recovery.stack_locks import (
     CLOCK_MARGIN,
     LockHolder,
     LockNotRemovable,

@@ -1,4 +1,4 @@
-"""`python -m infra.status`: live state and decisions (the recover probe against loopback TPU and
+"""`tpu-training status`: live state and decisions (the recover probe against loopback TPU and
 Kubernetes APIs), the newest checkpoint from the bucket (google-cloud-storage against a loopback
 Cloud Storage), progress at it, and the last recovery from the stack's outputs; what cannot be
 read is said, per item, with exit 75."""
@@ -17,9 +17,10 @@ from support import stub_pulumi
 from support.fake_kube_api import FakeKubernetesApi, job
 from support.fake_tpu_api import FakeTpuApi
 from support.loopback_gcs import LoopbackGcs
+from support.program import REPO
 from tpu_training_components.live import endpoints
 
-from infra import status
+from tpu_training.commands import status
 
 ZONE = "europe-west4-a"
 VM_BUCKET = "tpu-training-dev-dev-ckpt-europe-west4"
@@ -220,11 +221,10 @@ def test_the_tpu_listing_failing_makes_the_notices_unknown(world, capsys, monkey
 def test_a_jobset_is_shown_as_a_jobset(world, capsys, scratch_project, monkeypatch):
     """A jobs entry declared as a JobSet (workload: jobset) is shown as one."""
     _, _, outputs = world
-    dev = (status.offline.REPO_ROOT / "Pulumi.dev.yaml").read_text()
+    dev = (REPO / "Pulumi.dev.yaml").read_text()
     (scratch_project / "Pulumi.dev.yaml").write_text(
         dev.replace("nodePool: v6e-4x4\n", "nodePool: v6e-4x4\n      workload: jobset\n")
     )
-    (scratch_project / "trainer").symlink_to(status.offline.REPO_ROOT / "trainer", target_is_directory=True)
     monkeypatch.chdir(scratch_project)
     code = status.main(["--stack", "dev", "--outputs", str(outputs)], now=NOW)
     captured = capsys.readouterr()

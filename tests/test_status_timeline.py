@@ -1,7 +1,7 @@
-"""A run's timeline without a cloud: `python -m infra.status --records FILE --html PAGE` reads a
+"""A run's timeline without a cloud: `tpu-training status --records FILE --html PAGE` reads a
 recorded run (the reference trainer's real output with kubectl's timestamps, and recovery
 records; tests/fixtures/recorded-run/README.md) into steps, saves, interruptions by cause and
-recovery gaps (domain/run_timeline.py), and draws it with matplotlib (infra/timeline_figure.py).
+recovery gaps (domain/run_timeline.py), and draws it with matplotlib (tpu_training/timeline_figure.py).
 The drawing is checked as pixels of its PNG (its size, each cause's line in its colour where it
 happened, each recovery gap shaded and nothing else, the steps and the saves) and as SVG text
 (each cause written in it); bad input is a clear error with its own exit status; and matplotlib
@@ -25,7 +25,8 @@ from tpu_training_components.domain.run_timeline import (
     timeline_from_lines,
 )
 
-from infra import status, timeline_figure
+from tpu_training import timeline_figure
+from tpu_training.commands import status
 
 RECORDED = REPO / "tests" / "fixtures" / "recorded-run"
 TRAINER_LOG = RECORDED / "trainer.log"
@@ -230,16 +231,17 @@ def test_the_steps_are_a_line_and_each_save_a_marker_where_it_was_committed(draw
 
 
 def test_matplotlib_is_loaded_only_when_something_is_drawn():
-    """The stack program, `infra.status` and `infra.plan` never load matplotlib (a second of
+    """The stack program, `tpu-training status` and `tpu-training plan` never load matplotlib (a second of
     imports); drawing does. A fresh interpreter: this one has drawn already."""
     program = (
         "import sys\n"
-        "import tpu_training_components, infra.stack_config, infra.plan, infra.status\n"
-        "import infra.timeline_figure\n"
+        "import tpu_training_components, tpu_training.stack_config\n"
+        "import tpu_training.commands.plan, tpu_training.commands.status\n"
+        "import tpu_training.timeline_figure\n"
         "heavy = lambda: sorted({m.split('.')[0] for m in sys.modules} & {'matplotlib', 'numpy', 'PIL'})\n"
         "print(heavy())\n"
         "from tpu_training_components.domain.run_timeline import RunTimeline\n"
-        "infra.timeline_figure.render([RunTimeline('r')], title='t', format='svg')\n"
+        "tpu_training.timeline_figure.render([RunTimeline('r')], title='t', format='svg')\n"
         "print(heavy())\n"
     )
     done = subprocess.run(
@@ -302,7 +304,7 @@ def test_records_with_no_timeline_in_them_exit_65(run_status, tmp_path):
     empty.write_text("")
     code, err = run_status("--records", str(empty), "--html", str(page))
     assert code == status.EXIT_NO_RECORDS
-    assert err.startswith(f"error: --records {empty}: no recovery record (`infra.recover --records`)")
+    assert err.startswith(f"error: --records {empty}: no recovery record (`tpu-training recover --records`)")
     assert err.endswith("in an empty file\n")
     several = tmp_path / "several.jsonl"
     several.write_text(record() + "\n" + record(name="other") + "\n")
@@ -395,7 +397,7 @@ def test_the_picture_in_the_docs_is_what_the_command_draws(tmp_path, capsys, mon
     assert status.main([*DOCS_COMMAND, str(drawn)]) == status.EXIT_OK
     assert capsys.readouterr().out.startswith(f"timeline of demo-tpu written to {drawn}: 45 step point(s)")
     docs = (REPO / "docs" / "status.md").read_text()
-    command = " ".join(["python -m infra.status", *DOCS_COMMAND, str(DOCS_PICTURE.relative_to(REPO))])
+    command = " ".join(["tpu-training status", *DOCS_COMMAND, str(DOCS_PICTURE.relative_to(REPO))])
     assert command in docs and "](images/recorded-run-timeline.png)" in docs
     assert DOCS_PICTURE.stat().st_size < 150_000
     with Image.open(drawn) as fresh, Image.open(DOCS_PICTURE) as committed:

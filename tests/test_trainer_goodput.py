@@ -15,7 +15,7 @@ import pytest
 from support.program import REPO
 from support.timeline_png import TimelinePng
 
-from infra import timeline_figure
+from tpu_training import timeline_figure
 
 pytestmark = pytest.mark.usefixtures("jax_compilation_cache")
 

@@ -14,7 +14,7 @@ from support.fake_tpu_api import FakeTpuApi
 from support.program import REPO, run_components, run_stack
 from tpu_training_components import InvalidArgument, TrainingRecovery
 
-from infra import offline
+from tpu_training import offline
 
 VM = "gcp:tpu/v2Vm:V2Vm"
 JOB = "kubernetes:batch/v1:Job"
@@ -68,7 +68,7 @@ def test_importer_program_recovers_a_preempted_vm_and_a_failed_job(live, decided
 
 
 def _mock_id(registration: offline.Registration) -> str:
-    # The id PlanMocks.new_resource gives every resource it creates (infra/offline.py).
+    # The id PlanMocks.new_resource gives every resource it creates (tpu_training/offline.py).
     return f"{registration.name}-id"
 
 

@@ -24,10 +24,10 @@ from support.program import dev_config, run_components, run_stack
 from tpu_training_components import GkeTpuCluster
 from tpu_training_components import preview as library_preview
 from tpu_training_components.domain import provider_rules
-from tpu_training_components.domain.node_pool_plan import GKE_DEFAULT_NODE_ZONES, system_pool_zones
+from tpu_training_components.domain.gke_cluster_plan import GKE_DEFAULT_NODE_ZONES, system_pool_zones
 from tpu_training_components.domain.stack_identity import DEPLOYED_AS_OUTPUT, rename_problem
 
-from infra import offline
+from tpu_training import offline
 
 JOB = "kubernetes:batch/v1:Job"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"

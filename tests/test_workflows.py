@@ -216,7 +216,7 @@ def test_secrets_only_in_the_steps_that_use_them(name):
         assert "secrets." not in json.dumps(job.get("env", {})), f"{name}: {job_id}"
     for job_id, step in steps(document):
         if "secrets." in json.dumps(step):
-            assert step.get("uses", "").startswith("pulumi/actions@") or "infra.recover" in step.get(
+            assert step.get("uses", "").startswith("pulumi/actions@") or "tpu-training recover" in step.get(
                 "run", ""
             ), f"{name}: {job_id} step {step.get('name')!r} sees a secret"
 
@@ -346,12 +346,12 @@ def test_an_unconfigured_repository_skips_with_a_notice(name, tmp_path):
 
 
 def pulumi_steps(name: str) -> list[dict[str, Any]]:
-    """The steps that run the Pulumi CLI: pulumi/actions with a command, and infra.recover."""
+    """The steps that run the Pulumi CLI: pulumi/actions with a command, and tpu-training recover."""
     return [
         step
         for _, step in steps(load(name))
         if (step.get("uses", "").startswith("pulumi/actions@") and "command" in step.get("with", {}))
-        or "infra.recover" in step.get("run", "")
+        or "tpu-training recover" in step.get("run", "")
     ]
 
 
@@ -410,7 +410,7 @@ def test_recover_runs_on_a_schedule_and_by_hand():
     triggers = load("recover.yml")["on"]
     assert triggers["schedule"] and "workflow_dispatch" in triggers
     job = load("recover.yml")["jobs"]["recover"]
-    (recover,) = [s for s in job["steps"] if "infra.recover" in s.get("run", "")]
+    (recover,) = [s for s in job["steps"] if "tpu-training recover" in s.get("run", "")]
     assert '--stack "$STACK" --once --json' in recover["run"]
     assert recover["env"]["STACK"] == "${{ matrix.stack }}"
 

@@ -16,7 +16,7 @@ import pytest
 from support.program import dev_config, run_stack
 from tpu_training_components.domain.change_impact import ResourceChange
 
-from infra import plan, plan_diff
+from tpu_training import plan_compare, plan_output
 
 JOB, JOBSET = "kubernetes:batch/v1:Job", "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"
 
@@ -25,7 +25,7 @@ def stack(pool_slices: int, job_slices: int) -> dict[str, Any]:
     config = copy.deepcopy(dev_config())
     config["tpu-training:nodePools"][0]["slices"] = pool_slices
     config["tpu-training:jobs"][0]["slices"] = job_slices
-    return plan.plan_document(run_stack(config))
+    return plan_output.plan_document(run_stack(config))
 
 
 def identity(resource: dict[str, Any]) -> tuple[Any, ...]:
@@ -71,7 +71,7 @@ def planned(pool_slices: int, job_slices: int) -> dict[str, Any]:
 )
 def test_no_object_is_created_and_deleted_in_one_update(before, after):
     base, new = planned(*before), planned(*after)
-    changes = plan_diff.compare(base, new)
+    changes = plan_compare.compare(base, new)
     assert collisions(base, new, changes) == set()
 
 
@@ -81,7 +81,7 @@ def _by_name(changes: list[ResourceChange]) -> dict[str, ResourceChange]:
 
 @pytest.mark.parametrize(("before", "after", "old", "new"), [(1, 2, JOB, JOBSET), (2, 1, JOBSET, JOB)])
 def test_the_run_keeps_its_identity_and_replaces_its_workload_old_one_first(before, after, old, new):
-    changes = _by_name(plan_diff.compare(planned(2, before), planned(2, after)))
+    changes = _by_name(plan_compare.compare(planned(2, before), planned(2, after)))
     # Found at their deployed URNs under the other kind of component: diffed, not re-created.
     for name in (
         "train-v6e-workload-identity",
@@ -108,5 +108,5 @@ def test_without_the_aliases_the_same_switch_would_collide():
     for resource in new["resources"]:
         resource["options"]["aliases"] = []
     assert {("ServiceAccount", "default", "train-v6e"), ("iam",)} & {
-        c[:3] if c[0] != "iam" else ("iam",) for c in collisions(base, new, plan_diff.compare(base, new))
+        c[:3] if c[0] != "iam" else ("iam",) for c in collisions(base, new, plan_compare.compare(base, new))
     }

@@ -34,7 +34,7 @@ def storage_session(client: Any) -> Optional[Any]:
     """The `requests` session of a ``google.cloud.storage.Client`` (``Client._http``), for the
     same hooks as ``rest_session``: the storage library reads each answer whole inside the
     session, so without them a bucket listing dripped a byte at a time outlives the deadline of
-    ``python -m infra.status``, and a redirect is followed: tests/test_probe_faults.py
+    ``tpu-training status``, and a redirect is followed: tests/test_probe_faults.py
     (test_a_bucket_whose_listing_drips_is_cut_off_at_the_deadline) fails."""
     return getattr(client, "_http", None)
 
@@ -64,7 +64,7 @@ def sdk_without_stack_traces() -> Iterator[None]:
 
     The SDK takes one per resource (``traceback.extract_stack``, which also reads every frame's
     source file) to tell the engine where the resource was declared; under mocks nothing keeps
-    it. Only for the offline plan (``infra/offline.py``), for speed: measured with
+    it. Only for the offline plan (``tpu_training/offline.py``), for speed: measured with
     benchmarks/plan_speed.py's method (fresh processes, 9 interleaved rounds, median CPU time,
     2026-11-26), without it the 256-VM plan takes 7.02 s instead of 5.82 s and the dev plan
     3.44 s instead of 2.84 s, with 9 and 4 MiB more at their peak. Fails loudly (AttributeError)

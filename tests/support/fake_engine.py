@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 from pulumi.runtime.proto import engine_pb2_grpc, resource_pb2, resource_pb2_grpc
 
-from infra import offline
+from tpu_training import offline
 
 
 def _with_event_loop() -> None:

@@ -1,4 +1,4 @@
-"""Local stand-ins for the Google APIs ``python -m infra.preflight`` reads, on loopback, for the
+"""Local stand-ins for the Google APIs ``tpu-training preflight`` reads, on loopback, for the
 real client libraries (and google-auth's token refresh) to talk to.
 
 One server answers, in each API's JSON shape:

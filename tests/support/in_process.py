@@ -1,4 +1,4 @@
-"""`python -m infra.plan ARGS` run in the test's own process: the command's ``main`` with its
+"""`tpu-training plan ARGS` run in the test's own process: the command's ``main`` with its
 arguments, its working directory and environment, and its standard output and error captured.
 
 What a test of the plan's output, its files and its exit status checks is the same either way; a
@@ -14,11 +14,11 @@ import io
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Iterator
 
 from support.program import REPO
+from tpu_training import cli
 
 
 @contextlib.contextmanager
@@ -35,7 +35,7 @@ def _environment(changes: dict[str, str]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _signal_handlers() -> Iterator[None]:
-    # A command that watches (infra.recover) handles SIGINT and SIGTERM itself: the test's process
+    # A command that watches (tpu-training recover) handles SIGINT and SIGTERM itself: the test's process
     # gets its own handlers back.
     saved = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -46,18 +46,20 @@ def _signal_handlers() -> Iterator[None]:
 
 
 def run_recover(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m infra.recover ARGS`, in this process (as ``run_plan``), in this environment with
+    """`tpu-training recover ARGS`, in this process (as ``run_plan``), in this environment with
     ``env``'s changes."""
-    return run_plan(*args, env=env, module="infra.recover")
+    return run_plan(*args, env=env, command="recover")
 
 
 def run_plan(
-    *args: str, cwd: Path = REPO, env: dict[str, str] | None = None, module: str = "infra.plan"
+    *args: str, cwd: Path = REPO, env: dict[str, str] | None = None, command: str = "plan"
 ) -> subprocess.CompletedProcess[str]:
-    """As ``support.program.run_plan``, in this process: ``module``'s ``main(args)``, its exit
-    status (an argparse exit included) and what it printed. An exception that escapes ``main``
-    is raised, as a traceback would end the command."""
-    command = importlib.import_module(module)
+    """As ``support.program.run_plan``, in this process: the subcommand's own ``main(args)`` (as
+    ``tpu_training.cli`` finds it, without the command's start: no signal handler, the collector
+    left on), its exit status (an argparse exit included) and what it printed. An exception that
+    escapes ``main`` is raised, as a traceback would end the command."""
+    subcommand = cli.SUBCOMMANDS[command]
+    main = getattr(importlib.import_module(f"tpu_training.commands.{subcommand.module}"), subcommand.main)
     out, err = io.StringIO(), io.StringIO()
     with (
         _signal_handlers(),
@@ -67,9 +69,9 @@ def run_plan(
         contextlib.redirect_stderr(err),
     ):
         try:
-            status = command.main(list(args))
+            status = main(list(args))
         except SystemExit as exit_:  # argparse: a usage error, or --help
             status = exit_.code if isinstance(exit_.code, int) else 2
     return subprocess.CompletedProcess(
-        [sys.executable, "-m", module, *args], status, out.getvalue(), err.getvalue()
+        ["tpu-training", command, *args], status, out.getvalue(), err.getvalue()
     )

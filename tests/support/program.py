@@ -13,9 +13,9 @@ from typing import Any, Callable
 
 import pytest
 
-from infra import offline
+from tpu_training import offline, project_files
 
-REPO = offline.REPO_ROOT
+REPO = project_files.REPO_ROOT
 INFRA = REPO / "infra"
 
 
@@ -26,7 +26,7 @@ def run_components(body: Callable[[], Any], stack: str = "test") -> offline.Prog
 
 def dev_config() -> dict[str, Any]:
     """The dev stack's config as Python values (what Pulumi.yaml + Pulumi.dev.yaml give)."""
-    values, _, _ = offline.stack_config(offline.load_project(REPO), "dev")
+    values, _, _ = project_files.stack_config(project_files.load_project(REPO), "dev")
     decoded: dict[str, Any] = {}
     for key, text in values.items():
         try:
@@ -79,14 +79,17 @@ def refused(config: dict[str, Any]) -> str:
     return str(err.value)
 
 
+TPU_TRAINING = str(Path(sys.executable).parent / "tpu-training")
+"""The `tpu-training` command README command 1 installs beside this interpreter."""
+
+
 def run_plan(
-    *args: str, cwd: Path = REPO, env: dict[str, str] | None = None, module: str = "infra.plan"
+    *args: str, cwd: Path = REPO, env: dict[str, str] | None = None, command: str = "plan"
 ) -> subprocess.CompletedProcess[str]:
-    """`python -m infra.plan ARGS` (or another command's ``module``) in a subprocess, as a user
-    runs it."""
+    """`tpu-training plan ARGS` (or another ``command``) in a subprocess, as a user runs it."""
     env = dict(os.environ, PYTHONPATH=str(REPO), **(env or {}))
     return subprocess.run(
-        [sys.executable, "-m", module, *args],
+        [TPU_TRAINING, command, *args],
         cwd=cwd,
         env=env,
         capture_output=True,

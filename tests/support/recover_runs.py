@@ -1,4 +1,4 @@
-"""`python -m infra.recover` driven by the tests: the dev stack live on the loopback fakes, a
+"""`tpu-training recover` driven by the tests: the dev stack live on the loopback fakes, a
 recording stand-in for the CLI seam, the round's Recoverer, and the command in a subprocess.
 
 The dev stack declares demo-tpu (europe-west4-a) and the Job train-v6e (namespace default)."""
@@ -19,11 +19,12 @@ from tpu_training_components.domain.recovery_rounds import RecoveryRound, RoundO
 from tpu_training_components.live.progress_records import ProgressReading
 from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
 
-from infra import offline, recover, recovery_targets
-from infra.automation import PendingChange, UpResult
 from support.fake_kube_api import FakeKubernetesApi, pod
 from support.fake_tpu_api import FakeTpuApi
 from support.program import REPO
+from tpu_training import project_files
+from tpu_training.recovery import recovery_round, recovery_targets, stack_probe
+from tpu_training.recovery.automation import PendingChange, UpResult
 
 DEV_ZONE = "europe-west4-a"
 STACK_URN = "urn:pulumi:dev::tpu-training::pulumi:pulumi:Stack::tpu-training-dev"
@@ -113,19 +114,19 @@ class RecordingRunner:
 
 def recoverer(
     runner: Optional[RecordingRunner] = None, stack: str = "dev", root: Path = REPO
-) -> tuple[recover.Recoverer, list[str]]:
+) -> tuple[recovery_round.Recoverer, list[str]]:
     """A Recoverer of ``stack`` whose `pulumi up` is ``runner`` (None: a dry run), and the lines
     it says. Its trainers publish no progress (``progress`` reads none)."""
     said: list[str] = []
-    target = recover.Target(offline.load_project(root), stack, stack)
-    probe = recover.Probe(read_progress=lambda folder: ProgressReading())
-    return recover.Recoverer(target, probe=probe, up=runner, say=said.append), said
+    target = stack_probe.Target(project_files.load_project(root), stack, stack)
+    probe = stack_probe.Probe(read_progress=lambda folder: ProgressReading())
+    return recovery_round.Recoverer(target, probe=probe, up=runner, say=said.append), said
 
 
 def dev_targets(*recovering: tuple[str, str]) -> recovery_targets.RecoveryTargets:
     """The targets of a round of the dev stack that recovers ``(kind, name)``."""
-    project = offline.load_project(REPO)
-    config, secret_keys, _ = offline.stack_config(project, "dev")
+    project = project_files.load_project(REPO)
+    config, secret_keys, _ = project_files.stack_config(project, "dev")
     return recovery_targets.find_targets(project, "dev", config, secret_keys, list(recovering))
 
 
@@ -137,9 +138,9 @@ def set_behaviour(folder: Path, **behaviour: Any) -> None:
 def run_recover(
     *args: str, env: Optional[dict[str, str]] = None, timeout: float = 90
 ) -> subprocess.CompletedProcess[str]:
-    """`python -m infra.recover ARGS` in a subprocess, from the repository."""
+    """`tpu-training recover ARGS` in a subprocess, from the repository."""
     return subprocess.run(
-        [sys.executable, "-m", "infra.recover", *args],
+        [sys.executable, "-m", "tpu_training", "recover", *args],
         cwd=REPO,
         env=dict(os.environ) if env is None else env,
         capture_output=True,

@@ -1,11 +1,11 @@
-"""What a timeline figure (infra/timeline_figure.py) drew, read back from its PNG: for the
+"""What a timeline figure (tpu_training/timeline_figure.py) drew, read back from its PNG: for the
 benchmarks' figures, drawn in another process, where only the pixels are left to check."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from infra import timeline_figure
+from tpu_training import timeline_figure
 
 
 def _rgb(hex_colour: str) -> tuple[int, int, int]:

@@ -89,6 +89,39 @@ def last_deployed_rung(outputs: Optional[Mapping[str, Any]], name: str) -> Optio
     return Rung.from_json(entry)
 
 
+class RungNotOnLadder(ValueError):
+    """A recovery round declares a VM on a rung its ladder does not hold."""
+
+
+def standing_rung(
+    ladder: Sequence[Rung],
+    name: str,
+    last_outputs: Optional[Mapping[str, Any]],
+    round_rungs: Optional[Mapping[str, Rung]],
+) -> Rung:
+    """The rung of its capacity ladder VM ``name`` stands on before an update decides: the one a
+    recovery round declares it on (``round_rungs``, None for every other update), or else the one
+    last deployed (still on the ladder), or else the preferred one."""
+    if round_rungs is not None and name in round_rungs:
+        rung = round_rungs[name]
+        if index_of(ladder, rung) is None:
+            raise RungNotOnLadder(
+                f"TPU VM {name}: rung {rung} is not on its ladder ({', '.join(str(r) for r in ladder)})"
+            )
+        return rung
+    return current_rung(ladder, last_deployed_rung(last_outputs, name))
+
+
+def declared_rung(ladder: Sequence[Rung], standing: Rung, *, kept: bool, round_declares: bool) -> Rung:
+    """The rung a VM is declared on: where it stands while it is ``kept`` (a running VM never
+    moves, whatever the ladder's order says) or when a recovery round declares its rung; the
+    preferred rung when any other update creates or replaces it (climbing back up at its next
+    recovery)."""
+    if kept or round_declares:
+        return standing
+    return ladder[0]
+
+
 # --- What a failed create says -------------------------------------------------------------------
 
 
@@ -118,7 +151,7 @@ _ADVICE = {
     CreateFailure.PERMISSION: "grant the deploying identity the Cloud TPU Admin role (roles/tpu.admin) "
     "and check that the Cloud TPU API is enabled; another rung would be refused the same way",
     CreateFailure.INVALID: "fix the request (accelerator type, runtime version, network) for that zone; "
-    "`python -m infra.plan` and `python -m infra.preflight` check what they can",
+    "`tpu-training plan` and `tpu-training preflight` check what they can",
     CreateFailure.UNKNOWN: "the error is not one the ladder moves on; a later round tries the same rung",
 }
 

@@ -1,7 +1,7 @@
 """What `pulumi up` does to each resource when its declared inputs or options change: create,
 delete, update in place or replace, in which order, and what that means for a running training.
 
-Pure Python (no Pulumi): it compares two plans in the shape ``python -m infra.plan --json``
+Pure Python (no Pulumi): it compares two plans in the shape ``tpu-training plan --json``
 writes (``resources: [{urn, type, name, parent, custom, inputs, options}]``), so a plan written
 from the deployed commit tells what the next `pulumi up` of this commit would do. It models the
 Pulumi engine (pulumi/pulumi v3.259.0, commit 0ac56e876614aedf12771d73ef7e80959b8a6fd4,

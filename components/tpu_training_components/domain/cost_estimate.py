@@ -2,7 +2,7 @@
 and kind, split into what bills only while training runs (TPU VMs, TPU node pools at full size)
 and what bills always (the cluster's fee, its system nodes, the NAT addresses). A price the table
 lacks is unknown, and a total with an unknown part says so: never a 0 in its place. Pure: it reads
-the resources' inputs as the engine receives them (``python -m infra.plan`` and ``preview`` both
+the resources' inputs as the engine receives them (``tpu-training plan`` and ``preview`` both
 record them so)."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ TRAINER_PREFIX = "tpu-trainer:"
 """Every trainer event line starts so (``trainer/outcomes.py``: ``LOG_PREFIX``); the container
 runtime or startup script hands the line to Cloud Logging as ``textPayload``."""
 RECOVERY_FORMAT = "tpu-training-recovery/1"
-"""The ``format`` field of every recovery record (``infra/recover.py``)."""
+"""The ``format`` field of every recovery record (``tpu_training/commands/recover.py``)."""
 METRIC_TYPE_PREFIX = "logging.googleapis.com/user/"
 """Cloud Monitoring's type for a user-defined log-based metric is this prefix plus its name."""
 EMAIL_PATTERN = re.compile(r"email:([^@\s]+@[^@\s]+\.[^@\s]+)")
@@ -346,9 +346,7 @@ def _dashboard(
     restart_budget: int,
     hourly_cost: Optional[str],
 ) -> dict[str, Any]:
-    cost = (
-        "not given to the dashboard; `python -m infra.cost` prints it" if hourly_cost is None else hourly_cost
-    )
+    cost = "not given to the dashboard; `tpu-training cost` prints it" if hourly_cost is None else hourly_cost
     widgets = [
         _chart("Goodput: trainer steps per minute", steps, "ALIGN_RATE"),
         _chart("Interruptions per cause", recoveries, "ALIGN_SUM", ("metric.label.cause",)),

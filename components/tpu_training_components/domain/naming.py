@@ -351,7 +351,7 @@ The highest version is always new enough for TPU flex-start."""
 
 def min_version_problem(version: str, version_problem: Callable[[str], str | None]) -> str | None:
     """Why ``version`` cannot be a cluster's minimum version, or None: ``latest``, or a version
-    ``version_problem`` (``node_pool_plan.gke_version_problem``) takes."""
+    ``version_problem`` (``gke_cluster_plan.gke_version_problem``) takes."""
     if version == LATEST_GKE_VERSION:
         return None
     if version != version.strip():

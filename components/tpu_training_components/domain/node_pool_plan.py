@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, Mapping, Optional, Sequence
 
 from .catalogue import CatalogueError, SliceShape, region_of_zone, slice_shape
-from .gcp_locations import REGION_ZONES, zone_problem
+from .gcp_locations import zone_problem
 from .naming import dns_label_problem
 from .tpu_availability import flex_start_problem, zone_warning
 
@@ -576,57 +576,3 @@ def _check_queued(shape: SliceShape, flex_start: bool) -> None:
             f"{shape.topology} slice of {shape.machine_type.name} is one VM, which GKE provisions "
             f"with plain flex-start (queuedProvisioning: false); or use a multi-host topology"
         )
-
-
-# --------------------------------------------------------------------------------------------
-# The cluster's system pool
-# --------------------------------------------------------------------------------------------
-
-GKE_DEFAULT_NODE_ZONES = 3
-"""A regional cluster's node pool without node locations is "replicated across three zones of the
-control plane's region" (GKE docs, how-to/creating-a-regional-cluster), and its
-``initial_node_count`` counts per zone (Terraform provider: "In regional or multi-zonal clusters,
-this is the number of nodes per zone")."""
-
-
-def system_pool_zones(region: str, max_nodes: int, nodes_per_zone: int = 1) -> Optional[tuple[str, ...]]:
-    """The zones the system pool must be pinned to so that its initial size (``nodes_per_zone`` in
-    every zone) fits ``max_nodes``; None when GKE's default zones already fit, so a pool declared
-    before keeps its zones."""
-    letters = REGION_ZONES.get(region)
-    default_zones = min(GKE_DEFAULT_NODE_ZONES, len(letters)) if letters else GKE_DEFAULT_NODE_ZONES
-    if letters is None or default_zones * nodes_per_zone <= max_nodes:
-        return None
-    fits = max(1, max_nodes // nodes_per_zone)
-    return tuple(f"{region}-{letter}" for letter in letters[:fits])
-
-
-# --------------------------------------------------------------------------------------------
-# GKE versions
-# --------------------------------------------------------------------------------------------
-
-_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+)(?:-gke\.(\d+))?)?$")
-
-
-def _version_key(version: str) -> Optional[tuple[int, ...]]:
-    match = _VERSION.fullmatch(version)
-    return tuple(int(part) for part in match.groups() if part is not None) if match else None
-
-
-def gke_version_problem(
-    version: str, minimum: str = FLEX_START_MIN_GKE_VERSION, feature: str = "TPU flex-start"
-) -> Optional[str]:
-    """Why a cluster version cannot run ``feature`` (TPU flex-start pools unless told otherwise;
-    ``QUEUED_PROVISIONING_MIN_GKE_VERSION`` for queued pools), or None when it can. A prefix such
-    as ``1.34`` is compared on the parts it gives."""
-    key = _version_key(version)
-    if key is None:
-        return (
-            f"{version!r} is not a GKE version; write MAJOR.MINOR, MAJOR.MINOR.PATCH or "
-            f"MAJOR.MINOR.PATCH-gke.N (e.g. 1.34 or {FLEX_START_MIN_GKE_VERSION})"
-        )
-    least = _version_key(minimum)
-    assert least is not None
-    if key < least[: len(key)]:
-        return f"GKE {version} is older than {minimum}, the first with {feature}"
-    return None

@@ -185,7 +185,8 @@ class Decision:
     stalled_since: Optional[datetime] = None
     """For a hung one: when its stalled process last advanced (the hang's cost starts there)."""
     resumed: bool = False
-    """It carries on a recovery an interrupted update began (``infra.interrupted_updates``): its
+    """It carries on a recovery an interrupted update began
+    (``tpu_training.recovery.interrupted_updates``): its
     cause is that recovery's. A kept one whose object that update made is recovered all the
     same: its `pulumi up` writes it into the stack's outputs."""
 

@@ -1,5 +1,5 @@
 """One record per recovery, for the goodput accounting: what was re-created, why (its cause),
-and how long the recovery's own part took. Pure Python; `python -m infra.recover --records FILE`
+and how long the recovery's own part took. Pure Python; `tpu-training recover --records FILE`
 appends them as JSON lines (docs/recovery-records.md has the schema and the mapping onto
 ml-goodput-measurement's badput categories).
 

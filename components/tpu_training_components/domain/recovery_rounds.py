@@ -1,5 +1,5 @@
 """Hands-free recovery: from one round of decisions to what the watcher does, and when it tries
-again. Pure Python; ``python -m infra.recover`` runs the rounds.
+again. Pure Python; ``tpu-training recover`` runs the rounds.
 
 A round reads the live state (one list call per zone and per namespace), decides for every TPU VM
 and Job with the same decision tables `pulumi up` uses, and runs `pulumi up --refresh` only when
@@ -24,7 +24,7 @@ RECOVERING_ACTIONS = frozenset({"create", "replace"})
 class RoundOutcome(StrEnum):
     """How a recovery round ended: what became of its `pulumi up`, or why it ended before one.
 
-    The value is what ``python -m infra.recover --json`` prints: the round's ``up.status`` for the
+    The value is what ``tpu-training recover --json`` prints: the round's ``up.status`` for the
     first seven; the key that holds the reason for the last three (``error``, ``unavailable``,
     ``tryLater``), whose rounds ran no `pulumi up` (``up.status`` ``not-run``)."""
 
@@ -131,7 +131,7 @@ def next_round_in(interval_seconds: float, backoff: Backoff, last: RoundOutcome)
 # --- What a round's `pulumi up` tells the stack program ---------------------------------------
 
 ROUND_ENV = "TPU_TRAINING_RECOVERY_ROUND"
-"""Set by `python -m infra.recover` for its own `pulumi up` alone (the CLI hands its environment
+"""Set by `tpu-training recover` for its own `pulumi up` alone (the CLI hands its environment
 to the language host, and that to the program): which VMs and Jobs the update recovers, so the
 program's outputs say what the state holds after it (``as_deployed``)."""
 
@@ -193,7 +193,7 @@ class RecoveryRound:
         vms, jobs = value.get("tpuVms"), value.get("jobs")
         if not isinstance(value.get("targeted"), bool) or not (_names(vms) and _names(jobs)):
             raise RoundEnvError(
-                f"{ROUND_ENV} = {text[:80]!r} is not what `python -m infra.recover` sets (an object with "
+                f"{ROUND_ENV} = {text[:80]!r} is not what `tpu-training recover` sets (an object with "
                 f"targeted, tpuVms and jobs); unset it to run `pulumi up` yourself"
             )
         history, problems = read_history(value.get("restarts") or {})

@@ -1,6 +1,6 @@
 """What a stack needs from its Google Cloud project: the APIs to be enabled and the IAM
 permissions of the identity that runs `pulumi up`, per kind of resource it declares. The one place
-these are kept: the stack enables the APIs (``apis_for_features``), ``python -m infra.preflight``
+these are kept: the stack enables the APIs (``apis_for_features``), ``tpu-training preflight``
 checks both, and a test keeps every resource type the stack can declare in ``ACCESS``.
 
 Pure Python with no Pulumi import.

@@ -10,7 +10,7 @@ every time, would otherwise loop for ever, one generation after another.
 
 What counts, per workload, within the last ``window`` (docs/hands-free-recovery.md):
 
-- each recovery `python -m infra.recover` made of it (a new generation), with the gang restarts
+- each recovery `tpu-training recover` made of it (a new generation), with the gang restarts
   the generation it replaced had made itself: kept in the stack output ``RESTARTS_OUTPUT``;
 - the gang restarts its live JobSet has made in its current generation (``status.restarts``,
   disruptions included). JobSet keeps no time per restart: while the JobSet is younger than the

@@ -1,9 +1,9 @@
 """The timeline of one training run: steps over time, saves, interruptions with their cause and
-the gaps until training resumed. Pure Python; ``infra/timeline_figure.py`` draws it.
+the gaps until training resumed. Pure Python; ``tpu_training/timeline_figure.py`` draws it.
 
 It is read from lines of text (``timeline_from_lines``), each one of:
 
-- a recovery record (``domain.recovery_records``, the JSON lines `infra.recover --records FILE`
+- a recovery record (``domain.recovery_records``, the JSON lines `tpu-training recover --records FILE`
   appends): an interruption of the named run, with its cause, at ``stalledSince`` for a hang
   (when its training stopped) or else ``detectedAt`` (nothing earlier is known of the fault);
 - a trainer event line with a time in front, as ``kubectl logs --timestamps`` and Cloud Logging
@@ -141,7 +141,7 @@ def timeline_from_lines(lines: Iterable[str], *, run: Optional[str] = None) -> R
             events.append(event)
     if not records and not events:
         raise TimelineError(
-            "no recovery record (`infra.recover --records`) and no timed trainer line "
+            "no recovery record (`tpu-training recover --records`) and no timed trainer line "
             f"(`<time> {TRAINER_PREFIX} EVENT ...`, as `kubectl logs --timestamps` prints them) in "
             + (
                 f"{len(not_understood)} line(s); first: {not_understood[0]}"

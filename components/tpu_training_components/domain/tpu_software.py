@@ -8,7 +8,7 @@ The older v4-only names start with ``tpu-vm-v4-``.
 
 A version whose name says its generation is an error on another generation (the VM would not
 boot a runtime for other chips). Other mismatches are warnings: Google adds versions, and the
-zone's own list (``gcloud compute tpus tpu-vm versions list``, or ``python -m infra.preflight``)
+zone's own list (``gcloud compute tpus tpu-vm versions list``, or ``tpu-training preflight``)
 is the authority.
 """
 
@@ -79,7 +79,7 @@ def runtime_version_warning(version: str, generation: str, *, multi_host: bool) 
         if generation not in OLDER_GENERATIONS:
             return (
                 f"{version!r} is a TensorFlow version; make sure the zone offers it for TPU {generation} "
-                f"(`gcloud compute tpus tpu-vm versions list --zone=ZONE`, or python -m infra.preflight)"
+                f"(`gcloud compute tpus tpu-vm versions list --zone=ZONE`, or tpu-training preflight)"
                 f"{_suggestion(generation)}"
             )
     return None

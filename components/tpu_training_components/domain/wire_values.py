@@ -2,7 +2,7 @@
 
 The engine's wire (``google.protobuf.Struct``) carries every number as a double, so a count of 4
 arrives as 4.0, and maps and lists arrive as protobuf or read-only proxy containers. The offline
-plan (``infra/offline.py``, what the mock monitor records) and the policy pack (what the analyzer
+plan (``tpu_training/offline.py``, what the mock monitor records) and the policy pack (what the analyzer
 hands a policy) both need the plain, JSON-ready value back; this is the one place that says how.
 """
 

@@ -41,7 +41,8 @@ from ..domain.job_manifests import PART_OF, PART_OF_LABEL
 from ..domain.jobset_manifests import JOBSET_API_VERSION
 from ..domain.recovery import failure_summary
 from .deadline import MAX_ANSWER_BYTES, Deadline
-from .kube_api import ClusterRef, api_client_for, read_list
+from .kube_api import read_list
+from .kube_client import ClusterRef, api_client_for
 
 MAINTENANCE_LABEL = "cloud.google.com/scheduled-maintenance-time"
 """GKE's label on a node with a scheduled maintenance window (epoch seconds), GKE >= 1.31.1."""
@@ -269,7 +270,7 @@ class StreamRecord:
 class ClusterWatcher:
     """Watches ``scope`` on ``cluster`` and calls ``on_change(reason)`` on a relevant change;
     ``warn(line)`` for what a person should know (a stream that fails, a garbage line). Credentials
-    as ``kube_api.api_client_for`` finds them (``kubeconfig`` and the seams likewise)."""
+    as ``kube_client.api_client_for`` finds them (``kubeconfig`` and the seams likewise)."""
 
     def __init__(
         self,

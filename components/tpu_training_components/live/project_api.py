@@ -1,7 +1,7 @@
 """Read what a Google Cloud project offers a stack before it is deployed: the caller's
 credentials, the project, its enabled APIs, the caller's permissions on it, the TPU types and
 software versions of a zone, and the GKE versions of a location. Used by ``python -m
-infra.preflight``.
+tpu-training preflight``.
 
 Each function makes its calls with the real client library (REST transport, the endpoint of
 ``endpoints``), without retries, all of them within the ``Deadline`` it is given: each request

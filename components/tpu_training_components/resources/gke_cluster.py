@@ -13,6 +13,7 @@ from typing_extensions import NotRequired, TypedDict
 from ..domain import catalogue
 from ..domain.cost_estimate import Priced
 from ..domain.gcp_locations import region_problem
+from ..domain.gke_cluster_plan import gke_version_problem, system_pool_zones
 from ..domain.maintenance_window import (
     DEFAULT_UPGRADE_EXCLUSION_START,
     UPGRADE_EXCLUSION_SCOPES,
@@ -27,7 +28,6 @@ from ..domain.naming import (
     subnetwork_problem,
     system_machine_type_problem,
 )
-from ..domain.node_pool_plan import gke_version_problem, system_pool_zones
 from ..validation import ARGUMENTS, Problems, check_arguments, count_problem, gcp_labels
 
 RELEASE_CHANNELS = ("RAPID", "REGULAR", "STABLE")

@@ -45,7 +45,7 @@ class StackMonitoringArgs(TypedDict):
     """The longest checkpoint interval of any run; without it there is no checkpoint-age alert."""
     hourly_cost: NotRequired[str]
     """The plan's hourly cost estimate as ``cost_estimate.summary`` words it, shown on the
-    dashboard (the stack program passes what it declares, priced as ``python -m infra.cost``)."""
+    dashboard (the stack program passes what it declares, priced as ``tpu-training cost``)."""
     cluster: NotRequired[str]
     """The stack's GKE cluster: trainer metrics count the lines of its containers..."""
     namespaces: NotRequired[list[str]]

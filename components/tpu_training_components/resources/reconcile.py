@@ -26,7 +26,8 @@ from ..domain.recovery import (
 )
 from ..errors import InvalidArgument
 from ..live.endpoints import storage_client
-from ..live.kube_api import ClusterRef, LiveJobs, list_live_jobs
+from ..live.kube_api import LiveJobs, list_live_jobs
+from ..live.kube_client import ClusterRef
 from ..live.progress_records import ProgressReading, read_progress
 from ..live.tpu_api import LiveNodes, list_live_nodes
 
@@ -37,7 +38,7 @@ JOB_GENERATIONS_OUTPUT = "jobRecoveryGenerations"
 RECOVERIES_OUTPUT = "lastRecoveries"
 """Stack output holding ``{"tpuVms": {name: recovery}, "jobs": {name: recovery}}``, each the last
 time that VM or Job was created or replaced and why (``TrainingRecovery.last_recoveries``):
-what ``python -m infra.status`` shows."""
+what ``tpu-training status`` shows."""
 
 
 def _not_read(names: Sequence[str]) -> list[Decision]:

@@ -15,7 +15,7 @@ from ..domain import recovery as _recovery
 from ..domain.progress import HangCheck
 from ..domain.recovery import Cause, Decision
 from ..errors import InvalidArgument
-from ..live.kube_api import ClusterRef
+from ..live.kube_client import ClusterRef
 from ..validation import ARGUMENTS, Problems, check_arguments, count_problem
 from . import reconcile
 
@@ -172,7 +172,7 @@ class TrainingRecovery(pulumi.ComponentResource):
     time it was created or replaced, as ``{action, cause, reason, generation, decidedAt}`` (``cause``
     one word of ``domain.recovery.Cause``, ``reason`` the whole sentence); a kept one
     keeps what the stack last exported. Export it as ``lastRecoveries`` (``python -m
-    infra.status`` reads it)."""
+    tpu-training status`` reads it)."""
 
     def __init__(
         self, name: str, args: TrainingRecoveryArgs, opts: Optional[pulumi.ResourceOptions] = None

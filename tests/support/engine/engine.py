@@ -1,7 +1,7 @@
 """The real Pulumi CLI, built by .ci/engine, run on a copy of this project with a file backend and
 the doubles as its plugins (``support.engine``). One ``EngineProject`` is one project folder, one
 backend and one set of loopback fakes; its ``pulumi(...)`` runs a CLI command there as a user
-would, and ``recover(...)`` runs ``python -m infra.recover`` there."""
+would, and ``recover(...)`` runs ``tpu-training recover`` there."""
 
 from __future__ import annotations
 
@@ -152,11 +152,11 @@ class EngineProject:
     def deploy(self, stack: str) -> None:
         """``pulumi up --yes --skip-preview``: a deployment whose preview the test does not look at
         (the README's own `pulumi up` runs the program twice, preview and update; this runs it
-        once, as ``infra.recover``'s rounds do)."""
+        once, as `tpu-training recover`'s rounds do)."""
         self.pulumi("up", "--yes", "--skip-preview", "--stack", stack)
 
     def python(self, *args: str, timeout: float = COMMAND_TIMEOUT) -> subprocess.CompletedProcess:
-        """``python ARGS`` with the README's interpreter in the project folder (``-m infra.plan``)."""
+        """``python ARGS`` with the README's interpreter in the project folder (``-m tpu_training plan``)."""
         return self._run(self._python_command(args), timeout)
 
     def _python_command(self, args: Sequence[str]) -> list[str]:
@@ -196,13 +196,15 @@ class EngineProject:
     def recover(
         self, stack: str, *args: str, timeout: float = COMMAND_TIMEOUT
     ) -> subprocess.CompletedProcess:
-        """``python -m infra.recover --stack STACK --json ARGS`` in the project folder."""
-        return self.python("-m", "infra.recover", "--stack", stack, "--json", *args, timeout=timeout)
+        """``tpu-training recover --stack STACK --json ARGS`` in the project folder."""
+        return self.python(
+            "-m", "tpu_training", "recover", "--stack", stack, "--json", *args, timeout=timeout
+        )
 
     def start_recover(self, stack: str, *args: str) -> subprocess.Popen:
         """``recover`` started in the background; the caller waits for it."""
         return subprocess.Popen(
-            self._python_command(["-m", "infra.recover", "--stack", stack, "--json", *args]),
+            self._python_command(["-m", "tpu_training", "recover", "--stack", stack, "--json", *args]),
             cwd=self.root,
             env=self.env,
             stdout=subprocess.PIPE,
