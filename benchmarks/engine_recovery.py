@@ -3,14 +3,14 @@
     bash .ci/engine
     .venv/bin/python benchmarks/recovery_slo.py --engine [--smoke] [--trials N] [--json FILE]
 
-One stack with a TPU VM and a GKE training Job (the engine tier's stacks, tests/support/engine/stacks.py)
-is deployed by the real Pulumi CLI (.ci/engine) with the provider doubles over the loopback fakes
-(docs/engine-tests.md). Then, ``--trials`` times per cause, in a shuffled order: the cause is
-injected into the fakes (the VM PREEMPTED; the Job Failed), `tpu-training recover --once` runs
-as an operator or a timer would start it, and the clock stops when the fakes hold the recovered
-resource (the VM READY at a new generation; a new Job object of the same name). Per cause: the
-whole recovery, the engine's targeted `pulumi up` within it, and the rest (the command's start,
-reading the live state, deciding), p50 / max, in seconds.
+One stack with a TPU VM and a GKE training Job (the engine tier's stacks,
+tests/support/harness/engine/stacks.py) is deployed by the real Pulumi CLI (.ci/engine) with the
+provider doubles over the loopback fakes (docs/engine-tests.md). Then, ``--trials`` times per cause,
+in a shuffled order: the cause is injected into the fakes (the VM PREEMPTED; the Job Failed),
+`tpu-training recover --once` runs as an operator or a timer would start it, and the clock stops
+when the fakes hold the recovered resource (the VM READY at a new generation; a new Job object of
+the same name). Per cause: the whole recovery, the engine's targeted `pulumi up` within it, and the
+rest (the command's start, reading the live state, deciding), p50 / max, in seconds.
 
 Not in the loop: the interval of a watching recoverer (recovery_slo.py without --engine measures
 detection), and what the real cloud adds (a TPU node takes minutes to create; the double's create
@@ -31,12 +31,12 @@ from typing import Any, Callable, Optional
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from support.engine.engine import EngineProject, endpoints, engine_version  # noqa: E402
-from support.engine.fakes import CloudTpuApi, KubernetesApi  # noqa: E402
-from support.engine.providers import KUBERNETES_API_VARIABLE  # noqa: E402
-from support.engine.stacks import GKE_CONFIG, TPU_VM_CONFIG, VM, ZONE  # noqa: E402
-from support.loopback_gcs import LoopbackGcs  # noqa: E402
-from support.waiting import eventually  # noqa: E402
+from support.fakes.loopback_gcs import LoopbackGcs  # noqa: E402
+from support.harness.engine.engine import EngineProject, endpoints, engine_version  # noqa: E402
+from support.harness.engine.fakes import CloudTpuApi, KubernetesApi  # noqa: E402
+from support.harness.engine.providers import KUBERNETES_API_VARIABLE  # noqa: E402
+from support.harness.engine.stacks import GKE_CONFIG, TPU_VM_CONFIG, VM, ZONE  # noqa: E402
+from support.harness.waiting import eventually  # noqa: E402
 
 STACK = "bench"
 NAMESPACE = "default"

@@ -26,7 +26,7 @@ included), the model's prediction (C/T + (T/2 + c)/M + R/M) / (1 + R/M) from the
 and what each interruption cost on average: detection (kill to the retry loop's "failed" line),
 restart (to the trainer's "resume": process, imports, compile, restore), the restore alone, and
 the work redone. No figure is asserted by the tests (``--smoke`` is run by
-tests/test_trainer_goodput.py for its shape only: a quarter of M's work per case and one kill
+tests/trainer/test_trainer_goodput.py for its shape only: a quarter of M's work per case and one kill
 half-way through it, so its figures mean nothing).
 
 ``--figure FILE`` draws each case's run as the timeline `tpu-training status --html` draws one
@@ -56,7 +56,7 @@ sys.path.insert(0, str(REPO))
 # The trainer's test harness (the real startup script around it, a checkpoint store).
 sys.path.insert(0, str(REPO / "tests"))
 
-from support.sandbox import Sandbox  # noqa: E402
+from support.harness.sandbox import Sandbox  # noqa: E402
 from tpu_training_components.domain.goodput import expected_lost_fraction  # noqa: E402
 from tpu_training_components.domain.run_timeline import Interruption, RunTimeline, build  # noqa: E402
 

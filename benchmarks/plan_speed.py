@@ -45,8 +45,8 @@ from typing import Any, Optional
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests")]  # the loopback fakes the tests use
 
-from support.fake_kube_api import FakeKubernetesApi, job, pod  # noqa: E402
-from support.fake_tpu_api import FakeTpuApi  # noqa: E402
+from support.fakes.fake_kube_api import FakeKubernetesApi, job, pod  # noqa: E402
+from support.fakes.fake_tpu_api import FakeTpuApi  # noqa: E402
 from tpu_training_components.domain import catalogue, tpu_availability  # noqa: E402
 
 # (zone, accelerator type, provisioning) for VM i: four zones in three regions, each a zone our

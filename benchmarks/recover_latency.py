@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 import yaml  # noqa: E402
-from support.fake_tpu_api import FakeTpuApi  # noqa: E402
+from support.fakes.fake_tpu_api import FakeTpuApi  # noqa: E402
 from tpu_training_components.domain.recovery_rounds import RecoveryRound, RoundOutcome  # noqa: E402
 from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT  # noqa: E402
 

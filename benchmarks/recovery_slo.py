@@ -51,11 +51,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 import yaml  # noqa: E402
-from support.fake_kube_api import FakeJobSetApi, job, jobset, node, watched_pod  # noqa: E402
-from support.fake_tpu_api import FakeTpuApi  # noqa: E402
-from support.loopback_gcs import LoopbackGcs  # noqa: E402
-from support.recover_runs import RecordingRunner  # noqa: E402
-from support.waiting import eventually  # noqa: E402
+from support.fakes.fake_kube_api import FakeJobSetApi, job, jobset, node, watched_pod  # noqa: E402
+from support.fakes.fake_tpu_api import FakeTpuApi  # noqa: E402
+from support.fakes.loopback_gcs import LoopbackGcs  # noqa: E402
+from support.harness.recover_runs import RecordingRunner  # noqa: E402
+from support.harness.waiting import eventually  # noqa: E402
 from tpu_training_components.domain.capacity_ladder import Rung  # noqa: E402
 from tpu_training_components.domain.recovery_rounds import Backoff, RoundOutcome  # noqa: E402
 from tpu_training_components.domain.run_timeline import Interruption, RunTimeline  # noqa: E402
@@ -362,7 +362,7 @@ def _preempt_vm(world: World) -> None:
 
 ATTEMPTS = 2
 """recovery.ladder.attempts, its default: stockouts on one rung before the next."""
-# The Cloud TPU API's errors as pulumi-gcp quotes them (tests/test_capacity_ladder.py has sources).
+# The Cloud TPU API's errors as pulumi-gcp quotes them (tests/domain/test_capacity_ladder.py has sources).
 STOCKOUT_ERROR = f"googleapi: Error 429: There is no more capacity in the zone '{ZONE}', RESOURCE_EXHAUSTED"
 QUOTA_ERROR = "googleapi: Error 403: Quota 'TPUS_PER_PROJECT' exceeded, QUOTA_EXCEEDED"
 PERMISSION_ERROR = "googleapi: Error 403: Permission 'tpu.nodes.create' denied on resource, PERMISSION_DENIED"

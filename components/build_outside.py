@@ -5,7 +5,7 @@ pip builds from: a clone installed with ``pip install ..`` (or ``-e ..``, as inf
 does) would collect them. Each hook here is setuptools' own, run with a per-build configuration
 file (distutils reads the one ``DIST_EXTRA_CONFIG`` names after the project's) that puts both in a
 temporary folder, removed when the hook returns. pyproject.toml names this backend
-(``backend-path``); it is not part of the package. tests/test_layout.py builds the wheel and
+(``backend-path``); it is not part of the package. tests/project/test_layout.py builds the wheel and
 checks the tree is left as it was.
 """
 

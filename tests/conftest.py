@@ -1,6 +1,6 @@
 """Fixtures and hooks shared by the tests, and the environment every test runs in. Helpers live in
 tests/support/ (a test imports them from there, never from here or from another test module:
-tests/test_layout.py keeps it so)."""
+tests/project/test_layout.py keeps it so)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from support import policy_env, scheduling, stub_pulumi
-from support.engine.engine import SHARED_PROGRAM_SERVER, engine_version, program_server
-from support.generations import DECIDED_AT, FRESH
-from support.program import INFRA, REPO, dev_config
+from support.fakes import stub_pulumi
+from support.harness import policy_env, scheduling
+from support.harness.engine.engine import SHARED_PROGRAM_SERVER, engine_version, program_server
+from support.harness.generations import DECIDED_AT, FRESH
+from support.harness.program import INFRA, REPO, dev_config
 
 # No test reads live state unless it says so, and none may look for Google credentials (which
 # would try the GCE metadata server, off this machine): live tests use a loopback endpoint.
@@ -82,7 +83,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """One program server for the whole run (tests/support/engine/program_server.py), started by
+    """One program server for the whole run (tests/support/harness/engine/program_server.py), started by
     the process that starts the workers, so every worker forks from the same warm process (one
     each cost every worker its own cold start and preload). Only where the engine is built."""
     if hasattr(config, "workerinput") or engine_version() is None:
@@ -124,8 +125,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 @pytest.fixture(scope="session")
 def policy_python(request: pytest.FixtureRequest) -> Path:
     """The policy pack's own interpreter, policy/venv/bin/python, built from policy/requirements.txt
-    when missing or stale (tests/support/policy_env.py: as the Pulumi CLI builds it). A venv that cannot be
-    built fails every test that needs it, with the command and pip's output; nothing is skipped."""
+    when missing or stale (tests/support/harness/policy_env.py: as the Pulumi CLI builds it). A venv
+    that cannot be built fails every test that needs it, with the command and pip's output; nothing
+    is skipped."""
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     capture = request.config.pluginmanager.get_plugin("capturemanager")
 
@@ -168,14 +170,14 @@ def decided_at(monkeypatch):
 
 @pytest.fixture
 def stub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A stub `pulumi` first on PATH (tests/support/stub_pulumi.py): its folder, where it records
+    """A stub `pulumi` first on PATH (tests/support/fakes/stub_pulumi.py): its folder, where it records
     its calls and reads how to answer (``support.recover_runs.set_behaviour``)."""
     folder = stub_pulumi.install(tmp_path / "bin")
     monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
     return folder
 
 
-# --- The engine tier (tests/test_engine*.py) ---------------------------------------------------
+# --- The engine tier (tests/engine/) ---------------------------------------------------
 
 
 @pytest.fixture(scope="session")

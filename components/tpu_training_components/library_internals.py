@@ -4,7 +4,7 @@ Each function here does what no public API offers, says why, and names the tests
 without it (or, for the one kept for speed, the benchmark that measured it). A private name can
 change in any release: when one does, the tests named here fail, and this module is the only one
 to mend. Nothing else may take a private name from another module
-(``tests/test_private_names.py``). No Pulumi or client library is imported here when the module
+(``tests/project/test_private_names.py``). No Pulumi or client library is imported here when the module
 is: each function works on an object its caller already has, or imports what it patches.
 """
 
@@ -25,7 +25,7 @@ def rest_session(client: Any) -> Optional[Any]:
     redirect is followed to wherever it points, a 200 that is a captive portal's page or a JSON
     list reads as a zone without nodes (every VM "deleted", re-created by the next `up`), an
     endless body fills the memory and a body dripped a byte at a time outlives every deadline:
-    tests/test_probe_faults.py fails (the redirect, Content-Type, huge-answer and dripping-body
+    tests/live/test_probe_faults.py fails (the redirect, Content-Type, huge-answer and dripping-body
     tests, the GKE API's redirect)."""
     return getattr(getattr(client, "transport", None), "_session", None)
 
@@ -34,7 +34,7 @@ def storage_session(client: Any) -> Optional[Any]:
     """The `requests` session of a ``google.cloud.storage.Client`` (``Client._http``), for the
     same hooks as ``rest_session``: the storage library reads each answer whole inside the
     session, so without them a bucket listing dripped a byte at a time outlives the deadline of
-    ``tpu-training status``, and a redirect is followed: tests/test_probe_faults.py
+    ``tpu-training status``, and a redirect is followed: tests/live/test_probe_faults.py
     (test_a_bucket_whose_listing_drips_is_cut_off_at_the_deadline) fails."""
     return getattr(client, "_http", None)
 
@@ -48,7 +48,7 @@ def resolved_value(output: Any) -> tuple[bool, Any, bool, bool]:
     Output's public accessors (``future()``, ``is_known()``) are coroutines it cannot await. The
     server makes such an Output from a value it already holds (an input written from another
     resource, as a YAML ``${...}`` is), so its future is done. Without this the input is refused:
-    tests/test_provider.py::test_a_plain_input_written_from_another_resource_is_used_by_value
+    tests/components/test_provider.py::test_a_plain_input_written_from_another_resource_is_used_by_value
     fails."""
     data = getattr(output, "_data", None)
     if not isinstance(data, asyncio.Future) or not data.done() or data.cancelled() or data.exception():

@@ -7,7 +7,7 @@ Every key, its type, its limits and its default come from the pydantic models of
 ``tpu_training/stack_config/`` (read by introspection, so a key added, renamed or re-typed there shows
 up here) and, for the top-level keys, the defaults ``Pulumi.yaml`` declares. The "meaning" column
 is prose: the script keeps what the page says for each key, by name, and a key with no meaning is
-an error, so a new key cannot go undescribed. ``tests/test_docs.py`` runs the check.
+an error, so a new key cannot go undescribed. ``tests/project/test_docs.py`` runs the check.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 settles it from live state: pure Python, on the state as `pulumi stack export` prints it.
 
 A recovery update replaces a TPU VM or a Job delete-first (their names are fixed). Read in
-pulumi/pulumi v3.274.1 and seen under the engine tier (tests/test_engine_crash.py), an update
+pulumi/pulumi v3.274.1 and seen under the engine tier (tests/engine/test_engine_crash.py), an update
 that dies in the middle leaves, for the resource it was replacing:
 
 - the old resource marked ``pendingReplacement`` once its delete ran: the next update replaces it

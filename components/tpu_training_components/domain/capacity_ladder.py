@@ -177,7 +177,7 @@ def classify_create_failure(text: str) -> CreateFailure:
     \"<zone>\"; you can try in another zone where Cloud TPU Nodes are offered" (code 8, as
     `gcloud compute tpus tpu-vm create` prints it); the quota message "Quota limit '...' has been
     exceeded" (RESOURCE_EXHAUSTED, gcloud); Cloud TPU quotas, https://cloud.google.com/tpu/docs/quota.
-    tests/test_capacity_ladder.py holds each example with where it comes from."""
+    tests/domain/test_capacity_ladder.py holds each example with where it comes from."""
     if not text:
         return CreateFailure.UNKNOWN
     upper = text.upper()

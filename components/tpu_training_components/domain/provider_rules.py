@@ -14,7 +14,7 @@ Where a rule comes from (each table entry names its file):
 - pulumi-kubernetes ``provider/pkg/provider/diff.go`` (94977969, 2026-07-01):
   ``metadataForceNewProperties`` (``.metadata.name``, ``.metadata.namespace`` for every kind) and
   the ``forceNew`` table per group/version/kind; its ``provider.go`` ``DiffConfig`` for the
-  provider itself. tests/test_provider_rules.py checks the Kubernetes tables against diff.go.
+  provider itself. tests/domain/test_provider_rules.py checks the Kubernetes tables against diff.go.
 """
 
 from __future__ import annotations

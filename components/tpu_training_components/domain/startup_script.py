@@ -34,7 +34,7 @@ _BASH_SETS_IT = (
 )
 # The Bash Reference Manual's "Bourne Shell Variables" and "Bash Variables" (bash 5.2,
 # https://www.gnu.org/software/bash/manual/html_node/Shell-Variables.html) that matter to
-# `bash -c "$TRAIN_COMMAND"`. tests/test_startup_script.py runs bash over every variable of those
+# `bash -c "$TRAIN_COMMAND"`. tests/domain/test_startup_script.py runs bash over every variable of those
 # pages: each one is either listed here or reaches the trainer exactly as given.
 _BASH_CHANGES = (
     "IFS",

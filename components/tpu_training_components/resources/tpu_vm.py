@@ -93,7 +93,7 @@ def replacement_trigger(recovery_generation: int, restart_generation: int) -> in
     """The V2Vm's replacement trigger: the recovery generation alone while the restart generation
     is 0, which is the trigger every running VM was deployed with (the engine replaces a node
     whose trigger changes, so one form for both would replace every running VM at its next `up`:
-    tests/test_change_impact.py); with a restart generation, both, so a change of either replaces
+    tests/commands/test_change_impact.py); with a restart generation, both, so a change of either replaces
     the node, and only that node."""
     if restart_generation == 0:
         return recovery_generation

@@ -1,0 +1,127 @@
+"""The benchmarks, smallest case: smoke tests. Their timings are printed, never asserted; what is
+asserted are facts that hold at any speed. benchmarks/plan_speed.py: every case ran, the offline
+plan loads no client library, and a --live plan makes one call per zone and one per namespace.
+benchmarks/recovery_slo.py: see its test; its --figure is the trials drawn as a timeline (each
+cause's fault a line in its colour, the gaps until recovery acted shaded), checked as pixels."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support.harness.program import REPO
+from support.harness.timeline_png import TimelinePng
+
+from tpu_training import timeline_figure
+
+
+def smoke(script: str, figures: Path, *more: str) -> subprocess.CompletedProcess[str]:
+    """``benchmarks/SCRIPT --smoke --json FIGURES [MORE]``, which must succeed."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / script), "--smoke", "--json", str(figures), *more],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+@pytest.mark.slow
+def test_the_plan_speed_benchmark_runs_every_section(tmp_path):
+    figures = tmp_path / "figures.json"
+    done = smoke("plan_speed.py", figures)
+    out = done.stdout
+    for section in ("P1 ", "P2 ", "P3 ", "Goals (docs/plan-speed.md)"):
+        assert f"\n{section}" in out, section
+    assert "xpk dry-run: skipped" in out  # --smoke never runs xpk
+    assert "import floor (" in out and "not importable by name: 0" in out and "of which the SDK's (" in out
+    assert (
+        "client libraries the offline plan loads (google.cloud.tpu, google.cloud.container, kubernetes): none"
+        in out
+    )
+    assert (
+        "16 VMs, 4 pools, 4 Jobs:   4 TPU + 8 Kubernetes API calls; = zones + 2 x namespaces (4 + 2 x 4): yes"
+        in out
+    )
+
+    document = json.loads(figures.read_text())
+    assert set(document["cases"]) == {"dev", "floor", "sdk-floor", "vms-16", "live"}
+    assert all(len(case["seconds"]) == 1 for case in document["cases"].values())
+    assert document["cases"]["vms-16"]["resources"] > document["cases"]["dev"]["resources"]
+    assert document["client_libraries_loaded"] == []
+    assert document["live_calls"] == [{"vms": 16, "tpu": 4, "kubernetes": 8, "zones": 4, "namespaces": 4}]
+    assert [goal["reached"] is None for goal in document["goals"]] == [True, False, True, True]
+
+
+@pytest.mark.slow
+def test_the_recovery_slo_benchmark_measures_every_cause_polling_and_watching(tmp_path):
+    """benchmarks/recovery_slo.py --smoke: one trial per cause and mode. Timings are printed, not
+    asserted; what holds at any speed is: every cause was injected in both modes and seen by a
+    round, every cause that needs a `pulumi up` got one, no `pulumi up` came uncalled for, and
+    the capacity ladder moved once per stockout trial and never for quota or permission."""
+    figures = tmp_path / "slo.json"
+    picture = tmp_path / "slo.png"
+    done = smoke("recovery_slo.py", figures, "--figure", str(picture))
+    assert "\nGoals (issue 27)\n" in done.stdout
+    assert done.stdout.endswith(f"\nTimeline of the trials: {picture}\n")
+    document = json.loads(figures.read_text())
+    assert set(document["causes"]) == {
+        "job-failed",
+        "jobset-failed",
+        "pod-evicted",
+        "vm-preempted",
+        "job-hung",
+        "maintenance",
+        "vm-stockout",
+        "vm-quota",
+        "vm-permission",
+    }
+    for cause, modes in document["causes"].items():
+        assert set(modes) == {"polling", "watching"}, cause
+        for mode, row in modes.items():
+            assert row["missed"] == 0 and row["falseDetections"] == 0, (cause, mode, row)
+            assert row["detection"] is not None, (cause, mode)
+            # A hung Job is replaced; a maintenance notice becomes a save request, read by the
+            # trainer and saved for before the window.
+            assert (row["up"] is None) is (cause == "pod-evicted"), (cause, mode)
+            assert row["late"] == 0, (cause, mode)
+            # The capacity ladder (issue 36): a stockout in the first zone moves the VM one rung
+            # per trial; quota and permission refusals never move it.
+            expected_moves = {"vm-stockout": row["trials"], "vm-quota": 0, "vm-permission": 0}.get(cause)
+            assert row["moves"] == expected_moves, (cause, mode, row)
+
+    # The figure: a panel per mode; nine causes, nine colours, each a line in both panels (a
+    # panel high, less its labels), and every gap until recovery acted shaded in its colour
+    # (the polling mode's gaps are at least a round each, so every cause has one).
+    png = TimelinePng(picture)
+    panel = timeline_figure.PANEL_INCHES[1] * timeline_figure.DPI
+    assert png.size == (1000, round(2 * panel + 0.6 * timeline_figure.DPI))
+    colours = timeline_figure.CAUSE_COLOURS[: len(document["causes"])]
+    assert len(set(colours)) == 9
+    lines = {colour: png.tallest_line(colour) for colour in colours}
+    assert all(height > panel / 2 for height in lines.values()), lines
+    shaded = {colour: png.shaded(colour) for colour in colours}
+    assert sum(1 for pixels in shaded.values() if pixels > 200) >= 6, shaded
+
+
+def test_the_recovery_slo_figure_must_be_png_or_svg_and_is_refused_before_the_trials(tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "recovery_slo.py"),
+            "--smoke",
+            "--figure",
+            str(tmp_path / "a.pdf"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.endswith(
+        f"error: --figure {tmp_path / 'a.pdf'}: a figure file ends in .png or .svg; not '.pdf'\n"
+    )
