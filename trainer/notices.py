@@ -2,7 +2,7 @@
 save request before the window, and its siblings ``maintenance-event`` and ``preempted`` watched
 with hanging GETs (a terminate or a preemption: save now). Read apart from everything else: the
 keys, their spellings and their values are Compute Engine's (docs/fidelity.md), and
-tests/test_fidelity.py pins the fake that stands in for the server. Standard library only."""
+tests/project/test_fidelity.py pins the fake that stands in for the server. Standard library only."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ A small multi-layer perceptron learns a fixed random "teacher" function on synth
 example is a pure function of its index (``jax.random.fold_in(key, index)``), and the model, the
 data and the optimizer are float32 with no nondeterministic operation, so a run that is killed and
 resumed any number of times ends with exactly the parameters of a run that never stopped
-(``tests/test_trainer_resume.py`` and ``tests/test_trainer_hosts.py`` check it bit for bit, on one
-process and on a cluster of several).
+(``tests/trainer/test_trainer_resume.py`` and ``tests/trainer/test_trainer_hosts.py`` check it bit for
+bit, on one process and on a cluster of several).
 
 The contract it keeps (docs/trainer.md):
 
