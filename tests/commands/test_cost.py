@@ -9,7 +9,7 @@ import json
 import pytest
 from support.harness.in_process import run_plan
 from support.harness.program import run_stack
-from tpu_training_components.domain import catalogue, prices
+from tpu_training_components.domain import catalogue, cost_estimate, prices
 
 from tpu_training.commands import cost
 
@@ -181,3 +181,54 @@ def test_a_ladder_counts_only_its_dearest_rung(config):
     assert document["byKind"]["gcp:container/nodePool:NodePool"]["knownUsdPerHour"] == pytest.approx(
         43.2 + 2 * 0.06701
     )
+
+
+# The source's rows for ct6e-standard-4t in us-east5, per VM (4 chips): its whole v6e-16 slice
+# above is 4 of them, $43.20 on demand and $17.28 Spot. Flex-start is counted at on demand.
+NODE_HOUR = {"on-demand": 43.2 / 4, "spot": 17.28 / 4, "flex-start": 43.2 / 4}
+NAT_VM_HOUR = 0.0014
+
+
+@pytest.mark.parametrize("slices", [1, 2, 3])
+@pytest.mark.parametrize(("topology", "hosts"), [("2x2", 1), ("4x4", 4)], ids=["single-host", "multi-host"])
+@pytest.mark.parametrize(
+    "ladder",
+    [["spot"], ["flex-start", "spot"], ["spot", "on-demand"]],
+    ids=["one-rung", "flex-spot", "spot-od"],
+)
+def test_a_ladder_of_slices_costs_its_dearest_rung_in_full(config, ladder, topology, hosts, slices):
+    """Issue 52: every slice of a pool can land on the ladder's dearest rung, so the worst case is
+    that rung's pools together (slices x hosts VMs), in the total, the NAT count, the JSON and the
+    dashboard's tile; a cheaper rung is never added to it."""
+    config = copy.deepcopy(config)
+    config[POOLS][0].update(
+        topology=topology, slices=slices, provisioning=ladder if len(ladder) > 1 else ladder[0]
+    )
+    result = run_stack(config)
+    found = cost.estimate(result)
+    vms = slices * hosts
+    dearest = max(NODE_HOUR[rung] for rung in ladder) * vms
+    pools = [line for line in found.lines if line.name.startswith("v6e-4x4-pool")]
+    # A pool per rung, and of a multi-host slice a pool per slice (single-host slices share one).
+    assert len(pools) == len(ladder) * (slices if hosts > 1 else 1)
+    known, unknown = found.total("training")
+    # Besides the ladder: the dev VM ($2.244), NAT for it and for the ladder's VMs, and the NAT
+    # address of the VM's region (the pool's region has one always on already).
+    assert unknown == []
+    assert known == pytest.approx(2.244 + dearest + NAT_VM_HOUR * (1 + vms) + 0.005, abs=1e-5)
+    nat = next(
+        line
+        for line in found.lines
+        if line.type == "gcp:compute/routerNat:RouterNat"
+        and line.when == "training"
+        and "us-east5" in line.what
+    )
+    assert nat.what == f"{vms} VM(s) through Cloud NAT, us-east5"
+    document = found.to_json()
+    assert document["whileTraining"]["usdPerHour"] == pytest.approx(known, abs=1e-4)
+    if len(ladder) > 1:
+        assert {line["rung"] for line in document["lines"] if line.get("ladder")} == {
+            f"{rung} us-east5-a" for rung in ladder
+        }
+    (dashboard,) = [r for r in result.registrations if r.type == "gcp:monitoring/dashboard:Dashboard"]
+    assert cost_estimate.total_text(found, "training", " per hour") in json.dumps(dashboard.inputs)

@@ -50,6 +50,9 @@ class CostLine:
     ladder: str = ""
     """The capacity ladder (its ComputeClass) the line is one rung of: the rungs are alternatives,
     so a total counts only the dearest of them (the worst case)."""
+    rung: str = ""
+    """Which rung of ``ladder`` the line is: a rung of a ladder of several slices is one pool per
+    slice, and its full cost is theirs together (every slice can land on the dearest rung)."""
 
     def to_json(self) -> dict[str, Any]:
         line = {
@@ -64,6 +67,7 @@ class CostLine:
             line["upperBound"] = True
         if self.ladder:
             line["ladder"] = self.ladder
+            line["rung"] = self.rung
         return line
 
 
@@ -76,17 +80,19 @@ class Estimate:
     """Kinds this estimate does not know at all."""
 
     def counted(self, when: When) -> list[CostLine]:
-        """The lines a total adds up: every line, but of each ladder only its dearest rung (an
-        unknown rung counts, as unknown: the worst case is then not known)."""
+        """The lines a total adds up: every line, but of each ladder only its dearest rung, all of
+        that rung's pools (one per slice). An unknown price on a ladder counts, as unknown: the
+        worst case is then not known."""
         lines = [line for line in self.lines if line.when == when]
-        ladders: dict[str, list[CostLine]] = {}
+        ladders: dict[str, dict[str, list[CostLine]]] = {}
         for line in lines:
             if line.ladder:
-                ladders.setdefault(line.ladder, []).append(line)
+                ladders.setdefault(line.ladder, {}).setdefault(line.rung, []).append(line)
         counted = [line for line in lines if not line.ladder]
         for rungs in ladders.values():
-            unknown = [line for line in rungs if not line.price.known]
-            counted.extend(unknown or [max(rungs, key=lambda line: line.price.usd_per_hour or 0.0)])
+            unknown = [line for pools in rungs.values() for line in pools if not line.price.known]
+            dearest = max(rungs.values(), key=lambda pools: sum(p.price.usd_per_hour or 0.0 for p in pools))
+            counted.extend(unknown or dearest)
         return counted
 
     def total(self, when: When) -> tuple[float, list[str]]:
@@ -152,6 +158,14 @@ def _pool_model(node_config: dict[str, Any]) -> Model:
     return "reserved" if affinity == "SPECIFIC_RESERVATION" else "on-demand"
 
 
+def _rung(node_config: dict[str, Any], inputs: Mapping[str, Any]) -> str:
+    """What tells one rung of a pool ladder from another: how its capacity is bought (and from
+    which reservations) and where. The pools of one rung differ only in their slice."""
+    reservations = (node_config.get("reservationAffinity") or {}).get("values") or []
+    zones = inputs.get("nodeLocations") or []
+    return " ".join([_pool_model(node_config), *map(str, reservations), *sorted(map(str, zones))])
+
+
 def _pool_nodes(inputs: Mapping[str, Any], *, most: bool) -> int:
     """The pool's largest (or smallest) node count: autoscaling's limits per zone times its zones,
     or its whole-pool limits."""
@@ -199,7 +213,8 @@ def estimate(declared: Iterable[Declared]) -> Estimate:
         str(r.inputs.get("region")): r for r in resources if r.type == "gcp:compute/routerNat:RouterNat"
     }
     nat_vms: dict[tuple[str, When], int] = {}
-    ladder_nodes: dict[tuple[str, str], int] = {}
+    ladder_nodes: dict[tuple[str, str], dict[str, int]] = {}
+    """(region, ladder) -> rung -> the nodes of its pools together."""
 
     for r in resources:
         if not r.custom:
@@ -239,12 +254,15 @@ def estimate(declared: Iterable[Declared]) -> Estimate:
                         "training",
                         node.times(nodes),
                         ladder,
+                        _rung(node_config, inputs) if ladder else "",
                     )
                 )
                 if ladder:
-                    # The rungs are alternatives: the ladder's NAT use is that of its largest rung.
-                    key = (region, ladder)
-                    ladder_nodes[key] = max(ladder_nodes.get(key, 0), nodes)
+                    # The rungs are alternatives: the ladder's NAT use is that of its largest rung,
+                    # all of its slices' pools.
+                    rungs = ladder_nodes.setdefault((region, ladder), {})
+                    rung = _rung(node_config, inputs)
+                    rungs[rung] = rungs.get(rung, 0) + nodes
                 else:
                     nat_vms[(region, "training")] = nat_vms.get((region, "training"), 0) + nodes
             else:
@@ -268,8 +286,8 @@ def estimate(declared: Iterable[Declared]) -> Estimate:
         elif not r.type.startswith(NO_HOURLY_CHARGE_PREFIXES) and r.type != "gcp:compute/routerNat:RouterNat":
             found.unpriced.append(r.type)
 
-    for (region, _), nodes in ladder_nodes.items():
-        nat_vms[(region, "training")] = nat_vms.get((region, "training"), 0) + nodes
+    for (region, _), rung_nodes in ladder_nodes.items():
+        nat_vms[(region, "training")] = nat_vms.get((region, "training"), 0) + max(rung_nodes.values())
     for region, nat in sorted(nat_regions.items()):
         whens: tuple[When, ...] = ("always", "training")
         for when in whens:
