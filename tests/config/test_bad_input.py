@@ -307,9 +307,8 @@ def test_messages_name_the_one_label_at_fault_not_the_whole_map(config):
 
 def test_numbers_where_text_goes_say_to_quote_them(config):
     config[VMS][0]["env"] = {"RETRIES": 5}
-    assert (
-        'tpu-training:tpuVms[0].env.RETRIES = 5: Input should be a valid string; write it in quotes ("5")'
-        in (refused(config))
+    assert 'tpu-training:tpuVms[0].env.RETRIES = 5: must be text; write it in quotes ("5")' in (
+        refused(config)
     )
 
 

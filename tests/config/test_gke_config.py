@@ -83,7 +83,7 @@ def test_a_reservation_is_for_reserved_capacity_only(config):
         ("reserved", "give the name of the reservation the pool consumes in reservation"),
         (
             "preemptible",
-            "Input should be 'flex-start', 'flex-start-queued', 'spot', 'reserved' or 'on-demand'",
+            "must be one of flex-start, flex-start-queued, spot, reserved, on-demand",
         ),
     ],
     ids=["reserved-without-a-reservation", "a-vm-value"],
@@ -175,7 +175,7 @@ def test_cluster_versions_new_enough(config, version):
 
 def test_release_channel_lists_the_choices(config):
     config[CLUSTER]["releaseChannel"] = "FAST"
-    assert "'RAPID', 'REGULAR' or 'STABLE'" in _refused(config)
+    assert "must be one of RAPID, REGULAR, STABLE" in _refused(config)
 
 
 def test_pools_without_a_cluster(config):
@@ -377,7 +377,7 @@ def test_the_upgrade_exclusion_is_configurable(config):
     config[CLUSTER]["upgradeExclusionScope"] = "NO_UPGRADES"
     message = _refused(config)
     assert 'tpu-training:cluster.upgradeExclusionScope = "NO_UPGRADES"' in message
-    assert "'NO_MINOR_OR_NODE_UPGRADES', 'NO_MINOR_UPGRADES' or 'NONE'" in message
+    assert "must be one of NO_MINOR_OR_NODE_UPGRADES, NO_MINOR_UPGRADES, NONE" in message
 
 
 def test_a_window_across_midnight_ends_the_next_day(config):

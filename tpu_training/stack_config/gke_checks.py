@@ -50,8 +50,14 @@ def _jobset_problems(index: int, job: JobConfig, plan: TpuNodePoolPlan) -> list[
             f"{key}: a JobSet ({'slices = ' + str(job.slices) if job.slices > 1 else 'workload: jobset'}) "
             f"needs multi-host slices, and node pool {plan.name!r} has single-host ones "
             f"({plan.shape.machine_type.name} {plan.shape.topology}, 1 VM each): GKE's Multislice "
-            f"takes only multi-host TPU slice node pools; use a multi-host topology or one slice "
-            f"with a plain Job"
+            f"takes only multi-host TPU slice node pools; use a multi-host shape"
+            + (
+                f" such as machineType: {fix.machine_type.name} with topology: {fix.topology} "
+                f"({fix.vms} VMs a slice)"
+                if (fix := catalogue.multi_host_shape(plan.shape)) is not None
+                else ""
+            )
+            + ", or one slice with a plain Job"
         )
     if job.slices > plan.slices:
         problems.append(

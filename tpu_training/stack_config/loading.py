@@ -22,6 +22,7 @@ from pydantic import (
 from tpu_training_components.errors import suggestion
 from tpu_training_components.validation import shown
 
+from . import messages
 from .fields import PROJECT, Model
 from .gke import ClusterConfig, JobConfig, MaintenanceWindowConfig, NodePoolConfig
 from .monitoring import MonitoringConfig
@@ -78,7 +79,7 @@ def _format_error(error: Any, parts: dict[str, type[Model]]) -> str:
     if not loc:
         return str(error["msg"]).removeprefix("Value error, ")
     path = _key_path(loc)
-    message = str(error["msg"]).removeprefix("Value error, ")
+    message = messages.plain(error)
     if error["type"] == "extra_forbidden":
         parent = _key_path(loc[:-1]) if len(loc) > 1 else PROJECT
         part = parts.get(_shape(loc[:-1]))
@@ -357,7 +358,9 @@ def load(stack: str | None = None, *, project_root: Path) -> StackConfig:
             secret_places = [tuple(e["loc"]) for e in exc.errors() if _stands_in_for_a_secret(e.get("input"))]
             if not secret_places or not _leave_out_secrets(raw, secret_places):
                 parts = _parts()
-                problems.extend(_format_error(e, parts) for e in exc.errors())
+                problems.extend(
+                    _format_error(e, parts) for e in messages.merged([dict(e) for e in exc.errors()])
+                )
                 break
 
     if problems or config is None:

@@ -11,7 +11,7 @@ import difflib
 import math
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Optional
 
 
 class CatalogueError(ValueError):
@@ -339,6 +339,26 @@ def slice_shape(machine_type_name: str, topology: str) -> SliceShape:
             f"({machine.chips_per_vm} chips per VM) cannot divide into whole VMs"
         )
     return SliceShape(machine, topology, chips, chips // machine.chips_per_vm)
+
+
+def multi_host_shape(shape: SliceShape) -> Optional[SliceShape]:
+    """The smallest multi-host slice of ``shape``'s generation with at least its chips (what a
+    JobSet across slices needs, GKE's Multislice taking only multi-host pools); None when the
+    generation has none."""
+    generation = shape.machine_type.generation
+    topologies = _TOPOLOGIES_2D if generation.topology_dims == 2 else _SMALL_TOPOLOGIES_3D
+    candidates = []
+    for machine in MACHINE_TYPES.values():
+        if machine.generation != generation or machine.chips_per_vm in (1, 8):
+            continue
+        for topology in topologies:
+            try:
+                candidate = slice_shape(machine.name, topology)
+            except CatalogueError:
+                continue
+            if candidate.multi_host and candidate.chips >= shape.chips:
+                candidates.append(candidate)
+    return min(candidates, key=lambda c: (c.chips, c.machine_type.name), default=None)
 
 
 # --------------------------------------------------------------------------------------------
