@@ -2,8 +2,9 @@
 
 One function per part of the stack, in the order the parts are declared, each returning what the
 parts after it use; ``main`` calls them. The Pulumi language host runs this file with only
-`infra/` on `sys.path`; the components come from the installed `tpu_training_components` package
-(see infra/requirements.txt).
+`infra/` on `sys.path`; the components come from the installed `tpu_training_components` package,
+the stack's config and what the program reads and exports (``tpu_training.program``) from the
+installed `tpu_training` package beside it (see infra/requirements.txt).
 """
 
 from __future__ import annotations

@@ -67,14 +67,14 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest units of work first (support.scheduling)."""
+    """The longest units of work first (support.harness.scheduling)."""
     scheduling.longest_units_first(items)
 
 
 # optionalhook: without pytest-xdist (`-p no:xdist`) the hook is never called.
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """`-n`'s default distribution (``load``) becomes one by units of work (support.scheduling),
+    """`-n`'s default distribution (``load``) becomes one by units of work (support.harness.scheduling),
     handed out in the collection's order, each to the first worker that is free. Any other
     ``--dist`` is left as asked."""
     if config.getvalue("dist") != "load":
@@ -146,7 +146,7 @@ def policy_python(request: pytest.FixtureRequest) -> Path:
 
 @pytest.fixture(scope="session")
 def jax_compilation_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One JAX compilation cache for every trainer the session starts (support.sandbox passes it
+    """One JAX compilation cache for every trainer the session starts (support.harness.sandbox passes it
     on, to Pods too): the first start compiles, the others load what it compiled, about a second
     less each. Every compilation is kept (JAX's default keeps only those over 1 s). The programs
     are the same either way, and the tests compare final states bit for bit across starts that
@@ -171,7 +171,7 @@ def decided_at(monkeypatch):
 @pytest.fixture
 def stub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A stub `pulumi` first on PATH (tests/support/fakes/stub_pulumi.py): its folder, where it records
-    its calls and reads how to answer (``support.recover_runs.set_behaviour``)."""
+    its calls and reads how to answer (``support.harness.recover_runs.set_behaviour``)."""
     folder = stub_pulumi.install(tmp_path / "bin")
     monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
     return folder

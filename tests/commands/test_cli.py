@@ -221,3 +221,67 @@ def test_init_refuses_bad_answers_and_writes_nothing(project, args, status, said
     assert said in done.stderr
     assert "Traceback" not in done.stderr
     assert not (project / "Pulumi.bad.yaml").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (
+            ["--tpu-vm", "v5litepod-8", "--zone", "us-west4-a", "--topology", "2x2"],
+            "--topology is for a GKE slice",
+        ),
+        (
+            [
+                "--gke",
+                "ct6e-standard-4t",
+                "--topology",
+                "4x4",
+                "--zone",
+                "us-east5-a",
+                "--provisioning",
+                "spot",
+            ],
+            "--provisioning and --runtime-version are for a TPU VM",
+        ),
+    ],
+    ids=["topology-on-a-vm", "provisioning-on-gke"],
+)
+def test_init_refuses_an_option_the_shape_does_not_take(project, args, said):
+    done = tpu_training(
+        "init", "--stack", "bad", "--gcp-project", "my-project-1", *args, cwd=project, stdin=""
+    )
+    assert done.returncode == 64 and said in done.stderr, done.stderr
+    assert not (project / "Pulumi.bad.yaml").exists()
+
+
+def test_init_without_a_project_or_a_trainer_or_an_answer_writes_nothing(project, tmp_path_factory):
+    from tpu_training.commands import init
+
+    elsewhere = tmp_path_factory.mktemp("no-project")
+    done = tpu_training(
+        "init", "--stack", "s", "--gcp-project", "p-1", "--tpu-vm", "v3-8", "--zone", "x-y1-a", cwd=elsewhere
+    )
+    assert done.returncode == 64 and "no Pulumi.yaml in" in done.stderr
+    assert list(elsewhere.iterdir()) == []
+    shutil.rmtree(project / "trainer")
+    done = tpu_training(
+        "init",
+        "--stack",
+        "s",
+        "--gcp-project",
+        "p-1",
+        "--tpu-vm",
+        "v3-8",
+        "--zone",
+        "europe-west4-a",
+        cwd=project,
+    )
+    assert done.returncode == 2 and "no trainer/train.py in the project" in done.stderr
+
+    def end_of_input(question: str) -> str:
+        raise EOFError
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(project)
+        assert init.main(["--stack", "s"], ask=end_of_input) == 64
+    assert not (project / "Pulumi.s.yaml").exists()

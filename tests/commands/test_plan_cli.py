@@ -1,7 +1,7 @@
 """`tpu-training plan` as a command: its arguments are checked before any work, its exit
 statuses tell argument errors from config errors, and no output path ends in a traceback.
 
-Its ``main`` runs in the test's process (support.in_process) where a process adds nothing the test
+Its ``main`` runs in the test's process (support.harness.in_process) where a process adds nothing the test
 checks; signals, pipes, closed streams and the interpreter's exit are tested on a real process."""
 
 from __future__ import annotations
@@ -75,6 +75,19 @@ def test_manifests_leave_alone_what_an_earlier_plan_did_not_write(tmp_path):
     assert {"x.yaml", "broken.yaml", "latin1.yaml", "pipe.yaml"} <= left
     assert "old.yaml" not in left  # an earlier plan's file, for an object the stack no longer has
     assert "job_default_train-v6e.yaml" in left
+
+
+def test_manifests_an_earlier_version_wrote_are_replaced_too(tmp_path):
+    # `python -m infra.plan --manifests` wrote this header before the one command; its files are
+    # the plan's, so the next run replaces them instead of refusing the folder.
+    folder = tmp_path / "manifests"
+    folder.mkdir()
+    (folder / "job_default_train-v6e.yaml").write_text(plan_output.EARLIER_HEADERS[0] + "kind: Job\n")
+    (folder / "job_default_gone.yaml").write_text(plan_output.EARLIER_HEADERS[0] + "kind: Job\n")
+    result = run_plan("--manifests", str(folder))
+    assert result.returncode == 0, result.stderr
+    assert not (folder / "job_default_gone.yaml").exists()
+    assert (folder / "job_default_train-v6e.yaml").read_text().startswith(plan_output.MANIFEST_HEADER)
 
 
 def test_a_manifest_that_cannot_be_written_exits_73_and_names_the_file(tmp_path):

@@ -3,7 +3,7 @@ filters select exactly the lines the trainer really printed and the records reco
 (``tests/fixtures/recorded-run``), and every body the stack sends is valid against Google's own
 schemas: the discovery documents bundled in google-api-python-client 2.202.0 (logging v2
 ``LogMetric``, monitoring v1 ``Dashboard``, monitoring v3 ``AlertPolicy`` and
-``NotificationChannel``), converted by ``support.discovery``.
+``NotificationChannel``), converted by ``support.harness.discovery``.
 
 Trainer metrics count this stack's workloads only. The entries' resource fields used below:
 - GKE containers: ``resource.type="k8s_container"`` with ``resource.labels.cluster_name`` and

@@ -6,7 +6,7 @@ fractional count; each call must end in ``InvalidArgument`` naming the argument 
 ``KeyError``, ``TypeError`` or ``AttributeError``, never a value silently taken), or, for a value
 that is valid, in a program that runs. The cases are generated from the ``TypedDict``
 annotations and the functions' signatures, so an argument added later is covered the day it is
-declared. Components run under mocks (``support.program.run_components``).
+declared. Components run under mocks (``support.harness.program.run_components``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The engine tier: the real Pulumi CLI (.ci/engine) deploys, recovers and destroys a stack of this
-project, with the provider and language-host doubles of ``support.engine`` as its plugins and the
+project, with the provider and language-host doubles of ``support.harness.engine`` as its plugins and the
 loopback fakes as the cloud. Every step, target, replacement, lock and output here is the real
 engine's; docs/engine-tests.md says what the doubles do not prove.
 
@@ -270,7 +270,7 @@ _ENGINE_ACTIONS = {
 
 
 def _predicted(project: EngineProject, base: Path) -> dict[str, str]:
-    # In this process (support.in_process): the prediction is what the test compares, not the process.
+    # In this process (support.harness.in_process): the prediction is what the test compares, not the process.
     done = run_plan("--stack", STACK, "--compare-to", str(base), "--json", "-", cwd=project.root)
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
     changes = json.loads(done.stdout)["changes"]["resources"]

@@ -3,7 +3,7 @@ crash, an OOM kill or a cancelled CI runner kills it, and the next round carryin
 
 Each test deploys once, then for each kill point of a TPU VM's or a Job's replacement (before the
 delete, between the delete and the create, after the API made the new object and before the
-engine recorded it: ``support.engine.providers.HOLD_POINTS``) preempts or fails it, holds the
+engine recorded it: ``support.harness.engine.providers.HOLD_POINTS``) preempts or fails it, holds the
 round's `pulumi up` there, kills the round and every process of the project (the recoverer, the
 CLI, its plugins), and runs the next round. That round must end with one live generation, the
 state holding exactly that one (no pending operation, nothing marked for replacement), no lock,

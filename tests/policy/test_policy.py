@@ -1,7 +1,7 @@
 """The CrossGuard policy pack in policy/, served as the Pulumi CLI serves it, on the dev plan.
 
 The pack runs in its own environment, policy/venv, which the ``policy_python`` fixture builds from
-policy/requirements.txt as the CLI does (tests/policy_env.py); this process never imports
+policy/requirements.txt as the CLI does (tests/support/harness/policy_env.py); this process never imports
 pulumi_policy, whose protobuf~=5.29.5 pin conflicts with the stack's protobuf 6. It is started as
 the CLI's Python language host starts a policy pack, ``python -u -m pulumi.policy ENGINE .`` in
 policy/ (pulumi/pulumi ``sdk/python/cmd/pulumi-language-python/main.go`` L1611-1641 at

@@ -4,9 +4,9 @@ Sources, all pinned:
 - Google's discovery documents bundled in google-api-python-client 2.202.0
   (requirements-dev.txt): tpu v2 rev 20261001, container v1 rev 20261027, storage v1 rev 20261009,
   compute v1 rev 20261106, serviceusage v1 rev 20260921, cloudresourcemanager v3 rev 20261107,
-  iam v1 rev 20261023 (``support.discovery`` converts them to JSON Schema).
+  iam v1 rev 20261023 (``support.harness.discovery`` converts them to JSON Schema).
 - The Kubernetes OpenAPI schemas of kubernetes-validate 1.37.0, at the version of
-  ``support.crds.KUBERNETES_VERSION``; JobSet v0.12.0's and Kueue v0.19.2's CRDs (tests/fixtures).
+  ``support.harness.crds.KUBERNETES_VERSION``; JobSet v0.12.0's and Kueue v0.19.2's CRDs (tests/fixtures).
 - The metadata server as Compute Engine documents it: "Monitor and plan for a host maintenance
   event" (https://cloud.google.com/compute/docs/instances/monitor-plan-host-maintenance-event),
   "Query the metadata server for maintenance event notices"
@@ -321,7 +321,7 @@ def test_a_renamed_kubernetes_field_is_caught():
 
 
 def test_the_fakes_own_check_finds_what_kubernetes_validate_finds():
-    """The fakes check every answer with support.crds.kubernetes_errors, which builds each
+    """The fakes check every answer with support.harness.crds.kubernetes_errors, which builds each
     validator once from kubernetes-validate's files; it must say what the library's own validate()
     says, on objects that conform and on ones that do not."""
     renamed = kube.job("train")
@@ -366,7 +366,7 @@ def test_each_jobset_the_fake_serves_is_valid_for_jobsets_crd():
     )
     workload["status"]["admission"]["clusterQueue"] = 7
     assert schema_errors(workload, KUEUE_CRDS / "kueue.x-k8s.io_workloads.yaml") != []
-    assert crd_validator  # (the validator every CRD check here goes through: support.crds)
+    assert crd_validator  # (the validator every CRD check here goes through: support.harness.crds)
 
 
 # --- Cloud Storage ---------------------------------------------------------------------------------

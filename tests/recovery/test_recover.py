@@ -534,7 +534,7 @@ def test_usage_errors_exit_64_before_any_work(stub, args, capsys):
     assert stub_pulumi.calls(stub) == []
 
 
-# In this process (support.in_process): what they check is the command's output and status, which a
+# In this process (support.harness.in_process): what they check is the command's output and status, which a
 # subprocess adds nothing to; the test above runs it in one.
 
 

@@ -8,7 +8,7 @@ in a JobSet, the Pods of a slice are started and restarted together (``gang``). 
 killed, stopped or refused ends with exactly the bytes of an uninterrupted run of the same number
 of processes, or with every checkpoint as it was. No test sleeps to wait: each waits for the
 trainers' own log lines, with a deadline against a hang; a process that dies is noticed by the
-others within JAX's heartbeat (5 s here, ``support.sandbox.CLUSTER_TIMEOUTS``).
+others within JAX's heartbeat (5 s here, ``support.harness.sandbox.CLUSTER_TIMEOUTS``).
 """
 
 from __future__ import annotations

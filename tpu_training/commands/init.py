@@ -12,8 +12,10 @@ shows and `pulumi up --stack NAME` deploys. What is missing from the command lin
 standard input is a terminal. The file is checked as `pulumi up` reads it (the offline plan's
 config loader) before it is written; an invalid answer writes nothing.
 
-Exit status: 0 written; 2 the answers make an invalid stack (each problem named); 64 invalid
-command line, or the file exists (give --force); 73 the file could not be written.
+Exit status: 0 written; 2 the answers make an invalid stack (each problem named), or the project
+has no reference trainer (trainer/train.py) to train; 64 invalid command line (an option the
+chosen shape does not take, no answer to a question, no Pulumi.yaml above the working directory),
+or the file exists (give --force); 73 the file could not be written.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import yaml
@@ -57,8 +60,9 @@ def parser() -> argparse.ArgumentParser:
         prog="tpu-training init",
         description="Write a starter stack file, Pulumi.<stack>.yaml: one TPU VM (--tpu-vm), or a GKE "
         "cluster with a flex-start TPU node pool and a training Job (--gke).",
-        epilog="Exit status: 0 written; 2 invalid answers (nothing written); 64 invalid command line, or the "
-        "file exists (give --force); 73 the file could not be written.",
+        epilog="Exit status: 0 written; 2 invalid answers or no trainer/train.py (nothing written); 64 "
+        "invalid command line, no project here, or the file exists (give --force); 73 the file could not "
+        "be written.",
     )
     parser.add_argument("--stack", help="the new stack's name: writes Pulumi.<stack>.yaml")
     parser.add_argument("--gcp-project", metavar="ID", help="the Google Cloud project to deploy in")
@@ -74,7 +78,6 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--provisioning",
         choices=PROVISIONING,
-        default="spot",
         help="with --tpu-vm: how it is bought (default spot)",
     )
     parser.add_argument(
@@ -95,17 +98,26 @@ def _answer(value: Optional[str], question: str, option: str, ask: Optional[Ask]
         return value
     if ask is None:
         raise UsageError(f"{option} is needed (standard input is not a terminal, so it cannot be asked)")
-    answer = ask(f"{question}: ").strip()
+    try:
+        answer = ask(f"{question}: ").strip()
+    except EOFError:  # Ctrl-D, or the input ran out
+        answer = ""
     if not answer:
         raise UsageError(f"{option} is needed: no answer given")
     return answer
 
 
+class NoTrainer(Exception):
+    """The project has no reference trainer for the starter stack to train."""
+
+
 def _trainer_files(project: project_files.Project) -> list[str]:
     folder = project.root / TRAINER_FOLDER
     if not (folder / "train.py").is_file():
-        raise UsageError(
-            f"no {TRAINER_FOLDER}/train.py in the project ({project.root}): the starter stack trains it"
+        raise NoTrainer(
+            f"no {TRAINER_FOLDER}/train.py in the project ({project.root}): the starter stack trains the "
+            f"reference trainer; copy trainer/ from this project's repository, or write the stack file "
+            f"by hand (docs/configuration.md)"
         )
     return sorted(p.name for p in folder.iterdir() if p.suffix == ".py" or p.name == "requirements.txt")
 
@@ -114,6 +126,13 @@ def starter_config(
     args: argparse.Namespace, project: project_files.Project, ask: Optional[Ask]
 ) -> dict[str, Any]:
     """The stack file's ``config:`` for the answers. Raises ``UsageError`` for a missing answer."""
+    if args.tpu_vm and args.topology:
+        raise UsageError("--topology is for a GKE slice (--gke); a TPU VM's size is in its accelerator type")
+    if args.gke and (args.provisioning or args.runtime_version):
+        raise UsageError(
+            "--provisioning and --runtime-version are for a TPU VM (--tpu-vm); a --gke pool starts as "
+            "flex-start, and its image holds the software"
+        )
     gcp_project = _answer(args.gcp_project, "Google Cloud project ID", "--gcp-project", ask)
     if not args.tpu_vm and not args.gke:
         answer = _answer(
@@ -138,7 +157,7 @@ def starter_config(
                 "zone": zone,
                 "acceleratorType": args.tpu_vm,
                 "runtimeVersion": args.runtime_version or RECOMMENDED.get(generation, "tpu-ubuntu2204-base"),
-                "provisioning": args.provisioning,
+                "provisioning": args.provisioning or "spot",
                 "setupCommand": VM_SETUP,
                 "trainCommand": VM_TRAIN,
             }
@@ -191,14 +210,25 @@ def render(stack: str, config: dict[str, Any]) -> str:
     return header + yaml.safe_dump({"config": config}, sort_keys=False, width=100)
 
 
+def _ask_on_stderr(question: str) -> str:
+    """A question on standard error, so that `init --stdout > FILE` keeps the file the YAML alone."""
+    print(question, end="", file=sys.stderr, flush=True)
+    return input()
+
+
 def main(argv: Optional[Sequence[str]] = None, *, ask: Optional[Ask] = None) -> int:
     args = parser().parse_args(argv)
     if ask is None and sys.stdin is not None and sys.stdin.isatty():
-        ask = input
+        ask = _ask_on_stderr
     try:
         stack = _answer(args.stack, "stack name (dev, prod)", "--stack", ask)
         name, stack_project = stack_name(stack)
         args.stack = name
+        if not any((folder / "Pulumi.yaml").is_file() for folder in (Path.cwd(), *Path.cwd().parents)):
+            raise UsageError(
+                f"no Pulumi.yaml in {Path.cwd()} or above: run init in the project folder, where the "
+                f"stack file goes beside Pulumi.yaml"
+            )
         project = load_project_for(stack, stack_project)
         target = project.stack_file(name)
         if target.exists() and not args.force and not args.stdout:
@@ -207,7 +237,7 @@ def main(argv: Optional[Sequence[str]] = None, *, ask: Optional[Ask] = None) -> 
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except project_files.ProjectFileError as exc:
+    except (project_files.ProjectFileError, NoTrainer) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     except catalogue.CatalogueError as exc:  # a type or zone the catalogue refuses

@@ -22,11 +22,11 @@ whose pool or run parameters have a pending edit is not recovered alone; one who
 is spent (``domain.restart_budget``) is not recovered at all. ``--apply-pending`` applies
 everything.
 
-Exit status (see EXIT_*): 0 nothing to recover or `pulumi up` succeeded (and after a --watch ends
-by SIGINT/SIGTERM); 1 `pulumi up` failed, the round is blocked, or a restart budget is spent; 2
-invalid configuration; 64 invalid command line; 69 the Pulumi CLI cannot be run or the stack does
-not exist; 75 nothing was done because live state or the stack itself was unavailable (try again
-later); 130 a Ctrl-C while it started.
+Exit status (``tpu_training.exit_codes``, ``round_report.EXIT_UP_FAILED``): 0 nothing to recover or
+`pulumi up` succeeded (and after a --watch ends by SIGINT/SIGTERM); 1 `pulumi up` failed, the round
+is blocked, or a restart budget is spent; 2 invalid configuration; 64 invalid command line; 69 the
+Pulumi CLI cannot be run or the stack does not exist; 75 nothing was done because live state or the
+stack itself was unavailable (try again later); 130 a Ctrl-C while it started.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The stack's configuration: read once from Pulumi config into frozen, validated objects.
 
-A package split by concern; the stack program imports it as ``stack_config`` (the language host
-puts only ``infra/`` on ``sys.path``), the commands as ``tpu_training.stack_config``:
+A package split by concern, imported as ``tpu_training.stack_config`` by the stack program
+(``infra/__main__.py``) and the commands alike; ``load`` is told the project's folder, whose
+files the config names (``trainerCode``):
 
 - ``fields``: the model base and the field types and validators every part shares;
 - ``tpu_vms``, ``storage``, ``training``, ``network``, ``gke``: one part of the config each, with

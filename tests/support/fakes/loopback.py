@@ -162,7 +162,7 @@ class LoopbackJsonServer(BackgroundServer):
 
     def answered(self, method: str, path: str, status: int, body: Any, sent: bytes) -> None:
         """Told of every answer ``route`` gave (and the request's body): a fake checked against a
-        published schema overrides it (``support.discovery.CheckedAgainstDiscovery``)."""
+        published schema overrides it (``support.harness.discovery.CheckedAgainstDiscovery``)."""
 
 
 class Streamed:

@@ -1,7 +1,7 @@
 """Cloud Storage on loopback, for the trainer's ``gs://`` tests: the real clients of the trainer
 (tensorstore's ``gcs`` driver, gcsfs, google-cloud-storage) talk to it over HTTP as they would to
 storage.googleapis.com, pointed at it by their own endpoint settings
-(``support.sandbox.GcsStore.client_env``).
+(``support.harness.sandbox.GcsStore.client_env``).
 
 The server is gcp-storage-emulator (PyPI, pinned in requirements-dev.txt), run in this process on
 127.0.0.1 at a port the OS picks, its objects in memory: the tests start and stop it. It answers the

@@ -4,7 +4,7 @@ arguments, its working directory and environment, and its standard output and er
 What a test of the plan's output, its files and its exit status checks is the same either way; a
 subprocess adds a second of imports and nothing the test looks at. The tests that check what only
 a process shows (a signal, a reader that goes away, standard output closed or full, the
-interpreter's own exit) keep ``support.program.run_plan``."""
+interpreter's own exit) keep ``support.harness.program.run_plan``."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def run_recover(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
 def run_plan(
     *args: str, cwd: Path = REPO, env: dict[str, str] | None = None, command: str = "plan"
 ) -> subprocess.CompletedProcess[str]:
-    """As ``support.program.run_plan``, in this process: the subcommand's own ``main(args)`` (as
+    """As ``support.harness.program.run_plan``, in this process: the subcommand's own ``main(args)`` (as
     ``tpu_training.cli`` finds it, without the command's start: no signal handler, the collector
     left on), its exit status (an argparse exit included) and what it printed. An exception that
     escapes ``main`` is raised, as a traceback would end the command."""

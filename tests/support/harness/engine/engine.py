@@ -1,5 +1,5 @@
 """The real Pulumi CLI, built by .ci/engine, run on a copy of this project with a file backend and
-the doubles as its plugins (``support.engine``). One ``EngineProject`` is one project folder, one
+the doubles as its plugins (``support.harness.engine``). One ``EngineProject`` is one project folder, one
 backend and one set of loopback fakes; its ``pulumi(...)`` runs a CLI command there as a user
 would, and ``recover(...)`` runs ``tpu-training recover`` there."""
 

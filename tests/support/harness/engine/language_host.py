@@ -20,7 +20,7 @@ makes is small and is done here the same way, read from its ``main.go`` (pulumi/
 Not done: typecheckers, debuggers, toolchains other than pip, installing dependencies (the tests'
 virtualenv is the README's, already installed).
 
-Run as a plugin: ``python -m support.engine.language_host ENGINE_ADDRESS``; the executor's path
+Run as a plugin: ``python -m support.harness.engine.language_host ENGINE_ADDRESS``; the executor's path
 comes from ``PULUMI_LANGUAGE_PYTHON_EXEC``.
 """
 

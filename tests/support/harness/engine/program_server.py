@@ -15,7 +15,7 @@ objects one by one (``_end_child`` says why), and the caller reads its status as
 
 - The program's caller is the language-host double (``run_program``), which waits for it.
 - A plugin's caller is the plugin executable the CLI starts (``python -S -m
-  support.engine.program_server plugin SOCKET MODULE ARGS``, ``run_plugin``): it passes on the
+  support.harness.engine.program_server plugin SOCKET MODULE ARGS``, ``run_plugin``): it passes on the
   SIGINT/SIGTERM the engine sends to stop the plugin and ends as the plugin ends; if the engine
   kills it, the server kills the plugin.
 
@@ -29,7 +29,7 @@ What it does not prove, so the README test's deploy steps run without it
 (``test_the_readme_deploy_steps_...``): that the program's imports work in a new interpreter, in
 the order a new interpreter takes them.
 
-Run: ``python -m support.engine.program_server SOCKET_PATH``; it serves until its parent (the
+Run: ``python -m support.harness.engine.program_server SOCKET_PATH``; it serves until its parent (the
 pytest process that started it) is gone or it receives SIGTERM.
 """
 
@@ -336,7 +336,7 @@ def run_program(path: str, argv: list[str], env: dict[str, str], cwd: str) -> in
 
 
 def run_plugin(path: str, module: str, argv: list[str]) -> None:
-    """In a plugin executable (``python -S -m support.engine.program_server plugin SOCKET MODULE
+    """In a plugin executable (``python -S -m support.harness.engine.program_server plugin SOCKET MODULE
     ARGS``): run ``python -m MODULE ARGS`` forked from the server, pass on the signals the engine
     sends to stop it, and end as it ends. If this process is killed, the server kills the plugin."""
     # Handlers first: a signal that comes before the plugin is forked is passed on once it is.

@@ -22,7 +22,7 @@ Where the fakes are comes from the same variables the live readers use (``TPU_AP
 ``STORAGE_API_ENDPOINT``); Kubernetes objects go to the API server fake ``ENGINE_KUBERNETES_API``
 names (the program's own reads find it through ``KUBECONFIG``).
 
-Run as a plugin: ``python -m support.engine.providers gcp|kubernetes ENGINE_ADDRESS``.
+Run as a plugin: ``python -m support.harness.engine.providers gcp|kubernetes ENGINE_ADDRESS``.
 """
 
 from __future__ import annotations
