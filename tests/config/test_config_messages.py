@@ -159,3 +159,24 @@ def test_a_jobset_on_single_host_slices_names_the_multi_host_shape_that_fixes_it
     config[PREFIX + "jobs"][0]["workload"] = "jobset"
     (line,) = [p for p in problems(config) if "needs multi-host slices" in p]
     assert f"use a multi-host shape such as {fix}, or one slice with a plain Job" in line
+
+
+@pytest.mark.parametrize(
+    ("shape", "value", "said"),
+    [
+        ("nodePools.[]", "flexstart", "(did you mean 'flex-start'?)"),
+        (
+            "nodePools.[]",
+            ["flexstart", "spot"],
+            "rung 0 ('flexstart') is not a capacity (did you mean 'flex-start'?)",
+        ),
+        ("tpuVms.[]", "flexstart", "flex-start is a capacity of GKE node pools (nodePools[].provisioning)"),
+        ("tpuVms.[]", ["spot", "flex-start"], "flex-start is a capacity of GKE node pools"),
+    ],
+    ids=["pool-typo", "pool-rung-typo", "vm-typo-of-a-pool-capacity", "vm-rung-of-a-pool-capacity"],
+)
+def test_a_capacity_typo_gets_a_did_you_mean_and_a_pool_capacity_on_a_vm_says_where_it_goes(
+    shape, value, said
+):
+    (line,) = [p for p in problems(with_field(shape, "provisioning", value)) if ".provisioning" in p]
+    assert said in line

@@ -37,6 +37,7 @@ from tpu_training_components.domain.node_pool_plan import (
     plan_from,
 )
 from tpu_training_components.domain.tpu_availability import FLEX_START_GENERATIONS
+from tpu_training_components.errors import suggestion
 
 from .fields import (
     EnvName,
@@ -150,7 +151,8 @@ def _one_or_ladder(value: Any) -> Union[str, tuple[str, ...]]:
             # flex-start-queued passes here, to be refused as a rung with the reason (_offered).
             if rung not in POOL_PROVISIONING:
                 raise ValueError(
-                    f"rung {index} ({rung!r}) is not a capacity; allowed in a list: {', '.join(LADDER_RUNGS)}"
+                    f"rung {index} ({rung!r}) is not a capacity{suggestion(str(rung), LADDER_RUNGS)}; "
+                    f"allowed in a list: {', '.join(LADDER_RUNGS)}"
                 )
             rungs.append(rung)
         return tuple(rungs)

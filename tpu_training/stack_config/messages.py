@@ -11,6 +11,7 @@ them".
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Any, Iterable
 
@@ -38,12 +39,28 @@ def _allowed(expected: str) -> list[str]:
     return re.findall(r"'((?:[^'\\]|\\.)*)'", expected) or [expected]
 
 
+ELSEWHERE = {
+    ("flex-start", "preemptible"): "; flex-start is a capacity of GKE node pools (nodePools[].provisioning): "
+    "a TPU VM gets it only through a queued resource, which this project does not declare yet",
+}
+"""A value that belongs to another key (``(value, a value this key allows)``): where it goes."""
+
+
 def plain(error: dict[str, Any]) -> str:
     """What the value of ``error`` must be, in plain words."""
     kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
     if kind == "literal_error" or kind == "enum":
         allowed = _allowed(str(ctx.get("expected", "")))
         hint = suggestion(value, allowed) if isinstance(value, str) else ""
+        if isinstance(value, str):
+            hint += next(
+                (
+                    why
+                    for (elsewhere, marker), why in ELSEWHERE.items()
+                    if marker in allowed and difflib.get_close_matches(value, [elsewhere], cutoff=0.8)
+                ),
+                "",
+            )
         more = f", {error['alternatives']}" if error.get("alternatives") else ""
         return f"must be one of {', '.join(allowed)}{more}{hint}"
     words = {
