@@ -34,8 +34,8 @@ def test_a_4300_digit_batch_in_the_stack_file_is_a_config_error(scratch_project)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert (
-        "tpu-training:training.perCoreBatchSize = a whole number of about 4301 digits: Input should be "
-        "less than or equal to 9223372036854775807"
+        "tpu-training:training.perCoreBatchSize = a whole number of about 4301 digits: must be at most "
+        "9223372036854775807"
     ) in result.stderr
 
 
@@ -87,7 +87,7 @@ def test_bucket_retention_past_the_apis_int32_is_refused(config, key):
     config["tpu-training:bucket"] = {key: 10**20}
     message = refused(config)
     assert f"tpu-training:bucket.{key} = 100000000000000000000" in message
-    assert "less than or equal to 2147483647" in message
+    assert "must be at most 2147483647" in message
 
 
 @pytest.mark.parametrize(

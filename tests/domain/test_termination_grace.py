@@ -148,7 +148,7 @@ def test_a_save_re_measured_past_the_grace_is_warned_about_with_the_value_to_set
 
 @pytest.mark.parametrize(
     ("grace", "says"),
-    [(3601, "less than or equal to 3600"), (-1, "greater than or equal to 0"), (90.5, "valid integer")],
+    [(3601, "must be at most 3600"), (-1, "must be at least 0"), (90.5, "must be a whole number")],
 )
 def test_a_stack_refuses_a_grace_gke_does_not_honour(config, grace, says):
     config["tpu-training:checkpointing"]["podGraceSeconds"] = grace

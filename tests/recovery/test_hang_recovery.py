@@ -358,4 +358,4 @@ def test_hang_keys_are_checked_and_reach_every_vm_and_job(config):
     assert stack_config.derived.hang_checks(load_settings(config)) == {}
 
     config["tpu-training:recovery"] = {"hangMinutes": 0}
-    assert "hangMinutes" in refused(config) and "greater than or equal to 1" in refused(config)
+    assert "hangMinutes" in refused(config) and "must be at least 1" in refused(config)
