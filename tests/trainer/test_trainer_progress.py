@@ -330,7 +330,14 @@ def test_the_beacon_turns_the_metadata_servers_notice_into_one_save(
         beacon.stop("complete")
     said = capsys.readouterr().out
     assert said.count("maintenance-notice ") == 2 and said.count("maintenance-saved") == 1
-    assert said.count("maintenance-notice-ignored") == 1 and '"not a JSON object"' in said
+    # Each problem is said once per change, however often it is read again. On a loaded machine a
+    # read can also run past its bound (0.5 s at these periods), a problem of its own, said too.
+    ignored = [
+        line.split("reason=", 1)[1] for line in said.splitlines() if "maintenance-notice-ignored" in line
+    ]
+    assert any('"not a JSON object"' in reason for reason in ignored), said
+    assert all(one != two for one, two in zip(ignored, ignored[1:], strict=False)), said
+    assert all('"not a JSON object"' in reason or "could not be read" in reason for reason in ignored), said
     assert "can_reschedule=false" in said
 
 

@@ -187,10 +187,12 @@ def test_sigkill_at_random_steps_resumes_bit_for_bit(tmp_path, store, reference)
 
 
 def test_sigterm_through_the_shutdown_script_saves_once_and_stops_the_loop(tmp_path, store, reference):
-    # Steps of 20 ms (TRAINER_STEP_SECONDS; a real step takes time too): the shutdown script's
-    # SIGTERM, sent at step 31, lands well before step 40's interval save, so the trainer's own
-    # save on SIGTERM is the one that must happen.
-    sandbox = vm(tmp_path, store, TRAINER_STEP_SECONDS="0.02")
+    # Steps of 200 ms (TRAINER_STEP_SECONDS; a real step takes time too): the shutdown script's
+    # SIGTERM, sent at step 31, lands before step 40's interval save, so the trainer's own save on
+    # SIGTERM is the one that must happen. The 1.8 s between them is what the script's start may
+    # take on a loaded machine: at 20 ms a step, a CI run with the load average near 5 saw SIGTERM
+    # arrive only at step 40.
+    sandbox = vm(tmp_path, store, TRAINER_STEP_SECONDS="0.2")
     boot = sandbox.boot()
     for event in events(boot):
         if event.event == "step" and event.int("step") == 31:
