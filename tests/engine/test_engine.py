@@ -1,6 +1,6 @@
-"""The engine tier: the real Pulumi CLI (.ci/engine) deploys, recovers and destroys a stack of this
-project, with the provider and language-host doubles of ``support.harness.engine`` as its plugins and the
-loopback fakes as the cloud. Every step, target, replacement, lock and output here is the real
+"""The engine tier: the real Pulumi CLI and Python language host (.ci/engine) deploy, recover and
+destroy a stack of this project, with the provider doubles of ``support.harness.engine`` as its
+plugins and the loopback fakes as the cloud. Every step, target, replacement, lock and output here is the real
 engine's; docs/engine-tests.md says what the doubles do not prove.
 
 Skipped, with the reason, where .ci/engine has not built the engine; never in CI (CI=true), where

@@ -1,6 +1,7 @@
 """The engine tier's program server (tests/support/harness/engine/program_server.py) against what it
-stands in for: a script run through it sees what ``python -u SCRIPT ARGS`` in a new interpreter
-sees, writes to the caller's streams, and ends with the same status."""
+stands in for: a script, module or code run through its ``python`` sees what ``python SCRIPT ARGS``
+(``-m MODULE``, ``-c CODE``) in a new interpreter sees, writes to the caller's streams, and ends
+with the same status; anything else is the real interpreter's."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from support.harness.engine.engine import REPO, program_server
-from support.harness.engine.program_server import plugin_command, run_program
+from support.harness.engine.program_server import plugin_command, python_shim
 
 SCRIPT = """\
 import json, os, signal, sys
@@ -32,20 +33,19 @@ sys.exit(int(sys.argv[1]))
 """
 
 
-def _capture(run, tmp_path: Path, name: str) -> tuple[int, dict, str]:
-    out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
-    with out.open("w") as stdout, err.open("w") as stderr:
-        saved = os.dup(1), os.dup(2)
-        os.dup2(stdout.fileno(), 1)
-        os.dup2(stderr.fileno(), 2)
-        try:
-            status = run()
-        finally:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
-    return status, json.loads(out.read_text()), err.read_text()
+def _shim(tmp_path: Path, socket_path: str) -> Path:
+    shim = tmp_path / "venv" / "bin" / "python"
+    shim.parent.mkdir(parents=True)
+    shim.write_text(python_shim(socket_path))
+    shim.chmod(0o755)
+    return shim
+
+
+def _run(python: str, args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
+    done = subprocess.run(
+        [python, *args], cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=60
+    )
+    return done.returncode, done.stdout, done.stderr
 
 
 @pytest.mark.parametrize("status", [0, 3])
@@ -64,24 +64,34 @@ def test_a_script_run_through_the_server_sees_what_a_new_interpreter_sees(
         "EXTRA": str(extra),
         "PYTHONPATH": os.pathsep.join([str(extra), os.environ.get("PYTHONPATH", "")]),
     }
-    argv = [str(script), str(status), "--flag"]
-
-    def fresh() -> int:
-        return subprocess.run(
-            [sys.executable, "-u", *argv], cwd=folder, env=env, check=False, timeout=60
-        ).returncode
-
+    args = [str(script), str(status), "--flag"]
     with program_server() as socket_path:
-        forked = _capture(lambda: run_program(socket_path, argv, env, str(folder)), tmp_path, "forked")
-    assert forked == _capture(fresh, tmp_path, "fresh")
-    assert forked[0] == status and forked[1]["variable"] == "seen" and forked[1]["extra_on_path"]
+        forked = _run(str(_shim(tmp_path, socket_path)), args, folder, env)
+    fresh = _run(sys.executable, args, folder, env)
+    assert forked == fresh
+    assert forked[0] == status and json.loads(forked[1])["variable"] == "seen"
+    assert json.loads(forked[1])["extra_on_path"]
+
+
+def test_code_and_modules_run_through_the_server_as_in_a_new_interpreter(tmp_path: Path) -> None:
+    """What the real language host runs besides the program: ``python -m pip list --format json``
+    and ``python -c SCRIPT NAMES`` (its dependency checks), and ``python --version``, which is the
+    real interpreter's."""
+    code = "import json, sys; print(json.dumps([sys.argv, sys.path[0], __name__])); sys.exit(2)"
+    calls = [["-c", code, "pulumi"], ["-m", "json.tool", "--help"], ["--version"], ["-u", "-c", code]]
+    with program_server() as socket_path:
+        shim = str(_shim(tmp_path, socket_path))
+        forked = [_run(shim, args, tmp_path, dict(os.environ)) for args in calls]
+    fresh = [_run(sys.executable, args, tmp_path, dict(os.environ)) for args in calls]
+    assert forked == fresh
+    assert forked[0][0] == 2 and json.loads(forked[0][1]) == [["-c", "pulumi"], "", "__main__"]
 
 
 def test_a_program_killed_by_a_signal_reads_as_a_subprocess_killed_by_it(tmp_path: Path) -> None:
     script = tmp_path / "killed.py"
     script.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n")
     with program_server() as socket_path:
-        assert run_program(socket_path, [str(script)], dict(os.environ), str(tmp_path)) == -15
+        assert _run(str(_shim(tmp_path, socket_path)), [str(script)], tmp_path, dict(os.environ))[0] == -15
 
 
 def test_a_plugin_run_through_the_server_ends_by_the_signal_the_engine_sends(tmp_path: Path) -> None:

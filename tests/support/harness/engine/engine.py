@@ -1,13 +1,15 @@
-"""The real Pulumi CLI, built by .ci/engine, run on a copy of this project with a file backend and
-the doubles as its plugins (``support.harness.engine``). One ``EngineProject`` is one project folder, one
-backend and one set of loopback fakes; its ``pulumi(...)`` runs a CLI command there as a user
-would, and ``recover(...)`` runs ``tpu-training recover`` there."""
+"""The real Pulumi CLI and Python language host, built by .ci/engine, run on a copy of this
+project with a file backend and the provider doubles as its plugins (``support.harness.engine``).
+One ``EngineProject`` is one project folder, one backend and one set of loopback fakes; its
+``pulumi(...)`` runs a CLI command there as a user would, and ``recover(...)`` runs ``tpu-training
+recover`` there."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import stat
 import subprocess
@@ -20,7 +22,7 @@ from typing import Any, Iterator, Optional, Sequence
 import yaml
 from tpu_training_components.live.endpoints import STORAGE_ENDPOINT_VARIABLE, TPU_ENDPOINT_VARIABLE
 
-from support.harness.engine.program_server import SERVER_VARIABLE, plugin_command
+from support.harness.engine.program_server import plugin_command, python_shim
 
 REPO = Path(__file__).resolve().parents[4]
 ENGINE_BIN = REPO / ".engine" / "bin"
@@ -30,20 +32,29 @@ COMMAND_TIMEOUT = 300
 
 
 def engine_version() -> Optional[str]:
-    """The version .ci/engine built, or None when the engine is not built here."""
+    """The version .ci/engine built, or None when the engine (the CLI and the Python language host)
+    is not built here."""
     stamp = ENGINE_BIN / "VERSION"
-    if not (ENGINE_BIN / "pulumi").is_file() or not stamp.is_file():
+    if not all((ENGINE_BIN / tool).is_file() for tool in ("pulumi", "pulumi-language-python", "VERSION")):
         return None
     return stamp.read_text().strip()
 
 
-def _plugin(folder: Path, name: str, module: str, *args: str, programs: Optional[str] = None) -> None:
+def plugin_executable(
+    folder: Path, name: str, module: str, *args: str, programs: Optional[str] = None, pythonpath: bool = False
+) -> None:
     """An executable ``name`` in ``folder`` that runs ``python -m module args... "$@"`` with this
     interpreter, as the engine starts a plugin found on PATH; with ``programs``, forked from that
-    program server (program_server.py's ``plugin``) instead of a new interpreter."""
+    program server (program_server.py's ``plugin``) instead of a new interpreter. ``pythonpath``:
+    it finds the doubles itself (tests/ and the repository first on PYTHONPATH), for a shell that
+    does not set PYTHONPATH as the engine projects' environment does."""
     script = folder / name
     command = plugin_command(programs, module, *args) if programs else [sys.executable, "-m", module, *args]
-    script.write_text(f'#!/bin/sh\nexec {" ".join(command)} "$@"\n')
+    prefix = ""
+    if pythonpath:
+        own = os.pathsep.join(shlex.quote(str(part)) for part in (REPO / "tests", REPO))
+        prefix = f"PYTHONPATH={own}${{PYTHONPATH:+{os.pathsep}$PYTHONPATH}} "
+    script.write_text(f'#!/bin/sh\n{prefix}exec {" ".join(command)} "$@"\n')
     script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
@@ -92,8 +103,6 @@ class EngineProject:
         # program does not compile infra/ anew in every project.
         for part in ("infra", "trainer"):
             shutil.copytree(REPO / part, self.root / part)
-        # Pulumi.yaml's runtime names .venv: the README's, with the stack's pins installed.
-        (self.root / ".venv").symlink_to(Path(sys.executable).parent.parent)
         self.plugins = folder / "plugins"
         self.plugins.mkdir()
         (folder / "state").mkdir()
@@ -112,25 +121,40 @@ class EngineProject:
             "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
             "PULUMI_SKIP_UPDATE_CHECK": "true",
             "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-            "PULUMI_LANGUAGE_PYTHON_EXEC": str(ENGINE_BIN / "pulumi-language-python-exec"),
             **endpoints,
         }
         self.fork_from(programs)
 
     def fork_from(self, programs: Optional[str]) -> None:
-        """``programs``: a program server's socket, from which the plugins, the program and ``python
-        -m`` commands are forked warm from now on (program_server.py); None: each is a new
-        interpreter, as the real CLI and language host start them."""
+        """``programs``: a program server's socket, from which the plugin doubles, the program and
+        ``python -m`` commands are forked warm from now on (program_server.py); None: each is a new
+        interpreter, as the real CLI and language host start them.
+
+        The language host is the real one (.engine/bin, on PATH after the doubles). It runs the
+        program, its ``pip list`` and its ``-c`` scripts with the ``python`` of Pulumi.yaml's
+        virtualenv, ``.venv``: without a server, the README's virtualenv itself (the stack's pins
+        installed); with one, a virtualenv whose ``python`` asks the server to fork them from the
+        README's interpreter (``python_shim``) and execs that interpreter for anything else."""
+        self.programs = programs
         for name, module, *args in (
             ("pulumi-resource-gcp", "support.harness.engine.providers", "gcp"),
             ("pulumi-resource-kubernetes", "support.harness.engine.providers", "kubernetes"),
-            ("pulumi-language-python", "support.harness.engine.language_host"),
         ):
-            _plugin(self.plugins, name, module, *args, programs=programs)
-        if programs:
-            self.env[SERVER_VARIABLE] = programs
-        else:
-            self.env.pop(SERVER_VARIABLE, None)
+            plugin_executable(self.plugins, name, module, *args, programs=programs)
+        venv = self.root / ".venv"
+        if venv.is_symlink() or venv.is_file():
+            venv.unlink()
+        elif venv.exists():
+            shutil.rmtree(venv)
+        readme_venv = Path(sys.executable).parent.parent
+        if not programs:
+            venv.symlink_to(readme_venv)
+            return
+        (venv / "bin").mkdir(parents=True)
+        shutil.copy(readme_venv / "pyvenv.cfg", venv / "pyvenv.cfg")
+        shim = venv / "bin" / "python"
+        shim.write_text(python_shim(programs))
+        shim.chmod(0o755)
 
     def _run(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -164,9 +188,8 @@ class EngineProject:
         executable that passes signals on and ends as the module ends, as a plugin's does): the
         command's own start, which imports the SDK and the client libraries, is 1.3 of its 2.3
         CPU-seconds in a new interpreter. Anything else, and without a server: a new interpreter."""
-        server = self.env.get(SERVER_VARIABLE)
-        if server and len(args) >= 2 and args[0] == "-m":
-            return plugin_command(server, args[1], *args[2:])
+        if self.programs and len(args) >= 2 and args[0] == "-m":
+            return plugin_command(self.programs, args[1], *args[2:])
         return [sys.executable, *args]
 
     def json(self, *args: str) -> Any:

@@ -13,11 +13,13 @@ socket), its own default signal handlers, and the script or module run as ``__ma
 as the interpreter ends (threads joined, atexit handlers, streams flushed) but does not free its
 objects one by one (``_end_child`` says why), and the caller reads its status as a subprocess's.
 
-- The program's caller is the language-host double (``run_program``), which waits for it.
-- A plugin's caller is the plugin executable the CLI starts (``python -S -m
-  support.harness.engine.program_server plugin SOCKET MODULE ARGS``, ``run_plugin``): it passes on the
-  SIGINT/SIGTERM the engine sends to stop the plugin and ends as the plugin ends; if the engine
-  kills it, the server kills the plugin.
+- The caller is an executable the CLI or the language host starts, which passes on the
+  SIGINT/SIGTERM it receives and ends as the child ends; if it is killed, the server kills the
+  child. Two kinds: a plugin double's executable (``python -S -m
+  support.harness.engine.program_server plugin SOCKET MODULE ARGS``, ``run_plugin``), and the
+  ``python`` of the engine project's virtualenv (``python-shim``, ``run_python``), which the real
+  language host runs as ``python EXECUTOR ARGS`` (the program), ``python -m pip list`` and ``python
+  -c SCRIPT`` (its dependency checks); anything else it execs the real interpreter for.
 
 What it learns: when a child ends it reports the modules it imported after the fork; the server
 imports the ones that live outside the caller's project folder (the SDK, the providers' packages,
@@ -48,11 +50,10 @@ import socket
 import sys
 import threading
 import traceback
+import warnings
 from pathlib import Path
 from typing import NoReturn, Optional
 
-SERVER_VARIABLE = "ENGINE_PROGRAM_SERVER"
-"""The socket path of a running server; the language-host double uses it when it is set."""
 _STREAMS = 3
 _MAX_REQUEST_BYTES = 4 * 1024 * 1024
 
@@ -102,11 +103,16 @@ def _run_child(request: dict, fds: list[int], report: Path) -> int:
     os.environ.update(request["env"])
     argv: list[str] = request["argv"]
     module: Optional[str] = request.get("module")
-    # ``python -m`` puts the working folder first on sys.path, a script its own folder.
-    sys.argv = ["-m", *argv] if module else argv[:]
-    sys.path[:] = _child_path(
-        os.getcwd() if module else os.path.dirname(os.path.abspath(argv[0])), request["env"]
-    )
+    code: Optional[str] = request.get("code")
+    # ``python -m`` puts the working folder first on sys.path, ``-c`` an empty entry (the working
+    # folder), a script its own folder.
+    if module:
+        sys.argv, first = ["-m", *argv], os.getcwd()
+    elif code is not None:
+        sys.argv, first = ["-c", *argv], ""
+    else:
+        sys.argv, first = argv[:], os.path.dirname(os.path.abspath(argv[0]))
+    sys.path[:] = _child_path(first, request["env"])
     root = os.path.realpath(request["cwd"])
     # What the server had imported is the server's already: only what this run imports after
     # the fork is news. (Each module's path is resolved to tell a project's own from the rest;
@@ -128,6 +134,10 @@ def _run_child(request: dict, fds: list[int], report: Path) -> int:
     atexit.register(report_modules)
     if module:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
+    elif code is not None:
+        main = type(sys)("__main__")
+        sys.modules["__main__"] = main
+        exec(compile(code, "<string>", "exec"), main.__dict__)
     else:
         runpy.run_path(argv[0], run_name="__main__")
     return 0
@@ -165,7 +175,11 @@ def _preload(names: list[str]) -> int:
         try:
             if package and package in sys.modules and hasattr(sys.modules[package], leaf):
                 continue
-            __import__(name)
+            # A child that imported it said what it had to say already (pip's own imports warn
+            # of pkg_resources' deprecation); here it would only print into the tests' output.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                __import__(name)
         except BaseException:  # noqa: BLE001
             # A module that cannot be imported by name here (one grpc imports half-way through
             # its own import; Cython's shared module): it stays each child's to import. Tried
@@ -220,8 +234,7 @@ def serve(path: str) -> None:
             running[pid] = connection
             with contextlib.suppress(OSError):
                 connection.sendall(f"started {pid}\n".encode())
-            if request.get("module"):
-                plugins[connection] = pid
+            plugins[connection] = pid
         _reap(path, running, plugins)
     listener.close()
     Path(path).unlink(missing_ok=True)
@@ -327,35 +340,53 @@ def _answer(connection: socket.socket, path: str, word: str) -> str:
     return value
 
 
-def run_program(path: str, argv: list[str], env: dict[str, str], cwd: str) -> int:
-    """In the language host: run ``python -u ARGV`` through the server at ``path`` with this
-    process's standard streams; returns its exit status as ``subprocess`` would."""
-    connection, _ = _request(path, {"argv": argv, "env": env, "cwd": cwd})
-    with connection:
-        return int(_answer(connection, path, "ended"))
-
-
 def run_plugin(path: str, module: str, argv: list[str]) -> None:
-    """In a plugin executable (``python -S -m support.harness.engine.program_server plugin SOCKET MODULE
-    ARGS``): run ``python -m MODULE ARGS`` forked from the server, pass on the signals the engine
-    sends to stop it, and end as it ends. If this process is killed, the server kills the plugin."""
-    # Handlers first: a signal that comes before the plugin is forked is passed on once it is.
-    plugin: list[int] = []
+    """In a plugin executable (``python -S -m support.harness.engine.program_server plugin SOCKET
+    MODULE ARGS``): run ``python -m MODULE ARGS`` forked from the server (``_run_forked``)."""
+    _run_forked(path, {"module": module, "argv": argv})
+
+
+_PASSED_THROUGH_FLAGS = {"-u", "-B", "-E", "-s"}
+"""Interpreter flags a child of the server already behaves by (unbuffered streams, no bytecode
+written matters nowhere here, the environment as given) or that change nothing here."""
+
+
+def run_python(path: str, args: list[str]) -> None:
+    """In the engine project's ``python`` (``python-shim``): run ``python ARGS`` forked from the
+    server when ARGS run a script, a module or code (``SCRIPT ARGS``, ``-m MODULE ARGS``, ``-c CODE
+    ARGS``, after any of ``_PASSED_THROUGH_FLAGS``); anything else (``--version``, unknown flags)
+    is the real interpreter's, exec'd in this process's place."""
+    rest = list(args)
+    while rest and rest[0] in _PASSED_THROUGH_FLAGS:
+        rest.pop(0)
+    if len(rest) >= 2 and rest[0] == "-m":
+        _run_forked(path, {"module": rest[1], "argv": rest[2:]})
+    if len(rest) >= 2 and rest[0] == "-c":
+        _run_forked(path, {"code": rest[1], "argv": rest[2:]})
+    if rest and not rest[0].startswith("-"):
+        _run_forked(path, {"argv": rest})
+    os.execv(sys.executable, [sys.executable, *args])
+
+
+def _run_forked(path: str, request: dict) -> NoReturn:
+    """Run ``request`` forked from the server with this process's environment, folder and standard
+    streams, pass on the signals the engine or the host sends to stop it, and end as it ends. If
+    this process is killed, the server kills the child."""
+    # Handlers first: a signal that comes before the child is forked is passed on once it is.
+    child: list[int] = []
     early: list[int] = []
 
     def pass_on(number: int, frame: object) -> None:
-        if not plugin:
+        if not child:
             early.append(number)
             return
         with contextlib.suppress(ProcessLookupError):
-            os.kill(plugin[0], number)
+            os.kill(child[0], number)
 
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, pass_on)
-    connection, pid = _request(
-        path, {"module": module, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}
-    )
-    plugin.append(pid)
+    connection, pid = _request(path, {**request, "env": dict(os.environ), "cwd": os.getcwd()})
+    child.append(pid)
     for number in early:
         pass_on(number, None)
     status = int(_answer(connection, path, "ended"))
@@ -378,9 +409,19 @@ def plugin_command(socket_path: str, module: str, *args: str) -> list[str]:
     ]
 
 
+def python_shim(socket_path: str) -> str:
+    """The text of a ``python`` executable whose scripts, modules and code run forked from the
+    server at ``socket_path`` (``run_python``). It runs this file as a script, with ``-S``: it needs
+    only the standard library, and it leaves PYTHONPATH and the rest of the environment as its
+    caller set them, for the child."""
+    return f'#!/bin/sh\nexec {sys.executable} -S {Path(__file__).resolve()} python {socket_path} "$@"\n'
+
+
 def main() -> None:
     if sys.argv[1] == "plugin":
         run_plugin(sys.argv[2], sys.argv[3], sys.argv[4:])
+    if sys.argv[1] == "python":
+        run_python(sys.argv[2], sys.argv[3:])
     serve(sys.argv[1])
 
 
