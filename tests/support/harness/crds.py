@@ -95,7 +95,7 @@ def kueue_objects(run: Any) -> list[dict[str, Any]]:
 
 
 KUEUE_WORKLOAD_CRD = KUEUE_CRDS / "kueue.x-k8s.io_workloads.yaml"
-_CRD_OF_KIND = {"JobSet": JOBSET_CRD, "Workload": KUEUE_WORKLOAD_CRD}
+_CRD_OF_KIND = {"JobSet": JOBSET_CRD, "Workload": KUEUE_WORKLOAD_CRD, **KUEUE_CRD_FILES}
 """Objects of these kinds are checked against their CRD; every other kind against Kubernetes'."""
 
 
@@ -147,8 +147,8 @@ def _builtin_file(api_version: str, kind: str) -> str:
 def kubernetes_errors(item: Any) -> list[str]:
     """What the published schemas find wrong with an object the API server would send: a
     built-in kind (or its list) against Kubernetes' OpenAPI (kubernetes-validate, strict, at
-    ``KUBERNETES_VERSION``), a ``Status`` against meta/v1's, a JobSet or Kueue Workload (or
-    their lists' items) against the CRD. [] when it conforms."""
+    ``KUBERNETES_VERSION``), a ``Status`` against meta/v1's, a JobSet or Kueue object (or
+    their lists' items) against its CRD. [] when it conforms."""
     if not isinstance(item, dict) or not isinstance(item.get("kind"), str):
         return [f"(top): not a Kubernetes object: {str(item)[:80]}"]
     kind = item["kind"]
