@@ -129,25 +129,47 @@ def stack_outputs(stack: str, outputs_file: Optional[str]) -> tuple[Optional[dic
     """The stack's outputs (from the file, or `pulumi stack output --json`), or why not."""
     if outputs_file is not None:
         return read_previous_outputs(outputs_file), None
+    document, why = _cli_json(["stack", "output", "--json", "--stack", stack], "stack output")
+    if why == "no Pulumi CLI on PATH":
+        return None, f"{why}; pass --outputs FILE (`pulumi stack output --json > FILE`)"
+    if why is not None:
+        return None, why
+    return (document if isinstance(document, dict) else {}), None
+
+
+def _cli_json(args: list[str], what: str) -> tuple[Any, Optional[str]]:
+    """`pulumi ARGS` (JSON out) with the outputs' deadline: its document, or why there is none."""
     try:
-        done = subprocess.run(
-            ["pulumi", "stack", "output", "--json", "--stack", stack],
-            capture_output=True,
-            text=True,
-            timeout=OUTPUTS_SECONDS,
-        )
+        done = subprocess.run(["pulumi", *args], capture_output=True, text=True, timeout=OUTPUTS_SECONDS)
     except FileNotFoundError:
-        return None, "no Pulumi CLI on PATH; pass --outputs FILE (`pulumi stack output --json > FILE`)"
+        return None, "no Pulumi CLI on PATH"
     except subprocess.TimeoutExpired:
-        return None, f"`pulumi stack output` took longer than {OUTPUTS_SECONDS:g} s"
+        return None, f"`pulumi {what}` took longer than {OUTPUTS_SECONDS:g} s"
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        return None, f"`pulumi stack output --json --stack {stack}` failed: {last}"
+        return None, f"`pulumi {' '.join(args)}` failed: {last}"
     try:
-        document = json.loads(done.stdout)
+        return json.loads(done.stdout), None
     except ValueError:
-        return None, "`pulumi stack output --json` printed no JSON"
-    return (document if isinstance(document, dict) else {}), None
+        return None, f"`pulumi {what}` printed no JSON"
+
+
+def decrypted_config(stack: str) -> dict[str, tuple[str, bool]]:
+    """The stack's config with its secrets decrypted, as `pulumi up` hands it to the program:
+    ``{key: (value, secret)}`` from `pulumi config --show-secrets --json` (the same reading
+    `recover` makes through the Automation API). Raises ``SecretsUnreadable`` with why not."""
+    document, why = _cli_json(["config", "--show-secrets", "--json", "--stack", stack], "config")
+    if why is not None or not isinstance(document, dict):
+        raise SecretsUnreadable(why or "`pulumi config --json` printed no object")
+    return {
+        str(key): (str(entry.get("value", "")), bool(entry.get("secret")))
+        for key, entry in document.items()
+        if isinstance(entry, dict)
+    }
+
+
+class SecretsUnreadable(Exception):
+    """The Pulumi CLI could not give the stack's decrypted config."""
 
 
 def gather(

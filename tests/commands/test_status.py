@@ -6,14 +6,12 @@ read is said, per item, with exit 75."""
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 from urllib.parse import unquote
 
 import pytest
-from support.fakes import stub_pulumi
 from support.fakes.fake_kube_api import FakeKubernetesApi, job
 from support.fakes.fake_tpu_api import FakeTpuApi
 from support.fakes.loopback_gcs import LoopbackGcs
@@ -156,16 +154,6 @@ def test_a_preempted_node_and_a_finished_run_read_as_such(world, capsys):
     _, text = run(capsys, "--stack", "dev", "--outputs", str(outputs))
     assert "  live:          node is PREEMPTED -> will be replaced (a new recovery generation)" in text
     assert "  progress:      done (TRAINING_COMPLETE)" in text
-
-
-def test_the_outputs_come_from_the_pulumi_cli_when_no_file_is_given(world, capsys, tmp_path, monkeypatch):
-    folder = stub_pulumi.install(tmp_path / "bin")
-    (folder / "behaviour.json").write_text(json.dumps({"outputs": {"lastRecoveries": LAST_RECOVERIES}}))
-    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
-    code, text = run(capsys, "--stack", "dev")
-    assert code == status.EXIT_OK, text
-    assert "node is PREEMPTED" in text
-    assert stub_pulumi.calls(folder) == [["stack", "output", "--json", "--stack", "dev"]]
 
 
 def test_offline_it_says_what_it_could_not_read_and_exits_75(capsys, tmp_path, monkeypatch):

@@ -26,21 +26,17 @@ What the engine does, read in Pulumi's own source (pulumi/pulumi at
   (sdk/python/cmd/pulumi-language-python/main.go ``Run``, l.1066-1094): that is how
   ``TPU_TRAINING_RECOVERY_ROUND`` reaches the program.
 
-The stub CLI (tests/support/fakes/stub_pulumi.py) answers a targeted `up` with a pending delete as the
-engine does (its ``state`` behaviour), so the whole-round test fails if a round names the root.
+The whole round against the real engine (a removed Job, a Job never deployed, a pool edit beside
+the recoveries) is tests/engine/test_engine_rounds.py's first test.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import os
 
 import pytest
-import yaml
-from support.fakes import stub_pulumi
-from support.fakes.fake_kube_api import FakeKubernetesApi, job
-from support.fakes.fake_tpu_api import FakeTpuApi
+from support.fakes.fake_kube_api import job
 from support.harness.program import dev_config, run_stack
 from support.harness.recover_runs import (
     STACK_URN,
@@ -49,15 +45,13 @@ from support.harness.recover_runs import (
     dev_targets,
     live_dev_stack,
     recoverer,
-    set_behaviour,
 )
 from tpu_training_components.domain.capacity_ladder import Rung
 from tpu_training_components.domain.recovery_rounds import ROUND_ENV, RecoveryRound, RoundOutcome, as_deployed
 from tpu_training_components.errors import InvalidArgument
 
 from tpu_training import exit_codes, offline
-from tpu_training.commands import recover
-from tpu_training.recovery import recovery_targets, round_report, watch_loop
+from tpu_training.recovery import recovery_targets, round_report
 from tpu_training.recovery.automation import PendingChange
 
 ZONE = "europe-west4-a"
@@ -233,92 +227,3 @@ def test_set_against_blocks_only_the_workload_whose_sources_have_edits():
     chosen = recovery_targets.set_against(targets, [PendingChange(pool_urn("p"), "update")], {"a", "b"})
     assert chosen.targets == (job_urn("b"),)
     assert list(chosen.half_old) == ["a"]
-
-
-# --- One whole round: a removed resource, a never-deployed Job, a pending pool edit ------------
-
-
-def whole_round_stack() -> dict:
-    """The dev stack with a second pool and two more Jobs: train-b (deployed, on pool v6e-b) and
-    train-new (added to the stack file, never deployed)."""
-    config = dev_config()
-    config.pop("tpu-training:trainerCode")  # the scratch project has no trainer folder
-    pools = config["tpu-training:nodePools"]
-    pools.append({**pools[0], "name": "v6e-b", "slices": 2})  # a slice for each of its two jobs
-    jobs = config["tpu-training:jobs"]
-    jobs += [
-        {**jobs[0], "name": "train-b", "nodePool": "v6e-b"},
-        {**jobs[0], "name": "train-new", "nodePool": "v6e-b"},
-    ]
-    return config
-
-
-def test_a_whole_round_against_a_state_with_a_removed_resource_a_new_job_and_a_pool_edit(
-    scratch_project, tmp_path, monkeypatch
-):
-    (scratch_project / "Pulumi.dev.yaml").write_text(yaml.safe_dump({"config": whole_round_stack()}))
-    deployed = {
-        "recoveryGenerations": {"demo-tpu": 3},
-        "jobRecoveryGenerations": {"train-v6e": 1, "train-b": 1, "old-job": 1},
-    }
-    stub = stub_pulumi.install(tmp_path / "bin")
-    monkeypatch.setenv("PATH", f"{stub}{os.pathsep}{os.environ['PATH']}")
-    # What the real engine's preview shows beside the recoveries: old-job's delete (removed from the
-    # stack file), train-new's create (never deployed), and the v6e-4x4 pool's edit (its topology).
-    set_behaviour(
-        stub,
-        outputs=deployed,
-        pending=[
-            {"op": "delete", "urn": REMOVED},
-            {"op": "delete", "urn": REMOVED_JOB},
-            {"op": "create", "urn": job_urn("train-new")},
-            {"op": "replace", "urn": job_urn("train-v6e"), "replaceReasons": ["metadata"]},
-            {"op": "replace", "urn": job_urn("train-b"), "replaceReasons": ["metadata"]},
-            {"op": "replace", "urn": pool_urn("v6e-4x4"), "replaceReasons": ["placementPolicy"]},
-        ],
-        # The state the engine would hold: every resource a child of the root stack.
-        state=[
-            {"urn": STACK_URN, "parent": None},
-            {"urn": REMOVED, "parent": STACK_URN},
-            {"urn": REMOVED_JOB, "parent": REMOVED},
-            {"urn": VM_URN, "parent": STACK_URN},
-            {"urn": job_urn("train-b"), "parent": STACK_URN},
-        ],
-    )
-    with FakeTpuApi() as tpu, FakeKubernetesApi() as kube:
-        tpu.add(ZONE, "demo-tpu", "PREEMPTED", labels={"recovery-generation": "3"})
-        kube.add("default", job("train-v6e", generation=1, conditions=FAILED))
-        kube.add("default", job("train-b", generation=1, conditions=FAILED))
-        monkeypatch.setenv("TPU_API_ENDPOINT", tpu.endpoint)
-        monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig(tmp_path)))
-        monkeypatch.chdir(scratch_project)
-        said: list[str] = []
-        monkeypatch.setattr(recover, "_printer", lambda stream: said.append)
-        monkeypatch.setattr(watch_loop.StopSignal, "install", lambda self: None)  # pytest keeps its own
-        status = recover.main(["--stack", "dev", "--once"])
-
-        ups = [c for c in stub_pulumi.calls(stub) if c[1] == "up"]
-        (up,) = ups
-        assert [up[i + 1] for i, word in enumerate(up) if word == "--target"] == [VM_URN, job_urn("train-b")]
-        assert status == exit_codes.EXIT_OK, said
-        assert any("old-job: delete" in line and "left alone" in line for line in said)
-        assert any(line.startswith("warning: train-new was never deployed") for line in said)
-        (blocked,) = [line for line in said if "train-v6e is not recovered" in line]
-        assert "NodePool v6e-4x4-pool: replace (placementPolicy)" in blocked and "--apply-pending" in blocked
-
-        # What the program was told, and the outputs it then writes: only what the state holds.
-        (told,) = stub_pulumi.up_rounds(stub)
-        assert (told["targeted"], told["tpuVms"], told["jobs"]) == (True, ["demo-tpu"], ["train-b"])
-        round_ = RecoveryRound.from_env(json.dumps(told))
-        outputs = run_program(round_, deployed, whole_round_stack()).outputs
-    generations = outputs["jobRecoveryGenerations"]
-    assert set(generations) == {"train-v6e", "train-b", "old-job"}  # no train-new: not created
-    assert generations["train-v6e"] == 1 and generations["old-job"] == 1  # untargeted: as deployed
-    assert generations["train-b"] > 1 and outputs["recoveryGenerations"]["demo-tpu"] > 3
-    assert set(outputs["recoveryRestarts"]) == {"train-b"}
-
-    # The stub answers as the engine would had the round named the root: the update fails on
-    # old-job's delete after the recoveries ran.
-    failed = stub_pulumi.run(stub, "up", "--yes", "--skip-preview", "--target", STACK_URN, "--stack", "dev")
-    assert failed.returncode == 255
-    assert f"Resource '{REMOVED}' will be destroyed but was not specified in --target list" in failed.stderr

@@ -7,11 +7,8 @@ declares demo-tpu (europe-west4-a) and the Job train-v6e (namespace default)."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +20,6 @@ from support.harness.recover_runs import (
     RecordingRunner,
     live_dev_stack,
     recoverer,
-    run_recover,
     set_behaviour,
 )
 from tpu_training_components.domain.recovery import Decision
@@ -443,30 +439,6 @@ def decrypted_vms() -> dict:
     }
 
 
-def test_secrets_are_read_decrypted_through_the_cli_never_as_stand_ins(apis, stub, scratch_project):
-    """A stand-in where the VM's name goes would look for a node that does not exist, and
-    `pulumi up` it every round."""
-    tpu, _ = apis
-    set_behaviour(stub, config=decrypted_vms())
-    root = with_stack(scratch_project, SECRET_VMS)
-    cli = AutomationUp(root, lambda line: None)
-    runner = RecordingRunner()
-    rec, said = recoverer(runner, "test", root)
-    rec.decrypt = cli.read_config
-    report = rec.run_round()
-    assert [(d.name, d.action) for _, d in report.decisions] == [("demo-tpu", "keep")]
-    assert runner.stacks == []
-    assert not [line for line in said if "offline-secret" in line]
-    assert [
-        "--non-interactive",
-        "config",
-        "--show-secrets",
-        "--json",
-        "--stack",
-        "test",
-    ] in stub_pulumi.calls(stub)
-
-
 def test_secrets_without_a_cli_are_unavailable_not_guessed(apis, scratch_project):
     tpu, _ = apis
     root = with_stack(scratch_project, SECRET_VMS)
@@ -477,10 +449,8 @@ def test_secrets_without_a_cli_are_unavailable_not_guessed(apis, scratch_project
     assert tpu.calls == []
 
 
-def test_a_missing_stack_or_cli_is_unavailable(stub, monkeypatch, tmp_path):
-    set_behaviour(stub, stack_missing=True)
-    with pytest.raises(PulumiUnavailable, match="pulumi stack init dev"):
-        AutomationUp(REPO, lambda line: None)("dev")
+def test_a_missing_cli_is_unavailable(monkeypatch, tmp_path):
+    # A missing stack, under the real CLI: tests/engine/test_engine_rounds.py.
     monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
     with pytest.raises(PulumiUnavailable, match="Pulumi CLI cannot be run"):
         AutomationUp(REPO, lambda line: None)
@@ -489,25 +459,6 @@ def test_a_missing_stack_or_cli_is_unavailable(stub, monkeypatch, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # The command, end to end, in a subprocess
 # ---------------------------------------------------------------------------------------------
-
-
-def test_once_json_runs_up_through_the_cli_and_prints_one_object(apis, stub):
-    tpu, _ = apis
-    tpu.nodes[ZONE][0]["state"] = "TERMINATED"
-    done = run_recover("--stack", "dev", "--once", "--json", env=dict(os.environ))
-    assert done.returncode == exit_codes.EXIT_OK, done.stderr
-    (line,) = done.stdout.splitlines()
-    report = json.loads(line)
-    assert report["upNeeded"] is True
-    assert report["up"]["status"] == "succeeded"
-    assert {d["name"]: d["action"] for d in report["decisions"]} == {
-        "demo-tpu": "replace",
-        "train-v6e": "keep",
-    }
-    verbs = [c[1] for c in stub_pulumi.calls(stub)]
-    assert verbs[:2] == ["version", "stack"] and verbs.count("up") == 1
-    assert verbs.index("preview") < verbs.index("up")
-    assert "  | Updating (dev)" in done.stderr
 
 
 @pytest.mark.parametrize(
@@ -538,16 +489,6 @@ def test_usage_errors_exit_64_before_any_work(stub, args, capsys):
 # subprocess adds nothing to; the test above runs it in one.
 
 
-def test_a_missing_stack_still_prints_its_round_as_json(apis, stub):
-    tpu, _ = apis
-    tpu.nodes[ZONE][0]["state"] = "PREEMPTED"
-    set_behaviour(stub, stack_missing=True)
-    done = in_process.run_recover("--stack", "dev", "--once", "--json")
-    assert done.returncode == exit_codes.EXIT_UNAVAILABLE
-    (line,) = done.stdout.splitlines()
-    assert "pulumi stack init dev" in json.loads(line)["unavailable"]
-
-
 def test_no_pulumi_cli_exits_69_before_any_probe(apis, tmp_path):
     tpu, _ = apis
     done = in_process.run_recover("--stack", "dev", env={"PATH": str(tmp_path / "empty")})
@@ -555,40 +496,6 @@ def test_no_pulumi_cli_exits_69_before_any_probe(apis, tmp_path):
     assert "Pulumi CLI cannot be run" in done.stderr
     assert "install it (version 3.226.0 or later): curl -fsSL https://get.pulumi.com | sh" in done.stderr
     assert tpu.calls == []
-
-
-def test_sigterm_during_up_lets_the_up_finish_then_ends_the_watch(apis, stub):
-    tpu, _ = apis
-    tpu.nodes[ZONE][0]["state"] = "PREEMPTED"
-    set_behaviour(stub, up="succeed", hold=True)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tpu_training", "recover", "--stack", "dev", "--watch", "3600", "--json"],
-        cwd=REPO,
-        env=dict(os.environ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        # A bound on liveness, not on speed: the watcher's first round (a preview of the whole
-        # program, then the up) took 30 s on a loaded 2-core machine.
-        deadline = time.monotonic() + 120
-        while not (stub / "up-started").exists():
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline, "pulumi up never started"
-            time.sleep(0.02)
-        process.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
-        assert process.poll() is None, "the watcher left in the middle of `pulumi up`"
-        (stub / "release").write_text("")
-        stdout, stderr = process.communicate(timeout=30)
-    finally:
-        process.kill()
-    assert process.returncode == exit_codes.EXIT_OK, stderr
-    rounds = [json.loads(line) for line in stdout.splitlines()]
-    assert [r["up"]["status"] for r in rounds] == ["succeeded"]
-    assert "SIGTERM: stopping after this round" in stderr
-    assert sum(1 for c in stub_pulumi.calls(stub) if "up" in c) == 1
 
 
 def test_the_latency_benchmark_runs_and_its_probe_cost_does_not_grow_with_the_vms():

@@ -66,8 +66,16 @@ from tpu_training.command_line import (
 )
 from tpu_training.exit_codes import EXIT_CANNOT_WRITE, EXIT_CONFIG_ERROR, EXIT_OK, EXIT_USAGE
 from tpu_training.recovery.maintenance import NoticeRound, unread_warning
-from tpu_training.recovery.stack_probe import Probe, SecretsNeedTheCli, Target, load_settings, notice_step
-from tpu_training.run_status import READ_SECONDS, RunStatus, gather, stack_outputs, utc_text
+from tpu_training.recovery.stack_probe import Probe, Target, load_settings, notice_step
+from tpu_training.run_status import (
+    READ_SECONDS,
+    RunStatus,
+    SecretsUnreadable,
+    decrypted_config,
+    gather,
+    stack_outputs,
+    utc_text,
+)
 
 EXIT_NO_RECORDS = 65
 """``--records`` files hold no timeline (sysexits.h EX_DATAERR)."""
@@ -387,8 +395,12 @@ def main(
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     try:
-        loaded = load_settings(Target(project, stack, args.stack))
-    except (project_files.ProjectFileError, stack_config.ConfigError, SecretsNeedTheCli) as exc:
+        # A stack file with secrets is read decrypted through the CLI, as `recover` reads it.
+        loaded = load_settings(Target(project, stack, args.stack), decrypt=decrypted_config)
+    except SecretsUnreadable as exc:
+        print(f"error: Pulumi.{stack}.yaml holds secrets, which need the Pulumi CLI: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    except (project_files.ProjectFileError, stack_config.ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     settings = loaded.settings
