@@ -324,3 +324,19 @@ def test_html_that_cannot_be_written_exits_73_after_the_status(world, capsys, tm
         == status.EXIT_CANNOT_WRITE
     )
     assert capsys.readouterr().out == ""  # nothing read: the stack's status is not shown
+
+
+def test_a_stack_with_secrets_and_no_cli_says_the_cli_reads_them(
+    capsys, scratch_project, monkeypatch, tmp_path
+):
+    # With the CLI: tests/engine/test_engine_rounds.py (the config read decrypted through it).
+    (scratch_project / "Pulumi.secret.yaml").write_text(
+        "config:\n  gcp:project: p\n  tpu-training:tpuVms:\n    secure: AAABAHhlbmNyeXB0ZWQ=\n"
+    )
+    monkeypatch.chdir(scratch_project)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-cli-here"))
+    code = status.main(["--stack", "secret", "--outputs", str(tmp_outputs(scratch_project))])
+    assert code == status.EXIT_CONFIG_ERROR
+    err = capsys.readouterr().err
+    assert "error: Pulumi.secret.yaml holds secrets, which need the Pulumi CLI: no Pulumi CLI on PATH" in err
+    assert "Traceback" not in err
