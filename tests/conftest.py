@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import pytest
 from support.fakes import stub_pulumi
 from support.harness import policy_env, scheduling
+from support.harness.engine.control_plane import ControlPlane, kube_version
 from support.harness.engine.engine import SHARED_PROGRAM_SERVER, engine_version, program_server
 from support.harness.generations import DECIDED_AT, FRESH
 from support.harness.program import INFRA, REPO, dev_config
@@ -189,6 +190,19 @@ def engine() -> str:
             pytest.fail(f"{reason}; CI builds it first", pytrace=False)
         pytest.skip(reason)
     return version
+
+
+@pytest.fixture(scope="session")
+def kubernetes(engine: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A real control plane (etcd, kube-apiserver, the Job controller) for this worker's engine
+    tests, built by .ci/kube (tests/support/harness/engine/control_plane.py)."""
+    if kube_version() is None:
+        reason = "the Kubernetes control plane is not built here: run `bash .ci/kube` (docs/engine-tests.md)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}; CI builds it first", pytrace=False)
+        pytest.skip(reason)
+    with ControlPlane(tmp_path_factory.mktemp("kubernetes")) as plane:
+        yield plane
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,7 @@ from support.fakes.fake_tpu_api import FakeTpuApi
 _NODES = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/nodes$")
 _NODE = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/nodes/([^/]+)$")
 _OBJECTS = re.compile(r"^(/api/v1|/apis/[^/]+/[^/]+)/namespaces/([^/]+)/([^/]+)(?:/([^/]+))?$")
+_CLUSTER_OBJECTS = re.compile(r"^(/api/v1|/apis/[^/]+/[^/]+)/([^/]+)(?:/([^/]+))?$")
 CREATED_AT = "2026-11-28T09:00:00Z"
 
 
@@ -128,7 +129,12 @@ class KubernetesApi(FakeJobSetApi):
 
     def route(self, method: str, path: str, query: str, headers: dict[str, str]) -> tuple[int, Any]:
         match = _OBJECTS.match(path)
-        if match is None or (method == "GET" and match.group(4) is None):
+        if match is None:
+            cluster_wide = _CLUSTER_OBJECTS.match(path)
+            if cluster_wide is not None and (method != "GET" or path in self.objects):
+                return self._cluster_wide(method, path, cluster_wide.group(2), cluster_wide.group(3))
+            return super().route(method, path, query, headers)
+        if method == "GET" and match.group(4) is None:
             return super().route(method, path, query, headers)
         prefix, namespace, plural, name = match.groups()
         if method == "POST" and name is None:
@@ -159,6 +165,32 @@ class KubernetesApi(FakeJobSetApi):
                 self.remove(plural, namespace, name or "")
             else:
                 del self.objects[path]
+            return 200, {"apiVersion": "v1", "kind": "Status", "status": "Success"}
+        return _kubernetes_error(405, "MethodNotAllowed", f"{method} {path}")
+
+    def _cluster_wide(self, method: str, path: str, plural: str, name: Optional[str]) -> tuple[int, Any]:
+        """A cluster-scoped object (a Namespace, a ComputeClass, Kueue's ClusterQueue...), kept by
+        its path: created with POST to its collection, then read, replaced and deleted there."""
+        if method == "POST" and name is None:
+            item = json.loads(self.bodies[-1] or b"{}")
+            name = item.get("metadata", {}).get("name", "")
+            if f"{path}/{name}" in self.objects:
+                return _kubernetes_error(409, "AlreadyExists", f'{plural} "{name}" already exists')
+            item.setdefault("metadata", {}).update(uid=str(uuid.uuid4()), creationTimestamp=CREATED_AT)
+            self._store(f"{path}/{name}", plural, "", item)
+            return 201, copy.deepcopy(item)
+        current = self.objects.get(path)
+        if current is None or name is None:
+            return _kubernetes_error(404, "NotFound", f'{plural} "{name}" not found')
+        if method == "GET":
+            return 200, copy.deepcopy(current)
+        if method == "PUT":
+            item = json.loads(self.bodies[-1] or b"{}")
+            item["metadata"].update(uid=current["metadata"]["uid"], creationTimestamp=CREATED_AT)
+            self._store(path, plural, "", item)
+            return 200, copy.deepcopy(item)
+        if method == "DELETE":
+            del self.objects[path]
             return 200, {"apiVersion": "v1", "kind": "Status", "status": "Success"}
         return _kubernetes_error(405, "MethodNotAllowed", f"{method} {path}")
 

@@ -31,6 +31,7 @@ import copy
 import importlib.util
 import json
 import os
+import ssl
 import sys
 import time
 import urllib.error
@@ -83,7 +84,10 @@ _NODE_FIELDS = (
 
 
 KUBERNETES_API_VARIABLE = "ENGINE_KUBERNETES_API"
-"""The Kubernetes API server fake the Kubernetes double writes to (``http://127.0.0.1:PORT``)."""
+"""The Kubernetes API server the Kubernetes double writes to: the fake (``http://127.0.0.1:PORT``) or
+the real one control_plane.py starts (``https://127.0.0.1:PORT``)."""
+KUBERNETES_TOKEN_VARIABLE = "ENGINE_KUBERNETES_TOKEN"
+"""A bearer token for that server, when it is a real one (control_plane.py)."""
 HOLD_VARIABLE = "ENGINE_TPU_CREATE_HOLD"
 """A file: while it exists, the step ``HOLD_AT_VARIABLE`` names waits (writing FILE.started first),
 so a test can hold an update in the middle, with the stack locked, or crash it there. At most
@@ -146,13 +150,18 @@ def _struct(value: Mapping[str, Any]) -> struct_pb2.Struct:
 
 
 def _unwrapped(value: Any) -> Any:
-    """A value with the engine's secret wrappers taken off (what a provider sends to its API)."""
+    """A value with the engine's secret wrappers taken off (what a provider sends to its API), and
+    its whole numbers whole again: the engine's protobuf Struct carries every number as a double,
+    and an API server refuses 4.0 where its schema has an integer (a real provider converts by
+    its schema; a number with no fraction is an integer in every input this stack declares)."""
     if isinstance(value, dict):
         if value.get(SIGNATURE_KEY) == SECRET_SIGNATURE:
             return _unwrapped(value.get("value"))
         return {k: _unwrapped(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_unwrapped(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     return value
 
 
@@ -172,13 +181,22 @@ def _endpoint(variable: str, double: str) -> str:
     return endpoint.rstrip("/")
 
 
-def _http(method: str, url: str, body: Optional[Any] = None) -> tuple[int, Any]:
+def _http(method: str, url: str, body: Optional[Any] = None, token: Optional[str] = None) -> tuple[int, Any]:
+    """A JSON request; ``token``: a bearer token (the real API server's). An ``https`` loopback
+    server is the control plane's own (control_plane.py): its self-signed certificate is not
+    verified."""
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(
-        url, data=data, method=method, headers={"Content-Type": "application/json"}
-    )
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    context = None
+    if url.startswith("https://127.0.0.1"):
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
     try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
+        with urllib.request.urlopen(request, timeout=30, context=context) as answer:
             raw = answer.read()
             return answer.status, json.loads(raw) if raw else {}
     except urllib.error.HTTPError as error:
@@ -356,6 +374,8 @@ class KubernetesObjects(Backend):
         api_version, kind = str(inputs["apiVersion"]), str(inputs["kind"])
         plural = kind.lower() + ("es" if kind.lower().endswith("s") else "s")
         prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+        if kind in CLUSTER_SCOPED:
+            return f"{prefix}/{plural}"
         namespace = (inputs.get("metadata") or {}).get("namespace") or "default"
         return f"{prefix}/namespaces/{namespace}/{plural}"
 
@@ -368,7 +388,7 @@ class KubernetesObjects(Backend):
         body = _unwrapped(copy.deepcopy(inputs))
         body.setdefault("metadata", {}).setdefault("name", name)
         _hold_at("kube-create")
-        status, answer = _http("POST", self._url(provider, body), body)
+        status, answer = _http("POST", self._url(provider, body), body, _token())
         if status >= 300:
             raise ProviderError(
                 f"creating {body['kind']} {body['metadata']['name']}: {status} {json.dumps(answer)}"
@@ -380,7 +400,9 @@ class KubernetesObjects(Backend):
     def read(
         self, provider: ProviderDouble, type_: str, identifier: str, state: dict[str, Any]
     ) -> Optional[dict]:
-        status, answer = _http("GET", self._url(provider, state, identifier.rsplit("/", 1)[-1]))
+        status, answer = _http(
+            "GET", self._url(provider, state, identifier.rsplit("/", 1)[-1]), token=_token()
+        )
         if status == 404:
             return None
         if status != 200:
@@ -389,16 +411,53 @@ class KubernetesObjects(Backend):
 
     def update(self, provider: ProviderDouble, type_: str, identifier: str, news: dict[str, Any]) -> dict:
         body = _unwrapped(copy.deepcopy(news))
-        status, answer = _http("PUT", self._url(provider, body, identifier.rsplit("/", 1)[-1]), body)
+        status, answer = _http(
+            "PUT", self._url(provider, body, identifier.rsplit("/", 1)[-1]), body, _token()
+        )
         if status >= 300:
             raise ProviderError(f"updating {identifier}: {status} {json.dumps(answer)}")
         return {**news, **answer}
 
     def delete(self, provider: ProviderDouble, type_: str, identifier: str, state: dict[str, Any]) -> None:
         _hold_at("kube-delete")
-        status, answer = _http("DELETE", self._url(provider, state, identifier.rsplit("/", 1)[-1]))
+        url = self._url(provider, state, identifier.rsplit("/", 1)[-1])
+        # In the background, as pulumi-kubernetes deletes (a Job's own default would orphan its
+        # Pods), then awaited until the object is gone, as it awaits a delete: a replacement of
+        # the same name is created after.
+        status, answer = _http("DELETE", f"{url}?propagationPolicy=Background", token=_token())
         if status not in (200, 202, 404):
             raise ProviderError(f"deleting {identifier}: {status} {json.dumps(answer)}")
+        deadline = time.monotonic() + DELETE_SECONDS
+        while _http("GET", url, token=_token())[0] != 404:
+            if time.monotonic() > deadline:
+                raise ProviderError(f"deleting {identifier}: still there after {DELETE_SECONDS:g} s")
+            time.sleep(0.1)
+
+
+CLUSTER_SCOPED = frozenset(
+    {
+        "Namespace",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "PriorityClass",
+        "CustomResourceDefinition",
+        "ComputeClass",
+        "ClusterQueue",
+        "ResourceFlavor",
+        "AdmissionCheck",
+        "ProvisioningRequestConfig",
+    }
+)
+"""Kinds with no namespace: their objects live at ``/api[s]/.../PLURAL/NAME`` (the real API server
+answers 404 for them under a namespace). The stack's own: Namespace, GKE's ComputeClass and
+Kueue's cluster-wide objects (each CRD's ``scope: Cluster``)."""
+
+
+def _token() -> Optional[str]:
+    return os.environ.get(KUBERNETES_TOKEN_VARIABLE) or None
+
+
+DELETE_SECONDS = 60.0
 
 
 _STATE_ONLY = Backend()
