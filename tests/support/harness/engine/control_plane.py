@@ -1,15 +1,17 @@
-"""A real Kubernetes control plane on loopback for the engine tier: etcd, kube-apiserver and
-kube-controller-manager (the Job and garbage-collector controllers), built by .ci/kube into
-.engine/kube/bin. No kubelet and no scheduler: a Pod stays Pending until a test writes its status
-through the status subresource, which is how a test fails a worker on purpose; the real Job
-controller then does what it does with a failed Pod.
+"""A real Kubernetes control plane on loopback for the engine tier: etcd, kube-apiserver,
+kube-controller-manager (the Job and garbage-collector controllers) and the JobSet controller
+v0.12.0 with its webhooks, built by .ci/kube into .engine/kube/bin. No kubelet and no scheduler: a
+Pod stays Pending until a test binds it to a Node object it made, or writes its status through the
+status subresource, which is how a test fails a worker on purpose; the real controllers then do
+what they do with a failed Pod.
 
-``ControlPlane`` starts the three in a folder of its own and stops them; ``kubeconfig`` is an
-admin's (a static token in the ``system:masters`` group, TLS not verified: the serving
-certificate is the API server's own self-signed one)."""
+``ControlPlane`` starts them in a folder of its own and stops them; ``kubeconfig`` is an admin's (a
+static token in the ``system:masters`` group, TLS not verified: the serving certificate is the API
+server's own self-signed one)."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -23,10 +25,35 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+import yaml
+
+from support.harness.crds import JOBSET_CRD
 from support.harness.engine.engine import REPO
 
 KUBE_BIN = REPO / ".engine" / "kube" / "bin"
-TOOLS = ("etcd", "kube-apiserver", "kube-controller-manager")
+TOOLS = ("etcd", "kube-apiserver", "kube-controller-manager", "jobset-controller")
+JOBSET_WEBHOOKS = {
+    # name: (path, group, version, resource, operations, mutating), from the kubebuilder markers in
+    # jobset v0.12.0's pkg/webhooks/jobset_webhook.go and pod_webhook.go.
+    "mjobset.kb.io": (
+        "/mutate-jobset-x-k8s-io-v1alpha2-jobset",
+        "jobset.x-k8s.io",
+        "v1alpha2",
+        "jobsets",
+        ["CREATE"],
+        True,
+    ),
+    "mpod.kb.io": ("/mutate--v1-pod", "", "v1", "pods", ["CREATE"], True),
+    "vjobset.kb.io": (
+        "/validate-jobset-x-k8s-io-v1alpha2-jobset",
+        "jobset.x-k8s.io",
+        "v1alpha2",
+        "jobsets",
+        ["CREATE", "UPDATE"],
+        False,
+    ),
+    "vpod.kb.io": ("/validate--v1-pod", "", "v1", "pods", ["CREATE"], False),
+}
 TOKEN = "engine-tests-admin-token"
 START_SECONDS = 180.0
 """How long the control plane may take to answer on a loaded two-core machine (about 10 s quiet)."""
@@ -123,6 +150,83 @@ class ControlPlane:
             "--secure-port=0",
             "--use-service-account-credentials=false",
         )
+        self._start_jobset()
+
+    def _start_jobset(self) -> None:
+        """The JobSet CRD, the controller manager with its webhook server on a loopback port (a
+        self-signed certificate for 127.0.0.1, which the webhook configurations trust), and the
+        four webhook configurations pointing at it by URL (in a cluster they name a Service)."""
+        folder = self.folder / "jobset"
+        certificates = folder / "certificates"
+        certificates.mkdir(parents=True)
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"]
+            + ["-keyout", str(certificates / "tls.key"), "-out", str(certificates / "tls.crt")]
+            + ["-subj", "/CN=jobset-webhook", "-addext", "subjectAltName=IP:127.0.0.1"],
+            check=True,
+            capture_output=True,
+        )
+        crd = yaml.safe_load(JOBSET_CRD.read_text())
+        status, answer = self.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+        assert status == 201, answer
+        _wait(lambda: self._established(crd["metadata"]["name"]), "the JobSet CRD")
+        webhook_port, health_port = _free_port(), _free_port()
+        (folder / "config.yaml").write_text(
+            json.dumps(
+                {
+                    "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+                    "kind": "Configuration",
+                    "internalCertManagement": {"enable": False},
+                    "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(certificates)},
+                    "metrics": {"bindAddress": "0"},
+                    "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+                    "leaderElection": {"leaderElect": False},
+                }
+            )
+        )
+        self._spawn(
+            "jobset-controller", f"--kubeconfig={self.kubeconfig}", f"--config={folder / 'config.yaml'}"
+        )
+        ca_bundle = base64.b64encode((certificates / "tls.crt").read_bytes()).decode()
+        for mutating in (True, False):
+            kind = "MutatingWebhookConfiguration" if mutating else "ValidatingWebhookConfiguration"
+            webhooks = [
+                {
+                    "name": name,
+                    "clientConfig": {"url": f"https://127.0.0.1:{webhook_port}{path}", "caBundle": ca_bundle},
+                    "rules": [
+                        {
+                            "apiGroups": [group],
+                            "apiVersions": [version],
+                            "operations": operations,
+                            "resources": [resource],
+                        }
+                    ],
+                    "failurePolicy": "Fail",
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                }
+                for name, (path, group, version, resource, operations, is_mutating) in JOBSET_WEBHOOKS.items()
+                if is_mutating == mutating
+            ]
+            plural = kind.lower() + "s"
+            status, answer = self.request(
+                "POST",
+                f"/apis/admissionregistration.k8s.io/v1/{plural}",
+                {
+                    "apiVersion": "admissionregistration.k8s.io/v1",
+                    "kind": kind,
+                    "metadata": {"name": "jobset"},
+                    "webhooks": webhooks,
+                },
+            )
+            assert status == 201, answer
+        _wait(lambda: _ready(f"http://127.0.0.1:{health_port}/readyz"), "the JobSet controller")
+
+    def _established(self, name: str) -> bool:
+        _, crd = self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        conditions = ((crd.get("status") or {}).get("conditions") or []) if isinstance(crd, dict) else []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
     def _cluster(self) -> dict[str, Any]:
         return {"server": self.endpoint, "insecure-skip-tls-verify": True}
@@ -185,6 +289,14 @@ def _first_line(process: subprocess.Popen, log: Path) -> str:
     if process.poll() is not None:
         raise RuntimeError(f"etcd ended with {process.returncode}: {log.read_text()[-2000:]}")
     return process.stdout.readline().decode().strip()
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
 
 
 def _wait(ready: Any, what: str) -> None:
