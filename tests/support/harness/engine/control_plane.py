@@ -1,13 +1,13 @@
 """A real Kubernetes control plane on loopback for the engine tier: etcd, kube-apiserver,
-kube-controller-manager (the Job and garbage-collector controllers) and the JobSet controller
+kube-controller-manager (the Job, garbage-collector and service-account controllers) and the JobSet controller
 v0.12.0 with its webhooks, built by .ci/kube into .engine/kube/bin. No kubelet and no scheduler: a
 Pod stays Pending until a test binds it to a Node object it made, or writes its status through the
 status subresource, which is how a test fails a worker on purpose; the real controllers then do
 what they do with a failed Pod.
 
 ``ControlPlane`` starts them in a folder of its own and stops them; ``kubeconfig`` is an admin's (a
-static token in the ``system:masters`` group, TLS not verified: the serving certificate is the API
-server's own self-signed one)."""
+static token in the ``system:masters`` group; the CA it trusts is the one the API server made for
+its own self-signed serving certificate)."""
 
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ class ControlPlane:
         self._spawn(
             "kube-controller-manager",
             f"--kubeconfig={self.kubeconfig}",
-            "--controllers=job-controller,garbage-collector-controller",
+            "--controllers=job-controller,garbage-collector-controller,serviceaccount-controller",
             "--leader-elect=false",
             "--secure-port=0",
             "--use-service-account-credentials=false",
@@ -229,17 +229,22 @@ class ControlPlane:
         return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
     def _cluster(self) -> dict[str, Any]:
-        return {"server": self.endpoint, "insecure-skip-tls-verify": True}
+        # The API server's own self-signed certificate (written to --cert-dir as it starts, with the
+        # CA that signed it), trusted as the cluster's CA: clients verify it, as against GKE.
+        return {
+            "server": self.endpoint,
+            "certificate-authority": str(self.folder / "certificates" / "apiserver.crt"),
+        }
 
     def _spawn(self, tool: str, *args: str) -> subprocess.Popen:
-        log = (self.folder / f"{tool}.log").open("ab")
-        process = subprocess.Popen(
-            [str(KUBE_BIN / tool), *args],
-            stdout=subprocess.PIPE if tool == "etcd" else log,
-            stderr=log,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        with (self.folder / f"{tool}.log").open("ab") as log:  # the child keeps its own descriptor
+            process = subprocess.Popen(
+                [str(KUBE_BIN / tool), *args],
+                stdout=subprocess.PIPE if tool == "etcd" else log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.processes.append(process)
         return process
 
