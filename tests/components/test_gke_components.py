@@ -269,7 +269,12 @@ def test_privileged_is_an_explicit_opt_in():
 def test_both_jobs_tolerate_disruption_and_do_not_block_pulumi_up():
     for spec in (_spec("2x2", 1, ("a",), "i"), _spec("4x4", 4, ("a",), "i")):
         job = manifests(spec, "x")[-1]
-        assert job["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+        # No wait for days of training; deleted in the background, so a replacement of the same
+        # name never meets the old Job still being deleted (skipAwait skips that wait too).
+        assert job["metadata"]["annotations"] == {
+            "pulumi.com/skipAwait": "true",
+            "pulumi.com/deletionPropagationPolicy": "background",
+        }
         assert "pulumi.com/replaceUnready" not in str(job)
         assert job["spec"]["podFailurePolicy"]["rules"] == [
             {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}

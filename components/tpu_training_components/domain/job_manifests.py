@@ -20,6 +20,7 @@ from .recovery import GENERATION_LABEL
 TPU_RESOURCE = "google.com/tpu"
 WORKLOAD_IDENTITY_ANNOTATION = "iam.gke.io/gcp-service-account"
 SKIP_AWAIT_ANNOTATION = "pulumi.com/skipAwait"
+DELETION_PROPAGATION_ANNOTATION = "pulumi.com/deletionPropagationPolicy"
 PRIVILEGED_OPT_IN_ANNOTATION = "tpu-training/privileged"
 """Set to ``"true"`` on a Job that runs its trainer privileged on purpose (``privileged=True``):
 the policy pack refuses privileged training Pods without it."""
@@ -293,8 +294,16 @@ def job_manifest(spec: TrainingJobSpec) -> dict[str, Any]:
         metadata["labels"][KUEUE_QUEUE_LABEL] = spec.queue
     # `pulumi up` returns once the Job is accepted instead of waiting days for it to finish;
     # recovery reads the Job's state itself on the next run.
+    # skipAwait also skips the wait for a Job's *deletion* (pulumi-kubernetes v4.32.0,
+    # provider/pkg/metadata/overrides.go `allowsSkipAwaitWithDelete`, which lists batch/v1 Job),
+    # and its default delete is foreground: the old Job, same name, stays until its Pods are gone,
+    # so the replacement's create failed with "object is being deleted: jobs.batch ... already
+    # exists" (found by the engine tier with the real provider, tests/engine/test_engine_kube_provider.py).
+    # Deleted in the background, the Job object goes at once and its Pods after it, as `kubectl
+    # delete job` does; the annotation is metadata, updated in place on a running Job.
     metadata["annotations"] = {
         SKIP_AWAIT_ANNOTATION: "true",
+        DELETION_PROPAGATION_ANNOTATION: "background",
         **({PRIVILEGED_OPT_IN_ANNOTATION: "true"} if spec.privileged else {}),
     }
     pod_spec: dict[str, Any] = {

@@ -31,7 +31,14 @@ from support.harness.crds import JOBSET_CRD
 from support.harness.engine.engine import REPO
 
 KUBE_BIN = REPO / ".engine" / "kube" / "bin"
-TOOLS = ("etcd", "kube-apiserver", "kube-controller-manager", "jobset-controller")
+TOOLS = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "jobset-controller",
+    "pulumi-resource-kubernetes",
+)
+"""What .ci/kube builds: the control plane, and the real Kubernetes provider the engine tier runs on it."""
 JOBSET_WEBHOOKS = {
     # name: (path, group, version, resource, operations, mutating), from the kubebuilder markers in
     # jobset v0.12.0's pkg/webhooks/jobset_webhook.go and pod_webhook.go.

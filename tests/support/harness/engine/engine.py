@@ -95,7 +95,15 @@ class EngineProject:
     file backend beside it, and the CLI's environment pointing at the fakes' endpoints (and, with
     ``programs``, at a program server)."""
 
-    def __init__(self, folder: Path, endpoints: dict[str, str], programs: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        endpoints: dict[str, str],
+        programs: Optional[str] = None,
+        kubernetes_provider: Optional[Path] = None,
+    ) -> None:
+        self.kubernetes_provider = kubernetes_provider
+        """The real pulumi-kubernetes provider's executable, used instead of the double."""
         self.root = folder / "project"
         self.root.mkdir(parents=True)
         shutil.copy(REPO / "Pulumi.yaml", self.root / "Pulumi.yaml")
@@ -141,6 +149,10 @@ class EngineProject:
             ("pulumi-resource-kubernetes", "support.harness.engine.providers", "kubernetes"),
         ):
             plugin_executable(self.plugins, name, module, *args, programs=programs)
+        if self.kubernetes_provider is not None:
+            real = self.plugins / "pulumi-resource-kubernetes"
+            real.unlink()
+            real.symlink_to(self.kubernetes_provider)
         venv = self.root / ".venv"
         if venv.is_symlink() or venv.is_file():
             venv.unlink()

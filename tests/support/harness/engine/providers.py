@@ -212,6 +212,23 @@ def _http(method: str, url: str, body: Optional[Any] = None, token: Optional[str
 # ---------------------------------------------------------------------------------------------
 
 
+CLUSTER_ENDPOINT_VARIABLE = "ENGINE_CLUSTER_ENDPOINT"
+"""``HOST:PORT`` of a real API server (control_plane.py) that a GKE cluster's ``endpoint`` output
+names, with ``CLUSTER_CA_VARIABLE`` (base64 PEM) its ``masterAuth.clusterCaCertificate``: the
+stack's kubeconfig then reaches that server, and the real pulumi-kubernetes provider with it."""
+CLUSTER_CA_VARIABLE = "ENGINE_CLUSTER_CA"
+
+
+def _computed(type_: str, name: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    outputs = computed_outputs(type_, name, inputs)
+    if type_ == "gcp:container/cluster:Cluster" and os.environ.get(CLUSTER_ENDPOINT_VARIABLE):
+        outputs["endpoint"] = os.environ[CLUSTER_ENDPOINT_VARIABLE]
+        outputs["masterAuth"] = dict(
+            outputs["masterAuth"], clusterCaCertificate=os.environ[CLUSTER_CA_VARIABLE]
+        )
+    return outputs
+
+
 class Backend:
     """A type with nothing to talk to: the engine's state is the resource."""
 
@@ -219,7 +236,7 @@ class Backend:
         self, provider: ProviderDouble, type_: str, name: str, inputs: dict[str, Any]
     ) -> tuple[str, dict]:
         identifier = str(inputs.get("name") or name)
-        return identifier, {**inputs, **computed_outputs(type_, name, inputs)}
+        return identifier, {**inputs, **_computed(type_, name, inputs)}
 
     def read(
         self, provider: ProviderDouble, type_: str, identifier: str, state: dict[str, Any]
@@ -227,7 +244,7 @@ class Backend:
         return state
 
     def update(self, provider: ProviderDouble, type_: str, identifier: str, news: dict[str, Any]) -> dict:
-        return {**news, **computed_outputs(type_, str(news.get("name") or identifier), news)}
+        return {**news, **_computed(type_, str(news.get("name") or identifier), news)}
 
     def delete(self, provider: ProviderDouble, type_: str, identifier: str, state: dict[str, Any]) -> None:
         return None
