@@ -14,11 +14,17 @@ from typing import Any, Iterator
 
 import pytest
 from support.fakes.loopback_gcs import LoopbackGcs
+from support.harness.engine.compare import (
+    GKE_DOCUMENTED_EDITS,
+    compare_each,
+    predicted_changes,
+    previewed_changes,
+    write_base_plan,
+)
 from support.harness.engine.engine import REPO, EngineProject, endpoints
 from support.harness.engine.fakes import CloudTpuApi, KubernetesApi
 from support.harness.engine.providers import HOLD_VARIABLE, KUBERNETES_API_VARIABLE
 from support.harness.engine.stacks import GKE_CONFIG, TPU_VM_CONFIG, VM, ZONE
-from support.harness.in_process import run_plan
 from support.harness.waiting import eventually
 
 pytestmark = pytest.mark.engine
@@ -259,86 +265,14 @@ DOCUMENTED_EDITS: dict[str, tuple[str, Any]] = {
     "labels": ("tpu-training:labels", {"team": "research"}),
     "bucket retention": ("tpu-training:bucket", {"noncurrentVersionRetentionDays": 14}),
 }
-_ENGINE_ACTIONS = {
-    "update": "update",
-    "replace": "replace",
-    "create-replacement": "replace",
-    "delete-replaced": "replace",
-    "create": "create",
-    "delete": "delete",
-}
-
-
-def _predicted(project: EngineProject, base: Path) -> dict[str, str]:
-    # In this process (support.harness.in_process): the prediction is what the test compares, not the process.
-    done = run_plan("--stack", STACK, "--compare-to", str(base), "--json", "-", cwd=project.root)
-    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
-    changes = json.loads(done.stdout)["changes"]["resources"]
-    return {change["urn"]: change["action"] for change in changes if change["urn"] != STACK_URN}
-
-
-def _previewed(project: EngineProject) -> dict[str, str]:
-    steps = project.json("preview", "--stack", STACK).get("steps", [])
-    found: dict[str, str] = {}
-    for step in steps:
-        action = _ENGINE_ACTIONS.get(step["op"])
-        # What reaches the cloud or the cluster: --compare-to speaks of custom resources only.
-        custom = (step.get("newState") or step.get("oldState") or {}).get("custom")
-        # A provider updated in a preview only because its inputs are not known yet (the
-        # Kubernetes provider's kubeconfig, made from the outputs of a cluster being updated) is
-        # not a change --compare-to lists: the update leaves the provider as it was. A provider
-        # replacement is compared like any other.
-        unknown_inputs_only = step["op"] == "update" and step["urn"].split("::")[2].split("$")[-1].startswith(
-            "pulumi:providers:"
-        )
-        if action is not None and custom and not unknown_inputs_only:
-            found[step["urn"]] = action
-    return found
-
-
-def _compare_each(
-    project: EngineProject, edits: dict[str, tuple[str, Any]], base: Path
-) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
-    """For each edit, applied alone to the deployed stack's file: where --compare-to's prediction
-    and the engine's preview disagree, and what the engine previewed for each edit."""
-    _write_base_plan(project, base)
-    stack_file = project.root / f"Pulumi.{STACK}.yaml"
-    deployed = stack_file.read_text()
-    disagreements, previews = {}, {}
-    for edit, (key, value) in edits.items():
-        project.set_config(STACK, key, value)
-        predicted, previews[edit] = _predicted(project, base), _previewed(project)
-        assert predicted, f"{edit}: the plan predicts no change"
-        if predicted != previews[edit]:
-            disagreements[edit] = {"--compare-to": predicted, "engine": previews[edit]}
-        stack_file.write_text(deployed)
-    return disagreements, previews
 
 
 def test_compare_to_predicts_what_the_engine_previews_for_each_documented_tpu_vm_edit(
     project: EngineProject, tmp_path: Path
 ) -> None:
     _deployed(project)
-    disagreements, _ = _compare_each(project, DOCUMENTED_EDITS, tmp_path / "base.json")
+    disagreements, _ = compare_each(project, STACK, DOCUMENTED_EDITS, tmp_path / "base.json")
     assert not disagreements, json.dumps(disagreements, indent=1)
-
-
-_JOB = GKE_CONFIG["tpu-training:jobs"][0]
-_POOL = GKE_CONFIG["tpu-training:nodePools"][0]
-# The GKE edits of docs/offline-plan.md's table, and a tuning edit that must restart nothing.
-GKE_DOCUMENTED_EDITS: dict[str, tuple[str, Any]] = {
-    "image": (
-        "tpu-training:jobs",
-        [dict(_JOB, image="us-docker.pkg.dev/cloud-tpu-images/jax-ai-image/tpu:v2")],
-    ),
-    "command": ("tpu-training:jobs", [dict(_JOB, command=["python3", "/tmp/trainer/train.py", "--v2"])]),
-    "env": ("tpu-training:jobs", [dict(_JOB, env={"XLA_FLAGS": "--xla_dump_to=/tmp"})]),
-    "maxRunDuration": ("tpu-training:nodePools", [dict(_POOL, maxRunDuration="72h")]),
-    # The pool becomes a capacity ladder: a ComputeClass and a pool per rung, the Job selecting the class.
-    "provisioning ladder": ("tpu-training:nodePools", [dict(_POOL, provisioning=["spot", "flex-start"])]),
-    "labels": ("tpu-training:labels", {"team": "research"}),
-    "costSeconds (tuning)": ("tpu-training:checkpointing", {"costSeconds": 120}),
-}
 
 
 def test_compare_to_predicts_what_the_engine_previews_for_each_documented_gke_edit(
@@ -348,7 +282,7 @@ def test_compare_to_predicts_what_the_engine_previews_for_each_documented_gke_ed
         project = _gke_project(tmp_path, cloud, kube, programs)
         project.init(STACK, {**GKE_CONFIG, "tpu-training:checkpointing": {"costSeconds": 60}})
         project.deploy(STACK)
-        disagreements, previews = _compare_each(project, GKE_DOCUMENTED_EDITS, tmp_path / "base.json")
+        disagreements, previews = compare_each(project, STACK, GKE_DOCUMENTED_EDITS, tmp_path / "base.json")
         assert not disagreements, json.dumps(disagreements, indent=1)
         # The tuning edit, by the engine's own preview: the Job is not replaced.
         assert JOB_URN not in previews["costSeconds (tuning)"]
@@ -433,11 +367,6 @@ def test_a_failed_job_waits_for_a_pending_pool_edit_then_is_recreated_alone_by_r
         assert _changed_in_the_cloud(before, after) == [JOB_URN]
 
 
-def _write_base_plan(project: EngineProject, base: Path) -> None:
-    planned = run_plan("--stack", STACK, "--json", str(base), cwd=project.root)
-    assert planned.returncode in (0, 1), planned.stdout[-3000:] + planned.stderr[-3000:]
-
-
 def test_a_job_becomes_a_jobset_and_back_without_re_creating_the_runs_objects(
     programs: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
 ) -> None:
@@ -454,9 +383,9 @@ def test_a_job_becomes_a_jobset_and_back_without_re_creating_the_runs_objects(
 
         for slices, workloads in ((2, "jobsets"), (1, "jobs")):
             base = tmp_path / f"base-{slices}.json"
-            _write_base_plan(project, base)
+            write_base_plan(project, STACK, base)
             project.set_config(STACK, "tpu-training:jobs", [dict(job, slices=slices)])
-            predicted, previewed = _predicted(project, base), _previewed(project)
+            predicted, previewed = predicted_changes(project, STACK, base), previewed_changes(project, STACK)
             assert predicted == previewed, (
                 f"slices -> {slices}: --compare-to {predicted}, the engine {previewed}"
             )

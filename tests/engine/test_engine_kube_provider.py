@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from support.fakes.loopback_gcs import LoopbackGcs
+from support.harness.engine.compare import GKE_DOCUMENTED_EDITS, compare_each
 from support.harness.engine.control_plane import KUBE_BIN, TOKEN, ControlPlane
 from support.harness.engine.engine import EngineProject, endpoints
 from support.harness.engine.fakes import CloudTpuApi
@@ -24,6 +25,7 @@ from support.harness.engine.stacks import GKE_CONFIG, JOB
 from tpu_training import exit_codes
 
 STACK = "provider"
+JOB_TYPE = "tpu-training:gke:TpuTrainingJob$kubernetes:batch/v1:Job"
 PROVIDER = KUBE_BIN / "pulumi-resource-kubernetes"
 WITHIN = 120.0
 """Seconds the real controllers may take on a loaded two-core machine."""
@@ -136,3 +138,32 @@ def test_the_real_provider_deploys_the_job_and_recovery_has_it_replace_the_faile
         assert recreated["metadata"]["uid"] != uid, "the provider re-created the Job"
         (last,) = project.json("stack", "history", "--stack", STACK, "--page-size", "1")
         assert {k: v for k, v in last["resourceChanges"].items() if k != "same"} == {"replace": 1}
+
+
+def test_compare_to_predicts_what_the_real_provider_previews_for_each_documented_gke_edit(
+    programs: str, kubernetes: ControlPlane, provider: Path, tmp_path: Path
+) -> None:
+    """docs/offline-plan.md's GKE edits, each previewed by the real pulumi-kubernetes against the
+    deployed stack on the real API server: `--compare-to` (domain/provider_rules.py) must say
+    what the real provider decides, replace or update, for every Kubernetes object."""
+    namespace = "provider-compare"
+    edits = {
+        edit: (
+            key,
+            [dict(entry, namespace=namespace) for entry in value] if key == "tpu-training:jobs" else value,
+        )
+        for edit, (key, value) in GKE_DOCUMENTED_EDITS.items()
+    }
+    job = dict(GKE_CONFIG["tpu-training:jobs"][0], namespace=namespace)
+    with CloudTpuApi() as tpu, LoopbackGcs() as storage:
+        project = _project(tmp_path, kubernetes, provider, programs, (tpu, storage))
+        project.init(
+            STACK,
+            {**GKE_CONFIG, "tpu-training:jobs": [job], "tpu-training:checkpointing": {"costSeconds": 60}},
+        )
+        project.deploy(STACK)
+        disagreements, previews = compare_each(project, STACK, edits, tmp_path / "base.json")
+        assert not disagreements, json.dumps(disagreements, indent=1)
+        job_urn = f"urn:pulumi:{STACK}::tpu-training::{JOB_TYPE}::train-v6e-job"
+        assert previews["image"].get(job_urn) == "replace", previews["image"]
+        assert job_urn not in previews["costSeconds (tuning)"], "a tuning edit restarts nothing"
