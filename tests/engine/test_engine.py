@@ -65,16 +65,7 @@ def test_the_readme_deploy_steps_preview_up_output_and_destroy(
     project = EngineProject(tmp_path, endpoints(*cloud))
     project.init(STACK, TPU_VM_CONFIG)
     # A secret as a user sets one: an API key in the VM's environment, encrypted in the stack file.
-    project.pulumi(
-        "config",
-        "set",
-        "--stack",
-        STACK,
-        "--path",
-        "--secret",
-        "tpu-training:tpuVms[0].env.WANDB_API_KEY",
-        SECRET,
-    )
+    project.set_secret(STACK, "tpu-training:tpuVms[0].env.WANDB_API_KEY", SECRET)
     assert SECRET not in (project.root / f"Pulumi.{STACK}.yaml").read_text()
     preview = project.json("preview", "--stack", STACK)
     creates = _urns(project.steps(preview), "create")

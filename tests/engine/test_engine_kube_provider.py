@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,6 @@ from support.harness.engine.engine import EngineProject, endpoints
 from support.harness.engine.fakes import CloudTpuApi
 from support.harness.engine.providers import CLUSTER_CA_VARIABLE, CLUSTER_ENDPOINT_VARIABLE
 from support.harness.engine.stacks import GKE_CONFIG, JOB
-
-from tpu_training import exit_codes
 
 STACK = "provider"
 JOB_TYPE = "tpu-training:gke:TpuTrainingJob$kubernetes:batch/v1:Job"
@@ -67,47 +64,6 @@ def _project(
     return project
 
 
-def _job(kubernetes: ControlPlane, namespace: str) -> dict[str, Any]:
-    status, job = kubernetes.request("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs/{JOB}")
-    assert status == 200, job
-    return job
-
-
-def _fail_pods_until_the_job_fails(kubernetes: ControlPlane, namespace: str) -> None:
-    deadline = time.monotonic() + WITHIN
-    while time.monotonic() < deadline:
-        conditions = [
-            c["type"] for c in (_job(kubernetes, namespace).get("status") or {}).get("conditions", [])
-        ]
-        if "Failed" in conditions:
-            return
-        _, pods = kubernetes.request(
-            "GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector=job-name%3D{JOB}"
-        )
-        for pod in pods.get("items", []):
-            if pod["status"].get("phase") != "Pending" or pod["metadata"].get("deletionTimestamp"):
-                continue
-            pod["status"] = {
-                "phase": "Failed",
-                "containerStatuses": [_exited(c) for c in pod["spec"]["containers"]],
-            }
-            name = pod["metadata"]["name"]
-            kubernetes.request("PUT", f"/api/v1/namespaces/{namespace}/pods/{name}/status", pod)
-        time.sleep(0.2)
-    raise AssertionError(f"the Job did not fail within {WITHIN:g} s")
-
-
-def _exited(container: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "name": container["name"],
-        "image": container["image"],
-        "imageID": "",
-        "ready": False,
-        "restartCount": 0,
-        "state": {"terminated": {"exitCode": 1, "reason": "Error"}},
-    }
-
-
 def test_the_real_provider_deploys_the_job_and_recovery_has_it_replace_the_failed_one_alone(
     programs: str, kubernetes: ControlPlane, provider: Path, tmp_path: Path
 ) -> None:
@@ -117,27 +73,24 @@ def test_the_real_provider_deploys_the_job_and_recovery_has_it_replace_the_faile
         project = _project(tmp_path, kubernetes, provider, programs, (tpu, storage))
         project.init(STACK, {**GKE_CONFIG, "tpu-training:jobs": [job]})
         project.deploy(STACK)
-        deployed = _job(kubernetes, namespace)
+        deployed = kubernetes.job(namespace, JOB)
         uid = deployed["metadata"]["uid"]
         # The provider's own marks: it applied the object server-side, as its field manager.
         managers = {entry["manager"] for entry in deployed["metadata"].get("managedFields", [])}
         assert any(manager.startswith("pulumi") for manager in managers), managers
         # Nothing to do while it runs: no update.
-        history = len(project.json("stack", "history", "--stack", STACK))
-        (kept,) = [json.loads(line) for line in project.recover(STACK, "--once").stdout.splitlines()]
+        history = project.updates(STACK)
+        kept = project.recover_round(STACK)
         assert kept["up"]["status"] == "not-run", kept
-        assert len(project.json("stack", "history", "--stack", STACK)) == history
+        assert project.updates(STACK) == history
 
-        _fail_pods_until_the_job_fails(kubernetes, namespace)
-        done = project.recover(STACK, "--once")
-        assert done.returncode == exit_codes.EXIT_OK, done.stdout[-3000:] + done.stderr[-3000:]
-        (round_,) = [json.loads(line) for line in done.stdout.splitlines()]
+        kubernetes.fail_pods_until_the_job_fails(namespace, JOB, WITHIN)
+        round_ = project.recover_round(STACK)
         (decision,) = [d for d in round_["decisions"] if d["name"] == JOB]
         assert (decision["action"], decision["cause"]) == ("replace", "failed"), decision
-        recreated = _job(kubernetes, namespace)
+        recreated = kubernetes.job(namespace, JOB)
         assert recreated["metadata"]["uid"] != uid, "the provider re-created the Job"
-        (last,) = project.json("stack", "history", "--stack", STACK, "--page-size", "1")
-        assert {k: v for k, v in last["resourceChanges"].items() if k != "same"} == {"replace": 1}
+        assert project.last_update_changes(STACK) == {"replace": 1}
 
 
 def test_compare_to_predicts_what_the_real_provider_previews_for_each_documented_gke_edit(

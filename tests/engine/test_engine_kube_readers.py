@@ -62,21 +62,7 @@ def _fail_its_pod(kubernetes: ControlPlane, namespace: str, job: str) -> None:
 
     assert eventually(pods, WITHIN), "the Job controller made no Pod"
     (pod,) = pods()
-    pod["status"] = {
-        "phase": "Failed",
-        "containerStatuses": [
-            {
-                "name": "train",
-                "image": "trainer",
-                "imageID": "",
-                "ready": False,
-                "restartCount": 0,
-                "state": {"terminated": {"exitCode": 1, "reason": "Error"}},
-            }
-        ],
-    }
-    name = pod["metadata"]["name"]
-    status, answer = kubernetes.request("PUT", f"/api/v1/namespaces/{namespace}/pods/{name}/status", pod)
+    status, answer = kubernetes.report_failed(pod)
     assert status == 200, answer
 
 

@@ -124,27 +124,15 @@ def test_a_stack_with_secrets_is_recovered_with_them_and_status_reads_its_output
 ) -> None:
     tpu, _, _ = cloud
     project.init(STACK, TPU_VM_CONFIG)
-    project.pulumi(
-        "config",
-        "set",
-        "--stack",
-        STACK,
-        "--path",
-        "--secret",
-        "tpu-training:tpuVms[0].env.WANDB_API_KEY",
-        SECRET,
-    )
+    project.set_secret(STACK, "tpu-training:tpuVms[0].env.WANDB_API_KEY", SECRET)
     project.deploy(STACK)
-    updates = len(project.json("stack", "history", "--stack", STACK))
+    updates = project.updates(STACK)
 
     # Healthy: the round reads the stack's config decrypted through the CLI and finds the VM by
     # its real name (a stand-in for the secret list would look for a node that is not there).
-    (kept,) = _rounds(project.recover(STACK, "--once"))
+    kept = project.recover_round(STACK)
     assert [(d["name"], d["action"]) for d in kept["decisions"]] == [(VM, "keep")], kept
-    assert (
-        kept["up"]["status"] == "not-run"
-        and len(project.json("stack", "history", "--stack", STACK)) == updates
-    )
+    assert kept["up"]["status"] == "not-run" and project.updates(STACK) == updates
 
     tpu.set_state(ZONE, VM, "PREEMPTED")
     done = project.recover(STACK, "--once")

@@ -8,7 +8,6 @@ fake, which serves the JobSets' and Workloads' status as the JobSet controller a
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -57,21 +56,6 @@ def project(programs: str, kube: KubernetesApi, tmp_path: Path) -> Iterator[Engi
         )
 
 
-def _round(done: Any) -> dict[str, Any]:
-    (round_,) = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    return round_
-
-
-def _recovered(project: EngineProject, *args: str) -> dict[str, Any]:
-    done = project.recover(STACK, "--once", *args)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return _round(done)
-
-
-def _updates(project: EngineProject) -> int:
-    return len(project.json("stack", "history", "--stack", STACK))
-
-
 def _changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """The last part of the URN of each cloud or cluster resource whose id or inputs changed."""
     return sorted(
@@ -93,18 +77,17 @@ def test_apply_pending_recovers_a_failed_job_and_its_pools_edit_in_one_full_upda
     uid = deployed["metadata"]["uid"]
     kube.put("jobs", "default", dict(deployed, status=FAILED_JOB))
     project.set_config(STACK, "tpu-training:nodePools", [dict(POOL, maxRunDuration="72h")])
-    before, updates = project.resources(STACK), _updates(project)
+    before, updates = project.resources(STACK), project.updates(STACK)
 
-    round_ = _recovered(project, "--apply-pending")
+    round_ = project.recover_round(STACK, "--apply-pending")
     assert round_["targets"] == [], "--apply-pending is a full update, no --target"
     assert round_["up"]["status"] == "succeeded", round_["up"]
     (job,) = kube.jobs["default"]
     assert job["metadata"]["uid"] != uid, "the engine re-created the Job"
-    assert _updates(project) == updates + 1, "one update took both"
+    assert project.updates(STACK) == updates + 1, "one update took both"
     changed = _changed(before, project.resources(STACK))
     assert JOB_URN_SUFFIX in changed and "v6e-4x4-pool" in changed, changed
-    (last,) = project.json("stack", "history", "--stack", STACK, "--page-size", "1")
-    assert last["resourceChanges"].get("replace", 0) >= 2, last["resourceChanges"]
+    assert project.last_update_changes(STACK).get("replace", 0) >= 2, project.last_update_changes(STACK)
     outputs = project.json("stack", "output", "lastRecoveries", "--stack", STACK)
     assert outputs["jobs"][JOB]["cause"] == "failed", outputs
 
@@ -121,7 +104,7 @@ def test_a_jobset_restarting_its_gang_is_kept_and_one_out_of_restarts_is_recreat
 ) -> None:
     project.init(STACK, {**GKE_CONFIG, **MULTISLICE})
     project.deploy(STACK)
-    updates = _updates(project)
+    updates = project.updates(STACK)
     # The JobSet controller restarts the whole gang after a slice's failure (its own
     # failurePolicy): restarts counted, no Failed condition, the slices coming back. Not recovery's.
     restarting = _jobset_status(
@@ -133,10 +116,10 @@ def test_a_jobset_restarting_its_gang_is_kept_and_one_out_of_restarts_is_recreat
         ],
     )
     uid = restarting["metadata"]["uid"]
-    round_ = _recovered(project)
+    round_ = project.recover_round(STACK)
     (decision,) = [d for d in round_["decisions"] if d["name"] == JOB]
     assert decision["action"] == "keep", decision
-    assert round_["up"]["status"] == "not-run" and _updates(project) == updates, round_["up"]
+    assert round_["up"]["status"] == "not-run" and project.updates(STACK) == updates, round_["up"]
     assert kube.jobsets["default"][0]["metadata"]["uid"] == uid
 
     # Its restarts spent (maxRestarts 3): Failed, ReachedMaxRestarts. The round re-creates it.
@@ -155,7 +138,7 @@ def test_a_jobset_restarting_its_gang_is_kept_and_one_out_of_restarts_is_recreat
         ],
     )
     before = project.resources(STACK)
-    round_ = _recovered(project)
+    round_ = project.recover_round(STACK)
     (decision,) = [d for d in round_["decisions"] if d["name"] == JOB]
     assert (decision["action"], decision["cause"]) == ("replace", "failed"), decision
     (jobset,) = kube.jobsets["default"]
@@ -186,14 +169,14 @@ def test_a_kueue_admitted_jobset_is_kept_and_one_kueue_deactivated_is_queued_ane
     uid = deployed["metadata"]["uid"]
     queue_name = deployed["metadata"]["labels"].get("kueue.x-k8s.io/queue-name")
     assert queue_name, deployed["metadata"]
-    updates = _updates(project)
+    updates = project.updates(STACK)
 
     # Admitted: Kueue resumed it, and it runs. Nothing to do.
     _served_workload(kube, "admitted")
-    round_ = _recovered(project)
+    round_ = project.recover_round(STACK)
     (decision,) = [d for d in round_["decisions"] if d["name"] == JOB]
     assert decision["action"] == "keep", decision
-    assert _updates(project) == updates and kube.jobsets["default"][0]["metadata"]["uid"] == uid
+    assert project.updates(STACK) == updates and kube.jobsets["default"][0]["metadata"]["uid"] == uid
 
     # Kueue deactivated it (the capacity was revoked): suspended for good. The round queues a new one.
     _jobset_status(
@@ -210,7 +193,7 @@ def test_a_kueue_admitted_jobset_is_kept_and_one_kueue_deactivated_is_queued_ane
     )
     _served_workload(kube, "capacity-revoked")
     before = project.resources(STACK)
-    round_ = _recovered(project)
+    round_ = project.recover_round(STACK)
     (decision,) = [d for d in round_["decisions"] if d["name"] == JOB]
     assert decision["action"] == "replace", decision
     (jobset,) = kube.jobsets["default"]

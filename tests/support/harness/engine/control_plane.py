@@ -23,12 +23,14 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import yaml
 
 from support.harness.crds import JOBSET_CRD
 from support.harness.engine.engine import REPO
+from support.harness.engine.providers import KUBERNETES_API_VARIABLE, KUBERNETES_TOKEN_VARIABLE
+from support.harness.waiting import eventually
 
 KUBE_BIN = REPO / ".engine" / "kube" / "bin"
 TOOLS = (
@@ -270,6 +272,55 @@ class ControlPlane:
                 process.wait()
         self.processes.clear()
 
+    def engine_environment(self) -> dict[str, str]:
+        """What points an engine project here: the `kubernetes` double's API server and token, and
+        the kubeconfig the program's own reads use."""
+        return {
+            KUBERNETES_API_VARIABLE: self.endpoint,
+            KUBERNETES_TOKEN_VARIABLE: TOKEN,
+            "KUBECONFIG": str(self.kubeconfig),
+        }
+
+    def job(self, namespace: str, name: str) -> dict[str, Any]:
+        status, job = self.request("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}")
+        assert status == 200, job
+        return dict(job)
+
+    def report_failed(self, pod: dict[str, Any], disruption: bool = False) -> tuple[int, Any]:
+        """Write ``pod``'s status as a kubelet reports a failed Pod (``failed_pod_status``), through
+        the status subresource; the API server's answer."""
+        pod = dict(pod, status=failed_pod_status(pod, disruption))
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        return self.request("PUT", f"/api/v1/namespaces/{namespace}/pods/{name}/status", pod)
+
+    def fail_pods_until_the_job_fails(self, namespace: str, job: str, within: float) -> list[tuple[str, str]]:
+        """Report each Pending Pod of the Job failed, as a kubelet would, until the Job controller
+        marks the Job failed; returns the Job's conditions then."""
+        deadline = time.monotonic() + within
+        failed: set[str] = set()
+        while time.monotonic() < deadline:
+            conditions = conditions_of(self.job(namespace, job))
+            if any(kind == "Failed" for kind, _ in conditions):
+                return conditions
+            _, pods = self.request(
+                "GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector=job-name%3D{job}"
+            )
+            for pod in pods.get("items", []):
+                name = pod["metadata"]["name"]
+                if (
+                    name in failed
+                    or pod["status"].get("phase") != "Pending"
+                    or pod["metadata"].get("deletionTimestamp")
+                ):
+                    continue
+                status, answer = self.report_failed(pod)
+                assert status == 200, answer
+                failed.add(name)
+            time.sleep(0.2)
+        raise AssertionError(
+            f"the Job did not fail within {within:g} s: {conditions_of(self.job(namespace, job))}"
+        )
+
     def request(self, method: str, path: str, body: Any = None, timeout: float = 30) -> tuple[int, Any]:
         """An admin's request to the API server: (status, decoded JSON body or text)."""
         data = None if body is None else json.dumps(body).encode()
@@ -296,6 +347,32 @@ class ControlPlane:
             return status, text
 
 
+def failed_pod_status(pod: dict[str, Any], disruption: bool = False) -> dict[str, Any]:
+    """A failed Pod's status as a kubelet reports it: each container terminated with exit code 1
+    (a crash), or with 137 and the DisruptionTarget condition a preemption or a drain writes."""
+    conditions = [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}]
+    return {
+        "phase": "Failed",
+        "conditions": conditions if disruption else [],
+        "containerStatuses": [
+            {
+                "name": container["name"],
+                "image": container["image"],
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "state": {"terminated": {"exitCode": 137 if disruption else 1, "reason": "Error"}},
+            }
+            for container in pod["spec"]["containers"]
+        ],
+    }
+
+
+def conditions_of(item: dict[str, Any]) -> list[tuple[str, str]]:
+    """A Job's or JobSet's status conditions, as (type, reason)."""
+    return [(c["type"], c.get("reason", "")) for c in (item.get("status") or {}).get("conditions") or []]
+
+
 def _first_line(process: subprocess.Popen, log: Path) -> str:
     assert process.stdout is not None
     if process.poll() is not None:
@@ -312,14 +389,5 @@ def _ready(url: str) -> bool:
 
 
 def _wait(ready: Any, what: str) -> None:
-    deadline = time.monotonic() + START_SECONDS
-    while not ready():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} did not answer within {START_SECONDS:g} s")
-        time.sleep(0.2)
-
-
-@contextlib.contextmanager
-def control_plane(folder: Path) -> Iterator[ControlPlane]:
-    with ControlPlane(folder) as plane:
-        yield plane
+    if not eventually(ready, START_SECONDS, every=0.2):
+        raise RuntimeError(f"{what} did not answer within {START_SECONDS:g} s")

@@ -236,6 +236,26 @@ class EngineProject:
             "-m", "tpu_training", "recover", "--stack", stack, "--json", *args, timeout=timeout
         )
 
+    def recover_round(self, stack: str, *args: str) -> dict[str, Any]:
+        """``recover --once`` (with ``args``) that must exit 0: its one round, as --json prints it."""
+        done = self.recover(stack, "--once", *args)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        (round_,) = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        return dict(round_)
+
+    def updates(self, stack: str) -> int:
+        """How many updates the stack's history holds."""
+        return len(self.json("stack", "history", "--stack", stack))
+
+    def last_update_changes(self, stack: str) -> dict[str, int]:
+        """What the stack's last update changed, by step kind (``same`` left out)."""
+        (last,) = self.json("stack", "history", "--stack", stack, "--page-size", "1")
+        return {kind: count for kind, count in last["resourceChanges"].items() if kind != "same"}
+
+    def set_secret(self, stack: str, path: str, value: str) -> None:
+        """``pulumi config set --path --secret PATH VALUE``, as a user sets a secret."""
+        self.pulumi("config", "set", "--stack", stack, "--path", "--secret", path, value)
+
     def start_recover(self, stack: str, *args: str) -> subprocess.Popen:
         """``recover`` started in the background; the caller waits for it."""
         return subprocess.Popen(
