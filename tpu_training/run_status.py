@@ -130,19 +130,23 @@ def stack_outputs(stack: str, outputs_file: Optional[str]) -> tuple[Optional[dic
     if outputs_file is not None:
         return read_previous_outputs(outputs_file), None
     document, why = _cli_json(["stack", "output", "--json", "--stack", stack], "stack output")
-    if why == "no Pulumi CLI on PATH":
+    if why == NO_CLI:
         return None, f"{why}; pass --outputs FILE (`pulumi stack output --json > FILE`)"
     if why is not None:
         return None, why
     return (document if isinstance(document, dict) else {}), None
 
 
+NO_CLI = "no Pulumi CLI on PATH"
+
+
 def _cli_json(args: list[str], what: str) -> tuple[Any, Optional[str]]:
-    """`pulumi ARGS` (JSON out) with the outputs' deadline: its document, or why there is none."""
+    """`pulumi ARGS` (JSON out, ARGS ending in `--stack NAME`) with the outputs' deadline: its
+    document, or why there is none (``NO_CLI`` when there is no CLI to run)."""
     try:
         done = subprocess.run(["pulumi", *args], capture_output=True, text=True, timeout=OUTPUTS_SECONDS)
     except FileNotFoundError:
-        return None, "no Pulumi CLI on PATH"
+        return None, NO_CLI
     except subprocess.TimeoutExpired:
         return None, f"`pulumi {what}` took longer than {OUTPUTS_SECONDS:g} s"
     if done.returncode != 0:
@@ -151,7 +155,7 @@ def _cli_json(args: list[str], what: str) -> tuple[Any, Optional[str]]:
     try:
         return json.loads(done.stdout), None
     except ValueError:
-        return None, f"`pulumi {what}` printed no JSON"
+        return None, f"`pulumi {' '.join(args[:-2])}` printed no JSON"
 
 
 def decrypted_config(stack: str) -> dict[str, tuple[str, bool]]:
