@@ -32,6 +32,18 @@ FLEX_START_ZONES: dict[str, frozenset[str]] = {
     "v6e": frozenset({"asia-northeast1-b", "us-east5-a", "us-east5-b"}),
 }
 
+# Flex-start *TPU VMs* (through queued resources, not GKE): Cloud TPU "Request TPUs using
+# Flex-start" (https://cloud.google.com/tpu/docs/request-using-flex-start, Preview): "You can only
+# request Flex-start TPU v6e and v5e in the specified zones: TPU v6e for training and serving:
+# asia-northeast1-b, us-east5-a / TPU v5e for training: us-west4-a / TPU v5e for serving:
+# us-central1-a". This project trains, so v5e's serving zone is not listed. v5p and TPU7x are not
+# offered (the Cloud TPU API "is not supported on TPU7x and later", "Manage queued resources").
+VM_FLEX_START_GENERATIONS = frozenset({"v5e", "v6e"})
+VM_FLEX_START_ZONES: dict[str, frozenset[str]] = {
+    "v5e": frozenset({"us-west4-a"}),
+    "v6e": frozenset({"asia-northeast1-b", "us-east5-a"}),
+}
+
 # Zones offering each generation (Cloud TPU "TPU regions and zones"; v6e's asia-northeast1-b from
 # the flex-start list above).
 ZONES: dict[str, frozenset[str]] = {
