@@ -6,7 +6,14 @@ state of their own and the recovery probe reads what the engine deployed.
   pulumi-gcp's V2Vm makes: ``POST .../nodes?nodeId=N`` (a finished long-running Operation whose
   ``response`` is the Node), ``GET``/``PATCH``/``DELETE .../nodes/N``. A created node is READY and
   HEALTHY, as a node is once its create operation is done. ``refuse_creates`` makes the next
-  creates fail as a stockout does.
+  creates fail as a stockout does. It also serves ``projects.locations.queuedResources`` at v2 and
+  at v2alpha1 (flex-start exists only there): ``POST ...?queuedResourceId=Q`` (a finished
+  Operation whose ``response`` is the QueuedResource), ``GET`` one or the list, ``DELETE``
+  (``force=true`` deletes its nodes first; without it, a request whose nodes live and that is not
+  ACCEPTED, FAILED or SUSPENDED is refused, as the API reference says). A request's life is the
+  test's to drive (``grant``, ``suspend``, ``fail_queued``): created, it waits
+  (WAITING_FOR_RESOURCES) unless ``capacity`` says its zone has room, and then it is ACTIVE with
+  its nodes READY, each carrying ``queuedResource``.
 - ``KubernetesApi``: ``FakeJobSetApi`` and the object writes pulumi-kubernetes makes: ``POST`` to
   a namespaced collection, ``GET``/``PUT``/``DELETE`` of one object, for any kind. Jobs and
   JobSets go into the fake's own lists (so its lists and watches serve them); other kinds are kept
@@ -18,6 +25,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import time
 import uuid
 from typing import Any, Optional
 
@@ -26,6 +34,7 @@ from support.fakes.fake_tpu_api import FakeTpuApi
 
 _NODES = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/nodes$")
 _NODE = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/nodes/([^/]+)$")
+_QUEUED = re.compile(r"^/(v2|v2alpha1)/projects/([^/]+)/locations/([^/]+)/queuedResources(?:/([^/]+))?$")
 _OBJECTS = re.compile(r"^(/api/v1|/apis/[^/]+/[^/]+)/namespaces/([^/]+)/([^/]+)(?:/([^/]+))?$")
 _CLUSTER_OBJECTS = re.compile(r"^(/api/v1|/apis/[^/]+/[^/]+)/([^/]+)(?:/([^/]+))?$")
 CREATED_AT = "2026-11-28T09:00:00Z"
@@ -37,10 +46,16 @@ def _error(code: int, status: str, message: str) -> tuple[int, Any]:
 
 
 class CloudTpuApi(FakeTpuApi):
+    APIS = (("tpu", "v2"), ("tpu", "v2alpha1"))
+
     def __init__(self) -> None:
         super().__init__()
         self.refuse_creates = 0
         """Refuse this many creates from now on as a stockout does (RESOURCE_EXHAUSTED)."""
+        self.queued: dict[str, dict[str, dict[str, Any]]] = {}
+        """zone -> queued resource id -> the QueuedResource as the API keeps it (its version too)."""
+        self.capacity: dict[str, bool] = {}
+        """zone -> whether a new request there is granted at once (default: it waits)."""
 
     def node(self, zone: str, name: str) -> Optional[dict[str, Any]]:
         return next((n for n in self.nodes.get(zone, []) if n["name"] == name), None)
@@ -51,7 +66,106 @@ class CloudTpuApi(FakeTpuApi):
         assert node is not None, f"no node {name} in {zone}"
         node.update(state=state, **fields)
 
+    # --- queued resources ---------------------------------------------------------------------
+
+    def queued_resource(self, zone: str, name: str) -> Optional[dict[str, Any]]:
+        return self.queued.get(zone, {}).get(name)
+
+    def _queued_nodes(self, zone: str, name: str) -> list[dict[str, Any]]:
+        return [
+            n
+            for n in self.nodes.get(zone, [])
+            if n.get("queuedResource", "").endswith(f"/queuedResources/{name}")
+        ]
+
+    def grant(self, zone: str, name: str) -> None:
+        """Capacity came: the request is ACTIVE and its nodes READY (named as ``nodeId``, or
+        ``nodeIdPrefix-0`` ... for several), each with the node spec's fields."""
+        request = self.queued_resource(zone, name)
+        assert request is not None and request["state"]["state"] in ("WAITING_FOR_RESOURCES", "ACCEPTED"), (
+            request
+        )
+        (spec,) = request["tpu"]["nodeSpec"]
+        group = spec.get("multisliceParams") or spec.get("multiNodeParams")
+        ids = (
+            [spec["nodeId"]]
+            if group is None
+            else [f"{group.get('nodeIdPrefix', name)}-{i}" for i in range(group["nodeCount"])]
+        )
+        for node_id in ids:
+            self.add(zone, node_id, "READY", health="HEALTHY", queuedResource=request["name"], **spec["node"])
+        request["state"] = {"state": "ACTIVE"}
+
+    def suspend(self, zone: str, name: str, initiator: str = "SERVICE") -> None:
+        """The service (Spot capacity taken back, a flex-start run at its end) or a person
+        deletes its nodes: SUSPENDED."""
+        request = self.queued_resource(zone, name)
+        assert request is not None, name
+        for node in self._queued_nodes(zone, name):
+            self.nodes[zone].remove(node)
+        request["state"] = {"state": "SUSPENDED", "stateInitiator": initiator}
+
+    def fail_queued(self, zone: str, name: str, code: int, message: str) -> None:
+        request = self.queued_resource(zone, name)
+        assert request is not None, name
+        request["state"] = {"state": "FAILED", "failedData": {"error": {"code": code, "message": message}}}
+
+    def _queued(self, method: str, path: str, query: str) -> tuple[int, Any]:
+        match = _QUEUED.match(path)
+        assert match is not None
+        version, project, zone, name = match.groups()
+        params = dict(part.split("=", 1) for part in query.split("&") if "=" in part)
+        kept = self.queued.setdefault(zone, {})
+        if name is None and method == "GET":
+            found = [copy.deepcopy(r) for r in kept.values()]
+            return 200, {"queuedResources": found} if found else {}
+        if name is None and method == "POST":
+            name = params.get("queuedResourceId", "")
+            if not name:
+                return _error(400, "INVALID_ARGUMENT", "queuedResourceId is required")
+            if name in kept:
+                return _error(409, "ALREADY_EXISTS", f"queued resource {name} already exists")
+            request = json.loads(self.bodies[-1] or b"{}")
+            request.update(
+                name=f"projects/{project}/locations/{zone}/queuedResources/{name}",
+                createTime=self.now(),
+                state={"state": "WAITING_FOR_RESOURCES"},
+            )
+            kept[name] = request
+            if self.capacity.get(zone):
+                self.grant(zone, name)
+            return 200, self._operation(
+                project, zone, f"create-{name}", copy.deepcopy(request), version, "QueuedResource"
+            )
+        request = kept.get(name or "")
+        if request is None:
+            return _error(404, "NOT_FOUND", f"Resource '{path[len(version) + 2 :]}' was not found")
+        if method == "GET":
+            return 200, copy.deepcopy(request)
+        if method == "DELETE":
+            nodes = self._queued_nodes(zone, name or "")
+            force = params.get("force", "").lower() == "true"
+            if nodes and not force and request["state"]["state"] not in ("ACCEPTED", "FAILED", "SUSPENDED"):
+                return _error(
+                    400,
+                    "FAILED_PRECONDITION",
+                    f"queued resource {name} has nodes; delete them first or delete with force",
+                )
+            for node in nodes:
+                self.nodes[zone].remove(node)
+            del kept[name or ""]
+            return 200, self._operation(project, zone, f"delete-{name}", {}, version, "QueuedResource")
+        return _error(405, "METHOD_NOT_ALLOWED", f"{method} {path}")
+
+    @staticmethod
+    def now() -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+    # --- nodes ----------------------------------------------------------------------------------
+
     def route(self, method: str, path: str, query: str, headers: dict[str, str]) -> tuple[int, Any]:
+        if _QUEUED.match(path) is not None:
+            return self._queued(method, path, query)
         collection, one = _NODES.match(path), _NODE.match(path)
         if collection is not None and method == "POST":
             project, zone = collection.groups()
@@ -89,11 +203,13 @@ class CloudTpuApi(FakeTpuApi):
         return 200, self._operation(project, zone, f"create-{name}", node)
 
     @staticmethod
-    def _operation(project: str, zone: str, name: str, response: dict[str, Any]) -> dict[str, Any]:
+    def _operation(
+        project: str, zone: str, name: str, response: dict[str, Any], version: str = "v2", kind: str = "Node"
+    ) -> dict[str, Any]:
         return {
             "name": f"projects/{project}/locations/{zone}/operations/{name}",
             "done": True,
-            "response": {"@type": "type.googleapis.com/google.cloud.tpu.v2.Node", **response},
+            "response": {"@type": f"type.googleapis.com/google.cloud.tpu.{version}.{kind}", **response},
         }
 
 
