@@ -1,11 +1,20 @@
 """The live-state readers against the real API server of the engine tier's control plane
 (tests/support/harness/engine/control_plane.py), not the fake: ``list_live_jobs`` reads the Job
-the real Job controller failed, with the failure's reason; a ServiceAccount token without the
+the real Job controller failed, with the failure's reason, and follows the server's pages
+(``limit``, ``continue``), also across an etcd compaction; a ServiceAccount token without the
 verbs is refused by real RBAC and read as "unknown", never as "absent"; and ``ClusterWatcher``
-follows the real server's watch (lists, watches from the list's resourceVersion with bookmarks)
-and says when the Job fails. What a real server cannot be made to do on loopback on purpose (a
-body that drips, a 500, a hang, an expired watch's 410) stays with the fake's tests
-(tests/live/, tests/recovery/test_recover_events.py)."""
+follows the real server's watch (lists, watches from the list's resourceVersion), resumes from
+the real server's bookmarks without listing, and says when the Job fails.
+
+What a real server cannot be made to do on loopback on purpose stays with the fake's tests
+(tests/live/, tests/recovery/test_recover_events.py): a body that drips, a 500, a hang, garbage on
+a watch, and 410 Gone. kube-apiserver v1.35 serves watches and continued lists from its watch
+cache, which keeps at least 75 s of changes (k8s.io/apiserver v0.35.4, pkg/storage/cacher/
+cacher.go: ``DefaultEventFreshDuration = defaultBookmarkFrequency + 15*time.Second``) and, on a
+fresh server, every change since it started: measured here, a watch from resourceVersion 1
+streams the namespace's objects rather than answering 410, and a continue token is still
+honoured after etcd was compacted past it. Only a cache that has dropped the version (minutes of
+changes on a busy cluster) answers 410."""
 
 from __future__ import annotations
 
@@ -19,9 +28,10 @@ from support.harness.engine.control_plane import ControlPlane
 from support.harness.waiting import eventually
 from tpu_training_components.domain.job_manifests import PART_OF, PART_OF_LABEL
 from tpu_training_components.domain.recovery import GENERATION_LABEL
-from tpu_training_components.live.kube_api import list_live_jobs
+from tpu_training_components.live.deadline import Deadline
+from tpu_training_components.live.kube_api import list_live_jobs, read_list
 from tpu_training_components.live.kube_client import ClusterRef
-from tpu_training_components.live.kube_watch import ClusterWatcher, WatchScope
+from tpu_training_components.live.kube_watch import ClusterWatcher, WatchLimits, WatchScope
 
 CLUSTER = ClusterRef("engine-project", "us-east5", "engine")
 WITHIN = 120.0
@@ -144,3 +154,90 @@ def test_the_watcher_follows_the_real_watch_and_says_when_the_job_fails(kubernet
         assert watcher.stop(timeout=10), "every stream ends when stopped"
     assert not warnings, warnings
     assert all(r.failures == 0 for r in watcher.records.values()), watcher.records
+
+
+def _names(items: list[Any]) -> list[str]:
+    return sorted(item["metadata"]["name"] for item in items)
+
+
+def test_the_job_reader_follows_the_real_servers_pages(kubernetes: ControlPlane) -> None:
+    namespace = _namespace(kubernetes, "readers-pages")
+    for number in range(5):
+        _job(kubernetes, namespace, f"train-{number}")
+    status, first = kubernetes.request("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs?limit=2")
+    assert status == 200 and len(first["items"]) == 2 and first["metadata"]["continue"], (
+        "the real server answers a limit with a page and a continue token"
+    )
+
+    result = list_live_jobs(CLUSTER, [namespace], kubeconfig=str(kubernetes.kubeconfig), page_size=2)
+    assert not result.failures, result.failures
+    assert sorted(name for _, name in result.jobs) == [f"train-{n}" for n in range(5)]
+    assert result.calls == 1, "one list call, of three pages"
+
+
+def test_a_list_paged_across_an_etcd_compaction_reads_every_job_once(kubernetes: ControlPlane) -> None:
+    """kube-apiserver v1.35 answers a continue token from its watch cache's snapshot even after
+    etcd compacted past it (measured here: 200, the rest of the list, not 410), and the pager
+    starts again if it ever answers 410: either way, every Job is read, once."""
+    from kubernetes import client, config
+
+    namespace = _namespace(kubernetes, "readers-compacted")
+    for number in range(3):
+        _job(kubernetes, namespace, f"train-{number}")
+    batch = client.BatchV1Api(config.new_client_from_config(str(kubernetes.kubeconfig)))
+    asked: list[Any] = []
+
+    def request(**page: Any) -> Any:
+        asked.append(page.get("_continue"))
+        if len(asked) == 2:
+            # After the first page: a write, then etcd compacted past the page's snapshot.
+            status, answer = kubernetes.request(
+                "POST", f"/api/v1/namespaces/{namespace}/configmaps", {"metadata": {"name": "a-write"}}
+            )
+            assert status == 201, answer
+            kubernetes.compact_etcd()
+        return batch.list_namespaced_job(namespace, _preload_content=False, **page)
+
+    items, version = read_list(request, "JobList", 1 << 20, Deadline(WITHIN, "listing Jobs"), page_size=2)
+    assert _names(items) == ["train-0", "train-1", "train-2"], "each Job once"
+    assert version
+    assert asked[0] is None and asked[1], asked
+    assert len(asked) in (2, 4), f"the rest of the list, or the list again after a 410: {asked}"
+
+
+def test_the_watcher_resumes_from_the_real_servers_bookmarks_without_listing(
+    kubernetes: ControlPlane,
+) -> None:
+    quiet = _namespace(kubernetes, "readers-bookmarks")
+    elsewhere = _namespace(kubernetes, "readers-bookmarks-elsewhere")
+    warnings: list[str] = []
+    # The server ends each stream after 6 s, sending a bookmark shortly before: "right before the
+    # watcher timeout - for now we simply set it 2s before the deadline" (k8s.io/apiserver v0.35.4,
+    # pkg/storage/cacher/cache_watcher.go, nextBookmarkTime).
+    watcher = ClusterWatcher(
+        CLUSTER,
+        WatchScope(job_namespaces=(quiet,)),
+        lambda reason: None,
+        warn=warnings.append,
+        kubeconfig=str(kubernetes.kubeconfig),
+        limits=WatchLimits(server_timeout_seconds=6),
+    )
+    watcher.start()
+    try:
+        (record,) = watcher.records.values()
+        assert eventually(lambda: record.watches, WITHIN), "the stream never watched"
+        listed = int(record.watches[0])
+        # A Job elsewhere moves the Jobs' resourceVersion on; nothing in the watched namespace
+        # changes, so only a bookmark can carry the stream past it.
+        later = int(_job(kubernetes, elsewhere, "train")["metadata"]["resourceVersion"])
+        assert later > listed
+
+        def resumed_past_it() -> bool:
+            return any(int(version) >= later for version in record.watches[1:])
+
+        assert eventually(resumed_past_it, WITHIN), record.watches
+        assert record.lists == 1, f"resumed from bookmarks, never listed again: {record}"
+    finally:
+        assert watcher.stop(timeout=10)
+    assert not warnings, warnings
+    assert record.failures == 0, record

@@ -24,6 +24,10 @@ MAX_ANSWER_BYTES = 32 * 1024 * 1024
 megabytes; a body without end is refused before it fills the memory."""
 
 
+class TooManyPages(Exception):
+    """A list that will not end: its server keeps handing out next-page tokens."""
+
+
 class DeadlineExceeded(Exception):
     """The call did not finish in time; its result is unknown."""
 

@@ -1,6 +1,7 @@
 """Read live training Jobs through the Kubernetes API (the official ``kubernetes`` client).
 
-One ``list`` call per namespace and kind (Jobs, JobSets, Kueue Workloads), never one per Job.
+One ``list`` call per namespace and kind (Jobs, JobSets, Kueue Workloads), never one per Job; a
+list of more than ``PAGE_SIZE`` objects is read page by page.
 Credentials come from ``KUBECONFIG`` when it is set; otherwise from the GKE API
 (``google-cloud-container``: the cluster's endpoint and CA certificate) and Application Default
 Credentials (a bearer token). Any failure (no credentials, HTTP error, time-out, refused
@@ -31,7 +32,7 @@ from ..domain.kueue_recovery import (
 )
 from ..domain.maintenance_notices import NODE_POOL_LABEL, PoolNode
 from ..domain.recovery import Condition, failure_summary, zoned_time
-from .deadline import MAX_ANSWER_BYTES, PROBE_DEADLINE_SECONDS, Deadline
+from .deadline import MAX_ANSWER_BYTES, MAX_PAGES, PROBE_DEADLINE_SECONDS, Deadline, TooManyPages
 from .http_answers import UnexpectedAnswer, answer_problem, read_whole, timeouts_of
 from .kube_client import ClusterAbsent, ClusterRef, api_client_for
 
@@ -161,16 +162,22 @@ def _live_job(item: Any, namespace: str, index: int) -> LiveJob:
     )
 
 
-def _list_items(raw: Any, list_kind: str, max_bytes: int, deadline: Deadline) -> list[Any]:
-    """The items of a list answer, from the raw urllib3 response (``_preload_content=False``):
-    the client's own reading takes any JSON (``{"items": []}`` from anything at all) as an
-    empty list, so the answer must be the API server's own and of ``list_kind``."""
-    return read_list(raw, list_kind, max_bytes, deadline)[0]
+PAGE_SIZE = 500
+"""Objects per list page: what kubectl (``--chunk-size``) and client-go's pager ask for. A
+namespace of a large multislice JobSet holds thousands of Pods; page by page, each answer stays
+a few megabytes, and the server still answers every page from one consistent snapshot."""
 
 
-def read_list(raw: Any, list_kind: str, max_bytes: int, deadline: Deadline) -> tuple[list[Any], str]:
-    """The items of a list answer read as ``_list_items`` does, and the list's
-    ``metadata.resourceVersion`` ("" when it has none): where a watch of it starts."""
+class ContinueExpired(Exception):
+    """The API server no longer honours a list's continue token, twice in one call."""
+
+
+def read_page(raw: Any, list_kind: str, max_bytes: int, deadline: Deadline) -> tuple[list[Any], str, str]:
+    """One page of a list answer, from the raw urllib3 response (``_preload_content=False``):
+    its items, its ``metadata.resourceVersion`` ("" when it has none: where a watch of it
+    starts) and its ``metadata.continue`` ("" on the last page). The client's own reading takes
+    any JSON (``{"items": []}`` from anything at all) as an empty list, so the answer must be
+    the API server's own and of ``list_kind``."""
     what = deadline.what
     problem = answer_problem(raw.status, raw.headers, what)
     if problem is not None:
@@ -189,33 +196,83 @@ def read_list(raw: Any, list_kind: str, max_bytes: int, deadline: Deadline) -> t
     if not isinstance(items, list):
         raise MalformedAnswer(f"{what}: the {list_kind}'s items are not a list")
     metadata = document.get("metadata")
-    version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
-    return items, version if isinstance(version, str) else ""
+    metadata = metadata if isinstance(metadata, dict) else {}
+    version, token = metadata.get("resourceVersion"), metadata.get("continue")
+    return items, version if isinstance(version, str) else "", token if isinstance(token, str) else ""
+
+
+def read_list(
+    request: Callable[..., Any],
+    list_kind: str,
+    max_bytes: int,
+    deadline: Deadline,
+    *,
+    page_size: int = PAGE_SIZE,
+    max_pages: int = MAX_PAGES,
+) -> tuple[list[Any], str]:
+    """Every item of one list, page by page: ``request(limit=..., _continue=...)`` is one call of
+    the Kubernetes client's generated list method, answering the raw response. Returns the items
+    and the list's ``resourceVersion``. Each page's body is bounded by ``max_bytes``, the pages by
+    ``max_pages``, all of it by ``deadline``.
+
+    A continue token the server no longer honours (410 Gone: its snapshot was compacted, about
+    five minutes after the first page) starts the list again from the first page, once; client-go's
+    pager falls back to a full list there too. A token handed out twice would never end."""
+    items: list[Any] = []
+    tokens: set[str] = set()
+    version, token, restarted, number = "", "", False, 0
+    while True:
+        number += 1
+        if number > max_pages:
+            raise TooManyPages(f"{deadline.what}: more than {max_pages} pages of {page_size}")
+        try:
+            raw = request(limit=page_size, **({"_continue": token} if token else {}))
+        except Exception as exc:
+            if not (token and getattr(exc, "status", None) == 410):
+                raise
+            if restarted:
+                raise ContinueExpired(
+                    f"{deadline.what}: the server let the list's continue token expire twice"
+                ) from None
+            items, token, tokens, restarted = [], "", set(), True
+            continue
+        page, version, token = read_page(raw, list_kind, max_bytes, deadline)
+        items.extend(page)
+        if not token:
+            return items, version
+        if token in tokens:
+            raise MalformedAnswer(f"{deadline.what}: the server hands out continue token {token!r} twice")
+        tokens.add(token)
 
 
 @dataclass(frozen=True)
 class _Limits:
     """What one list call may take: each request ``timeout`` seconds, the call ``deadline``
-    seconds in all, its answer ``max_bytes``."""
+    seconds in all (every page of it), each page's answer ``max_bytes``."""
 
     timeout: float
     deadline: float
     max_bytes: int
+    page_size: int = PAGE_SIZE
 
     def items(
         self, what: str, list_kind: str, call: Callable[..., Any], *args: Any, selector: str
     ) -> list[Any]:
         """The items of ``call(*args)``, one list call of the Kubernetes client, made and read
-        within these limits."""
+        page by page within these limits."""
         by = Deadline(self.deadline, what)
-        with timeouts_of(by):
-            raw = call(
-                *args,
-                label_selector=selector,
-                _request_timeout=by.timeout(self.timeout),
-                _preload_content=False,  # the raw urllib3 response, after the client's check for 2xx
-            )
-        return _list_items(raw, list_kind, self.max_bytes, by)
+
+        def request(**page: Any) -> Any:
+            with timeouts_of(by):
+                return call(
+                    *args,
+                    label_selector=selector,
+                    _request_timeout=by.timeout(self.timeout),
+                    _preload_content=False,  # the raw urllib3 response, after the client's check for 2xx
+                    **page,
+                )
+
+        return read_list(request, list_kind, self.max_bytes, by, page_size=self.page_size)[0]
 
 
 def _list_jobs(batch: Any, namespace: str, limits: _Limits) -> list[LiveJob]:
@@ -411,6 +468,7 @@ def list_live_jobs(
     timeout: float = 15.0,
     deadline: float = PROBE_DEADLINE_SECONDS,
     max_bytes: int = MAX_ANSWER_BYTES,
+    page_size: int = PAGE_SIZE,
 ) -> LiveJobs:
     """List this project's Jobs in every namespace, one call per namespace, and its JobSets in
     every one of ``jobset_namespaces``, one more call each. In each of ``workload_namespaces``
@@ -423,8 +481,8 @@ def list_live_jobs(
     found through the GKE API. ``container_client`` and ``credentials`` are seams for tests.
     Loading the credentials and each namespace's list end within ``deadline``: each request
     gets ``timeout``, or the time left if that is shorter, and each body is read against the
-    deadline. An answer that is not the API server's own (a redirect, not a JobList) makes the
-    namespace unavailable."""
+    deadline; ``max_bytes`` bounds each page of ``page_size`` objects. An answer that is not the
+    API server's own (a redirect, not a JobList) makes the namespace unavailable."""
     from kubernetes import client
 
     namespaces = sorted(set(namespaces))
@@ -458,7 +516,7 @@ def list_live_jobs(
             for namespace in pod_namespaces:
                 result.pod_failures[namespace] = failure_summary(exc)
             return result
-        limits = _Limits(timeout, deadline, max_bytes)
+        limits = _Limits(timeout, deadline, max_bytes, page_size)
         batch = client.BatchV1Api(api_client)
         for namespace in namespaces:
             result.calls += 1

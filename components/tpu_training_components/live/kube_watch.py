@@ -8,8 +8,9 @@ a watch stream said (a stream can lose events, skip some after a reconnect, or l
 One thread per stream (a kind in a namespace; Nodes cluster-wide), none a daemon: ``stop()``
 shuts their sockets down and joins them within its bound. Each stream:
 
-1. lists (``resourceVersion`` of the list answer noted); after the first list, a relist compares
-   what it found with what the stream knew and reports the difference as events would have;
+1. lists, page by page (``resourceVersion`` of the list answer noted); after the first list, a
+   relist compares what it found with what the stream knew and reports the difference as events
+   would have;
 2. watches from that ``resourceVersion`` (``allowWatchBookmarks``, a server-side
    ``timeoutSeconds``, a client read time-out a little longer: a stream the server should have
    ended and that still sends nothing is cut), noting the ``resourceVersion`` of every event and
@@ -396,19 +397,23 @@ class ClusterWatcher:
 
     def _list(self, stream: _Stream, api_client: Any) -> tuple[dict[tuple[str, str], frozenset[str]], str]:
         by = Deadline(self.limits.list_seconds, f"listing {stream.name}")
-        try:
-            raw = stream.call(api_client)(
+
+        def request(**page: Any) -> Any:
+            return stream.call(api_client)(
                 label_selector=stream.selector,
                 _request_timeout=(self.limits.connect_seconds, by.timeout(self.limits.list_seconds)),
                 _preload_content=False,
+                **page,
             )
+
+        try:
+            items, version = read_list(request, stream.list_kind, self.limits.max_line_bytes, by)
         except Exception as exc:
             if getattr(exc, "status", None) == 404 and stream.kind == "JobSet":
                 raise _Absent() from None
             if getattr(exc, "status", None) == 410:
                 raise _Gone() from None
             raise
-        items, version = read_list(raw, stream.list_kind, self.limits.max_line_bytes, by)
         if not version:
             raise _Garbage(f"a {stream.list_kind} without a resourceVersion")
         return {_key(_dict(item)): facts(stream.kind, _dict(item)) for item in items}, version

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from ..domain.recovery import LiveNode, failure_summary
-from .deadline import MAX_ANSWER_BYTES, MAX_PAGES, PROBE_DEADLINE_SECONDS, Deadline
+from .deadline import MAX_ANSWER_BYTES, MAX_PAGES, PROBE_DEADLINE_SECONDS, Deadline, TooManyPages
 from .endpoints import TPU_ENDPOINT_VARIABLE, tpu_nodes_client
 from .http_answers import checking_answers
 
@@ -74,10 +74,6 @@ def list_live_nodes(
         except Exception as exc:  # noqa: BLE001 - any failure means "unknown", reported per zone
             result.failures[zone] = failure_summary(exc)
     return result
-
-
-class TooManyPages(Exception):
-    """A list that will not end: its server keeps handing out next-page tokens."""
 
 
 class MalformedAnswer(Exception):
