@@ -29,8 +29,9 @@ from support.harness.waiting import eventually
 from tpu_training_components.domain.job_manifests import PART_OF, PART_OF_LABEL
 from tpu_training_components.domain.recovery import GENERATION_LABEL
 from tpu_training_components.live.deadline import Deadline
-from tpu_training_components.live.kube_api import list_live_jobs, read_list
+from tpu_training_components.live.kube_api import list_live_jobs
 from tpu_training_components.live.kube_client import ClusterRef
+from tpu_training_components.live.kube_pages import read_list
 from tpu_training_components.live.kube_watch import ClusterWatcher, WatchLimits, WatchScope
 
 CLUSTER = ClusterRef("engine-project", "us-east5", "engine")

@@ -12,7 +12,7 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 from tpu_training_components.live.deadline import Deadline, TooManyPages
-from tpu_training_components.live.kube_api import ContinueExpired, MalformedAnswer, read_list
+from tpu_training_components.live.kube_pages import ContinueExpired, MalformedAnswer, read_list
 
 
 def _page(names: list[str], token: str, version: str = "41") -> urllib3.HTTPResponse:

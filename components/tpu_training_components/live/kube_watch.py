@@ -42,8 +42,8 @@ from ..domain.job_manifests import PART_OF, PART_OF_LABEL
 from ..domain.jobset_manifests import JOBSET_API_VERSION
 from ..domain.recovery import failure_summary
 from .deadline import MAX_ANSWER_BYTES, Deadline
-from .kube_api import read_list
 from .kube_client import ClusterRef, api_client_for
+from .kube_pages import read_list
 
 MAINTENANCE_LABEL = "cloud.google.com/scheduled-maintenance-time"
 """GKE's label on a node with a scheduled maintenance window (epoch seconds), GKE >= 1.31.1."""

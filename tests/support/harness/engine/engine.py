@@ -109,8 +109,10 @@ class EngineProject:
         shutil.copy(REPO / "Pulumi.yaml", self.root / "Pulumi.yaml")
         # With their compiled bytecode: copied with their sources' times, it stays valid, and the
         # program does not compile infra/ anew in every project.
+        # infra/.venv is a link to ../.venv, for dynamic providers (tests/project/test_layout.py):
+        # copied as the link it is, never as the virtualenv it points at.
         for part in ("infra", "trainer"):
-            shutil.copytree(REPO / part, self.root / part)
+            shutil.copytree(REPO / part, self.root / part, symlinks=True)
         self.plugins = folder / "plugins"
         self.plugins.mkdir()
         (folder / "state").mkdir()

@@ -34,6 +34,7 @@ from support.fakes.fake_tpu_api import FakeTpuApi
 
 _NODES = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/nodes$")
 _NODE = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/nodes/([^/]+)$")
+_OPERATION = re.compile(r"^/(?:v2|v2alpha1)/(projects/[^/]+/locations/[^/]+/operations/[^/]+)$")
 _QUEUED = re.compile(r"^/(v2|v2alpha1)/projects/([^/]+)/locations/([^/]+)/queuedResources(?:/([^/]+))?$")
 _OBJECTS = re.compile(r"^(/api/v1|/apis/[^/]+/[^/]+)/namespaces/([^/]+)/([^/]+)(?:/([^/]+))?$")
 _CLUSTER_OBJECTS = re.compile(r"^(/api/v1|/apis/[^/]+/[^/]+)/([^/]+)(?:/([^/]+))?$")
@@ -56,6 +57,10 @@ class CloudTpuApi(FakeTpuApi):
         """zone -> queued resource id -> the QueuedResource as the API keeps it (its version too)."""
         self.capacity: dict[str, bool] = {}
         """zone -> whether a new request there is granted at once (default: it waits)."""
+        self.unfinished_polls: Optional[int] = 0
+        """Operations from now on are done only after this many polls (None: never)."""
+        self.pending: dict[str, list[Any]] = {}
+        """operation name -> [polls left, the finished operation]."""
 
     def node(self, zone: str, name: str) -> Optional[dict[str, Any]]:
         return next((n for n in self.nodes.get(zone, []) if n["name"] == name), None)
@@ -166,6 +171,9 @@ class CloudTpuApi(FakeTpuApi):
     def route(self, method: str, path: str, query: str, headers: dict[str, str]) -> tuple[int, Any]:
         if _QUEUED.match(path) is not None:
             return self._queued(method, path, query)
+        operation = _OPERATION.match(path)
+        if operation is not None and method == "GET":
+            return self._poll(operation.group(1))
         collection, one = _NODES.match(path), _NODE.match(path)
         if collection is not None and method == "POST":
             project, zone = collection.groups()
@@ -202,15 +210,38 @@ class CloudTpuApi(FakeTpuApi):
         node = dict(self.node(zone, name) or {}, name=f"projects/{project}/locations/{zone}/nodes/{name}")
         return 200, self._operation(project, zone, f"create-{name}", node)
 
-    @staticmethod
     def _operation(
-        project: str, zone: str, name: str, response: dict[str, Any], version: str = "v2", kind: str = "Node"
+        self,
+        project: str,
+        zone: str,
+        name: str,
+        response: dict[str, Any],
+        version: str = "v2",
+        kind: str = "Node",
     ) -> dict[str, Any]:
-        return {
+        """A long-running Operation: done at once, or, while ``unfinished_polls`` is set, not
+        done until polled (``GET .../operations/NAME``) that many times (``None``: never)."""
+        operation = {
             "name": f"projects/{project}/locations/{zone}/operations/{name}",
             "done": True,
             "response": {"@type": f"type.googleapis.com/google.cloud.tpu.{version}.{kind}", **response},
         }
+        if self.unfinished_polls == 0:
+            return operation
+        self.pending[operation["name"]] = [self.unfinished_polls, operation]
+        return {"name": operation["name"], "done": False}
+
+    def _poll(self, name: str) -> tuple[int, Any]:
+        if name not in self.pending:
+            return _error(404, "NOT_FOUND", f"Resource '{name}' was not found")
+        left, operation = self.pending[name]
+        if left is not None:
+            left -= 1
+            self.pending[name][0] = left
+        if left is None or left > 0:
+            return 200, {"name": name, "done": False}
+        del self.pending[name]
+        return 200, operation
 
 
 def _kubernetes_error(code: int, reason: str, message: str) -> tuple[int, Any]:

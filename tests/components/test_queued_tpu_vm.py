@@ -1,0 +1,122 @@
+"""The queued TPU VM's dynamic provider (resources/queued_tpu_vm.py) against the Cloud TPU fake,
+through the real client it uses (live/queued_api.py, google-api-python-client): create, read,
+what a change replaces and what it patches in place, update, delete with force. The fake checks
+every body and answer against the TPU discovery documents."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Iterator
+
+import pytest
+from support.harness.engine.fakes import CloudTpuApi
+from tpu_training_components.domain.queued_resources import QueuedRequest, queued_resource_body
+from tpu_training_components.live.endpoints import TPU_ENDPOINT_VARIABLE
+from tpu_training_components.resources.queued_tpu_vm import QueuedTpuVmProvider, queued_diff
+
+ZONE = "us-east5-a"
+NODE = {
+    "acceleratorType": "v6e-8",
+    "runtimeVersion": "v2-alpha-tpuv6e",
+    "labels": {"recovery-generation": "1"},
+    "metadata": {"startup-script": "#!/bin/bash\ntrain --steps 100"},
+}
+
+
+@pytest.fixture
+def tpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[CloudTpuApi]:
+    with CloudTpuApi() as api:
+        monkeypatch.setenv(TPU_ENDPOINT_VARIABLE, api.endpoint)
+        yield api
+
+
+def _props(request: QueuedRequest, node: dict[str, Any] = NODE, generation: int = 1) -> dict[str, Any]:
+    body = queued_resource_body(request, project="p", zone=ZONE, node_id="trainer", node=node)
+    return {
+        "project": "p",
+        "zone": ZONE,
+        "queuedResourceId": "trainer",
+        "apiVersion": request.api_version,
+        "body": body,
+        "generation": generation,
+    }
+
+
+def _edited(**node_fields: Any) -> dict[str, Any]:
+    return {**copy.deepcopy(NODE), **node_fields}
+
+
+def test_a_changed_startup_script_or_label_is_patched_in_place_and_anything_else_replaces() -> None:
+    spot = _props(QueuedRequest("spot"))
+    assert queued_diff(spot, spot) == ([], False)
+    script = _props(
+        QueuedRequest("spot"), _edited(metadata={"startup-script": "#!/bin/bash\ntrain --steps 200"})
+    )
+    assert queued_diff(spot, script) == ([], True), "a tuning edit never restarts training"
+    assert queued_diff(spot, _props(QueuedRequest("spot"), _edited(labels={"team": "a"}))) == ([], True)
+    assert queued_diff(spot, _props(QueuedRequest("spot"), generation=2)) == (["generation"], True)
+    assert queued_diff(spot, _props(QueuedRequest("spot"), _edited(acceleratorType="v6e-16"))) == (
+        ["body"],
+        True,
+    )
+    assert queued_diff(spot, _props(QueuedRequest("spot", slices=2))) == (["body"], True)
+    flex = _props(QueuedRequest("flex-start", max_run_seconds=3600))
+    assert queued_diff(spot, flex) == (["apiVersion", "body"], True)
+
+
+def test_create_read_update_and_delete_against_the_fake(tpu: CloudTpuApi) -> None:
+    provider = QueuedTpuVmProvider()
+    props = _props(QueuedRequest("flex-start", max_run_seconds=72 * 3600))
+    created = provider.create(props)
+    assert created.id == f"projects/p/locations/{ZONE}/queuedResources/trainer"
+    assert created.outs["state"] == "WAITING_FOR_RESOURCES" and created.outs["node_ids"] == ["trainer"]
+    assert tpu.queued_resource(ZONE, "trainer")["provisioningModel"] == "FLEX_START"
+
+    tpu.grant(ZONE, "trainer")
+    read = provider.read(created.id, created.outs)
+    assert read.id == created.id and read.outs["state"] == "ACTIVE"
+
+    news = _props(
+        QueuedRequest("flex-start", max_run_seconds=72 * 3600),
+        _edited(metadata={"startup-script": "#!/bin/bash\ntrain --steps 200"}),
+    )
+    diff = provider.diff(created.id, created.outs, news)
+    assert (diff.changes, diff.replaces) == (True, [])
+    provider.update(created.id, created.outs, news)
+    (node,) = tpu.nodes[ZONE]
+    assert node["metadata"]["startup-script"].endswith("--steps 200"), "patched on the node it made"
+    assert tpu.queued_resource(ZONE, "trainer")["state"]["state"] == "ACTIVE", "the request stands"
+
+    provider.delete(created.id, created.outs)
+    assert not tpu.nodes[ZONE] and not tpu.queued[ZONE], "force deleted its node, then the request"
+    assert provider.read(created.id, created.outs).id == ""
+    provider.delete(created.id, created.outs)  # already gone: deleted
+
+
+def test_a_multislice_request_patches_every_node_it_made(tpu: CloudTpuApi) -> None:
+    provider = QueuedTpuVmProvider()
+    tpu.capacity[ZONE] = True
+    created = provider.create(_props(QueuedRequest("spot", slices=2)))
+    assert created.outs["state"] == "ACTIVE" and created.outs["node_ids"] == ["trainer-0", "trainer-1"]
+    news = _props(QueuedRequest("spot", slices=2), _edited(labels={"recovery-generation": "1", "team": "a"}))
+    provider.update(created.id, created.outs, news)
+    assert [n["labels"].get("team") for n in tpu.nodes[ZONE]] == ["a", "a"]
+
+
+def test_an_operation_is_polled_until_done_and_one_that_never_ends_trips_its_deadline(
+    tpu: CloudTpuApi,
+) -> None:
+    from tpu_training_components.live.deadline import Deadline, DeadlineExceeded
+    from tpu_training_components.live.queued_api import QueuedResourcesApi
+
+    api = QueuedResourcesApi()
+    body = _props(QueuedRequest("spot"))["body"]
+    parent = f"projects/p/locations/{ZONE}"
+    tpu.unfinished_polls = 2
+    found = api.create(parent, "trainer", body, "v2", Deadline(60, "requesting trainer"))
+    assert found["state"]["state"] == "WAITING_FOR_RESOURCES"
+    assert not tpu.pending, "polled until done"
+
+    tpu.unfinished_polls = None  # never done
+    with pytest.raises(DeadlineExceeded, match="deleting trainer took longer than 2 s"):
+        api.delete(f"{parent}/queuedResources/trainer", "v2", Deadline(2, "deleting trainer"))
