@@ -7,7 +7,6 @@ creates, awaits and deletes as it does against GKE."""
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -15,24 +14,15 @@ from typing import Any
 import pytest
 from support.fakes.loopback_gcs import LoopbackGcs
 from support.harness.engine.compare import GKE_DOCUMENTED_EDITS, compare_each
-from support.harness.engine.control_plane import KUBE_BIN, TOKEN, ControlPlane
-from support.harness.engine.engine import EngineProject, endpoints
+from support.harness.engine.control_plane import PROVIDER, ControlPlane
+from support.harness.engine.engine import EngineProject
 from support.harness.engine.fakes import CloudTpuApi
-from support.harness.engine.providers import CLUSTER_CA_VARIABLE, CLUSTER_ENDPOINT_VARIABLE
 from support.harness.engine.stacks import GKE_CONFIG, JOB
 
 STACK = "provider"
 JOB_TYPE = "tpu-training:gke:TpuTrainingJob$kubernetes:batch/v1:Job"
-PROVIDER = KUBE_BIN / "pulumi-resource-kubernetes"
 WITHIN = 120.0
 """Seconds the real controllers may take on a loaded two-core machine."""
-EXEC_CREDENTIAL = {"apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential"}
-
-
-def _auth_plugin(token: str) -> str:
-    """gke-gcloud-auth-plugin, for the engine tier: the control plane's token as an ExecCredential."""
-    credential = json.dumps({**EXEC_CREDENTIAL, "status": {"token": token}})
-    return f"#!/bin/sh\necho '{credential}'\n"
 
 
 @pytest.fixture(scope="session")
@@ -45,23 +35,8 @@ def provider(kubernetes: ControlPlane) -> Path:
 def _project(
     folder: Path, kubernetes: ControlPlane, provider: Path, programs: str, cloud: Any
 ) -> EngineProject:
-    ca = (kubernetes.folder / "certificates" / "apiserver.crt").read_bytes()
-    project = EngineProject(
-        folder,
-        {
-            **endpoints(*cloud),
-            CLUSTER_ENDPOINT_VARIABLE: kubernetes.endpoint.removeprefix("https://"),
-            CLUSTER_CA_VARIABLE: base64.b64encode(ca).decode(),
-            # The program's own reads (recovery's live state) go there too.
-            "KUBECONFIG": str(kubernetes.kubeconfig),
-        },
-        programs,
-        kubernetes_provider=provider,
-    )
-    plugin = project.plugins / "gke-gcloud-auth-plugin"
-    plugin.write_text(_auth_plugin(TOKEN))
-    plugin.chmod(0o755)
-    return project
+    assert provider == PROVIDER
+    return kubernetes.project_with_the_real_provider(folder, programs, cloud)
 
 
 def test_the_real_provider_deploys_the_job_and_recovery_has_it_replace_the_failed_one_alone(

@@ -28,11 +28,19 @@ from typing import Any, Optional
 import yaml
 
 from support.harness.crds import JOBSET_CRD
-from support.harness.engine.engine import REPO
-from support.harness.engine.providers import KUBERNETES_API_VARIABLE, KUBERNETES_TOKEN_VARIABLE
+from support.harness.engine.engine import REPO, EngineProject, endpoints
+from support.harness.engine.providers import (
+    CLUSTER_CA_VARIABLE,
+    CLUSTER_ENDPOINT_VARIABLE,
+    KUBERNETES_API_VARIABLE,
+    KUBERNETES_TOKEN_VARIABLE,
+)
 from support.harness.waiting import eventually
 
 KUBE_BIN = REPO / ".engine" / "kube" / "bin"
+PROVIDER = KUBE_BIN / "pulumi-resource-kubernetes"
+"""The real pulumi-kubernetes provider, built by .ci/kube with the control plane."""
+EXEC_CREDENTIAL = {"apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential"}
 TOOLS = (
     "etcd",
     "kube-apiserver",
@@ -283,6 +291,30 @@ class ControlPlane:
             KUBERNETES_TOKEN_VARIABLE: TOKEN,
             "KUBECONFIG": str(self.kubeconfig),
         }
+
+    def project_with_the_real_provider(self, folder: Path, programs: str, cloud: Any) -> EngineProject:
+        """An engine project whose Kubernetes objects the real pulumi-kubernetes provider writes
+        here: the gcp double's GKE cluster names this control plane's endpoint and CA, so the
+        stack's own kubeconfig takes the provider here, with gke-gcloud-auth-plugin a script that
+        hands out this control plane's token as an ExecCredential."""
+        ca = (self.folder / "certificates" / "apiserver.crt").read_bytes()
+        project = EngineProject(
+            folder,
+            {
+                **endpoints(*cloud),
+                CLUSTER_ENDPOINT_VARIABLE: self.endpoint.removeprefix("https://"),
+                CLUSTER_CA_VARIABLE: base64.b64encode(ca).decode(),
+                # The program's own reads (recovery's live state) come here too.
+                "KUBECONFIG": str(self.kubeconfig),
+            },
+            programs,
+            kubernetes_provider=PROVIDER,
+        )
+        credential = json.dumps({**EXEC_CREDENTIAL, "status": {"token": TOKEN}})
+        plugin = project.plugins / "gke-gcloud-auth-plugin"
+        plugin.write_text(f"#!/bin/sh\necho '{credential}'\n")
+        plugin.chmod(0o755)
+        return project
 
     def job(self, namespace: str, name: str) -> dict[str, Any]:
         status, job = self.request("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}")
