@@ -11,6 +11,7 @@ from typing import Any, Iterator
 import pytest
 from support.harness.engine.fakes import CloudTpuApi
 from tpu_training_components.domain.queued_resources import QueuedRequest, queued_resource_body
+from tpu_training_components.domain.recovery import Cause
 from tpu_training_components.live.endpoints import TPU_ENDPOINT_VARIABLE
 from tpu_training_components.resources.queued_tpu_vm import QueuedTpuVmProvider, queued_diff
 
@@ -120,3 +121,31 @@ def test_an_operation_is_polled_until_done_and_one_that_never_ends_trips_its_dea
     tpu.unfinished_polls = None  # never done
     with pytest.raises(DeadlineExceeded, match="deleting trainer took longer than 2 s"):
         api.delete(f"{parent}/queuedResources/trainer", "v2", Deadline(2, "deleting trainer"))
+
+
+def test_recovery_reads_the_requests_then_their_nodes_and_decides_each_keeping_what_it_cannot_read(
+    tpu: CloudTpuApi,
+) -> None:
+    from tpu_training_components.live.endpoints import tpu_nodes_client
+    from tpu_training_components.resources.reconcile import reconcile_queued_vms
+
+    provider = QueuedTpuVmProvider()
+    for name in ("waiting", "running", "ended"):
+        provider.create({**_props(QueuedRequest("spot")), "queuedResourceId": name})
+    tpu.grant(ZONE, "running")
+    tpu.grant(ZONE, "ended")
+    tpu.suspend(ZONE, "ended")
+    vms = [(name, ZONE, "v2", 1) for name in ("waiting", "running", "ended", "never")]
+    vms.append(("elsewhere", "us-west4-a", "v2", 1))
+    tpu.unavailable_zones.add("us-west4-a")
+
+    decisions = reconcile_queued_vms("p", vms, client=tpu_nodes_client(tpu.endpoint))
+    assert [(d.name, d.action, d.cause) for d in decisions] == [
+        ("waiting", "keep", None),
+        ("running", "keep", None),
+        ("ended", "replace", Cause.PREEMPTED),
+        ("never", "create", Cause.MISSING),
+        ("elsewhere", "keep", None),
+    ]
+    assert decisions[-1].unavailable and "UNAVAILABLE" in decisions[-1].reason.upper()
+    assert decisions[2].generation == 2

@@ -13,6 +13,7 @@ from ..domain.job_recovery import LiveJob, LiveJobSet, decide_job, decide_jobset
 from ..domain.kueue_recovery import NOT_READ
 from ..domain.naming import generation_problem
 from ..domain.progress import HangCheck, Stall, Verdict, judge, with_progress
+from ..domain.queued_resources import LiveQueuedResource, decide_queued, node_ids, read_queued_resource
 from ..domain.recovery import (
     Cause,
     Decision,
@@ -134,6 +135,48 @@ def reconcile_tpu_vms(
         if name in hang_checks and node is not None and node.training and decision.action == "keep":
             decision = judge_training(decision, _node_since(node), hang_checks[name], read, now)
         decisions.append(decision)
+    return decisions
+
+
+def reconcile_queued_vms(
+    project: str,
+    vms: Sequence[tuple[str, str, str, int]],
+    *,
+    read_live_state: bool = True,
+    grace: timedelta = timedelta(minutes=30),
+    now: Optional[datetime] = None,
+    api: Any = None,
+    client: Any = None,
+) -> list[Decision]:
+    """Decide for every queued TPU VM ``(name, zone, API version, slices)``
+    (``domain.queued_resources.decide_queued``): one list call of queued resources per zone and
+    API version, then one list of nodes per zone, *after* the requests (an ACTIVE request's
+    nodes existed before it was ACTIVE, so one missing then is not one being made). A zone
+    whose requests or nodes cannot be read keeps what was last deployed there."""
+    from ..live.queued_api import QueuedResourcesApi
+
+    if not read_live_state:
+        return _not_read([name for name, *_ in vms])
+    api = api or QueuedResourcesApi()
+    requests: dict[tuple[str, str], LiveQueuedResource] = {}
+    failures: dict[str, str] = {}
+    for zone, version in sorted({(zone, version) for _, zone, version, _ in vms}):
+        try:
+            for item in api.list(f"projects/{project}/locations/{zone}", version):
+                found = read_queued_resource(item)
+                requests[(zone, found.name)] = found
+        except Exception as exc:  # noqa: BLE001 - any failure means "unknown", per zone
+            failures[zone] = failure_summary(exc)
+    live = list_live_nodes(project, {zone for _, zone, _, _ in vms}, client=client)
+    now = now or utc_now()
+    decisions = []
+    for name, zone, _, slices in vms:
+        problem = failures.get(zone) or live.failures.get(zone)
+        if problem is not None:
+            decisions.append(unreachable(name, problem))
+            continue
+        nodes = [live.nodes[(zone, n)] for n in node_ids(name, slices) if (zone, n) in live.nodes]
+        decisions.append(decide_queued(name, requests.get((zone, name)), nodes, now=now, grace=grace))
     return decisions
 
 

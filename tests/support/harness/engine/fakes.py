@@ -57,6 +57,8 @@ class CloudTpuApi(FakeTpuApi):
         """zone -> queued resource id -> the QueuedResource as the API keeps it (its version too)."""
         self.capacity: dict[str, bool] = {}
         """zone -> whether a new request there is granted at once (default: it waits)."""
+        self.unavailable_zones: set[str] = set()
+        """Zones whose queued resources are answered 503 UNAVAILABLE."""
         self.unfinished_polls: Optional[int] = 0
         """Operations from now on are done only after this many polls (None: never)."""
         self.pending: dict[str, list[Any]] = {}
@@ -121,6 +123,8 @@ class CloudTpuApi(FakeTpuApi):
         version, project, zone, name = match.groups()
         params = dict(part.split("=", 1) for part in query.split("&") if "=" in part)
         kept = self.queued.setdefault(zone, {})
+        if zone in self.unavailable_zones:
+            return _error(503, "UNAVAILABLE", "The service is currently unavailable.")
         if name is None and method == "GET":
             found = [copy.deepcopy(r) for r in kept.values()]
             return 200, {"queuedResources": found} if found else {}
