@@ -149,3 +149,92 @@ def test_recovery_reads_the_requests_then_their_nodes_and_decides_each_keeping_w
     ]
     assert decisions[-1].unavailable and "UNAVAILABLE" in decisions[-1].reason.upper()
     assert decisions[2].generation == 2
+
+
+# --- The component: PreemptibleTpuVm requested from the queue --------------------------------
+
+
+def _vm_args(**overrides: Any) -> dict[str, Any]:
+    return {
+        "zone": ZONE,
+        "accelerator_type": "v6e-8",
+        "runtime_version": "v2-alpha-tpuv6e",
+        "train_command": "python3 train.py",
+        "checkpoint_dir": "gs://bucket/checkpoints/vm",
+        "service_account_email": "trainer@proj.iam.gserviceaccount.com",
+        "project": "proj",
+        "recovery_generation": 3,
+        **overrides,
+    }
+
+
+def _declare(**overrides: Any) -> Any:
+    from support.harness.program import run_components
+    from tpu_training_components import PreemptibleTpuVm
+
+    return run_components(lambda: PreemptibleTpuVm("trainer", _vm_args(**overrides)))  # type: ignore[arg-type]
+
+
+def test_a_flex_start_vm_is_a_queued_resource_whose_request_conforms_to_v2alpha1() -> None:
+    from support.harness.discovery import schema_errors
+
+    run = _declare(provisioning="flex-start", max_run_duration="72h")
+    assert not run.by_type("gcp:tpu/v2Vm:V2Vm"), "not created directly"
+    (queued,) = run.by_type("pulumi-python:dynamic:Resource")
+    inputs = queued.inputs
+    assert (inputs["apiVersion"], inputs["queuedResourceId"], inputs["generation"]) == (
+        "v2alpha1",
+        "trainer",
+        3,
+    )
+    body = inputs["body"]
+    assert schema_errors("tpu", "v2alpha1", "QueuedResource", body) == []
+    assert body["provisioningModel"] == "FLEX_START" and body["runDuration"] == {"maxRunDuration": "259200s"}
+    node = body["tpu"]["nodeSpec"][0]["node"]
+    assert node["labels"]["recovery-generation"] == "3"
+    assert node["metadata"]["startup-script"].startswith("#!")
+    assert node["serviceAccount"]["email"] == "trainer@proj.iam.gserviceaccount.com"
+    assert node["shieldedInstanceConfig"] == {"enableSecureBoot": True}
+
+
+def test_a_spot_vm_that_waits_six_hours_in_two_slices_is_one_v2_request_priced_as_both() -> None:
+    from support.harness.discovery import schema_errors
+    from tpu_training_components.domain.cost_estimate import estimate
+
+    run = _declare(provisioning="spot", queued={"valid_for": "6h"}, slices=2)
+    (queued,) = run.by_type("pulumi-python:dynamic:Resource")
+    body = queued.inputs["body"]
+    assert schema_errors("tpu", "v2", "QueuedResource", body) == []
+    assert body["spot"] == {} and body["queueingPolicy"] == {"validUntilDuration": "21600s"}
+    assert body["tpu"]["nodeSpec"][0]["multisliceParams"] == {"nodeCount": 2, "nodeIdPrefix": "trainer"}
+    # The plan's price (from what is registered): both slices, at the Spot price of one each.
+    one = estimate(_declare(provisioning="spot").registrations).total("training")[0]
+    planned = estimate(run.registrations)
+    assert one > 0 and planned.total("training")[0] == pytest.approx(2 * one)
+    (line,) = [line for line in planned.lines if line.type == "pulumi-python:dynamic:Resource"]
+    assert line.what.startswith("2 x TPU v6e-8, spot")
+
+
+@pytest.mark.parametrize(
+    "overrides, key, words",
+    [
+        ({"provisioning": "flex-start", "max_run_duration": "8d"}, "max_run_duration", "limit of 7 days"),
+        ({"provisioning": "flex-start"}, "max_run_duration", "flex-start needs one"),
+        (
+            {"provisioning": "flex-start", "max_run_duration": "1h", "accelerator_type": "v4-8"},
+            "provisioning",
+            "v5e, v6e only, not v4",
+        ),
+        ({"queued": {"valid_for": "6 hours"}}, "queued.valid_for", "is not a duration"),
+        ({"provisioning": "preemptible", "queued": {}}, "provisioning", "cannot be queued"),
+        ({"max_run_duration": "1h"}, "max_run_duration", "flex-start only"),
+    ],
+)
+def test_a_request_google_would_refuse_is_refused_naming_its_key(
+    overrides: dict[str, Any], key: str, words: str
+) -> None:
+    from tpu_training_components.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument) as refused:
+        _declare(**overrides)
+    assert f"{key}" in str(refused.value) and words in str(refused.value), str(refused.value)

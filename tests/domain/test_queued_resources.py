@@ -113,7 +113,7 @@ def test_flex_start_is_refused_past_seven_days_on_other_generations_and_without_
     eight_days = QueuedRequest("flex-start", max_run_seconds=8 * 24 * 3600)
     assert request_problems(eight_days, "v6e", "us-east5-a") == [
         (
-            "maxRunDuration",
+            "max_run_duration",
             f"{8 * 24 * 3600}s is longer than flex-start's limit of 7 days ({FLEX_START_MAX_RUN_SECONDS}s)",
         )
     ]
@@ -122,9 +122,9 @@ def test_flex_start_is_refused_past_seven_days_on_other_generations_and_without_
     )
     assert key == "provisioning" and "v5e, v6e only, not v4" in problem
     ((key, problem),) = request_problems(QueuedRequest("flex-start"), "v6e", "us-east5-a")
-    assert key == "maxRunDuration" and "7d" in problem
+    assert key == "max_run_duration" and "7d" in problem
     ((key, problem),) = request_problems(QueuedRequest("spot", max_run_seconds=3600), "v6e", "us-east5-a")
-    assert key == "maxRunDuration" and "flex-start only" in problem
+    assert key == "max_run_duration" and "flex-start only" in problem
     assert (
         request_problems(QueuedRequest("flex-start", max_run_seconds=7 * 24 * 3600), "v6e", "us-east5-a")
         == []

@@ -143,6 +143,30 @@ def _region(location: str) -> str:
     return catalogue.region_of_zone(location) if not catalogue.is_region(location) else location
 
 
+QUEUED_TPU_VM_TYPE = "pulumi-python:dynamic:Resource"
+"""How a queued TPU VM (``resources/queued_tpu_vm.py``, a dynamic resource) is registered."""
+
+
+def _queued_as_vm(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """A queued TPU VM's request as the ``V2Vm`` inputs it is priced by (its accelerator type,
+    zone, capacity and slices); {} for a dynamic resource that is no queued TPU VM."""
+    body = inputs.get("body")
+    specs = body.get("tpu", {}).get("nodeSpec") if isinstance(body, dict) else None
+    if not isinstance(body, dict) or not isinstance(specs, list) or len(specs) != 1:
+        return {}
+    if "queuedResourceId" not in inputs:
+        return {}
+    spec, node = specs[0], specs[0].get("node") or {}
+    group = spec.get("multisliceParams") or spec.get("multiNodeParams") or {}
+    return {
+        "acceleratorType": node.get("acceleratorType"),
+        "zone": inputs.get("zone"),
+        "schedulingConfig": {"spot": True} if "spot" in body else node.get("schedulingConfig") or {},
+        "flexStart": body.get("provisioningModel") == "FLEX_START",
+        "slices": group.get("nodeCount", 1),
+    }
+
+
 def _vm_model(scheduling: dict[str, Any]) -> Model:
     if scheduling.get("preemptible") or scheduling.get("spot"):
         return "spot"
@@ -220,18 +244,25 @@ def estimate(declared: Iterable[Declared]) -> Estimate:
         if not r.custom:
             continue
         inputs = r.inputs
-        if r.type == "gcp:tpu/v2Vm:V2Vm":
+        if r.type == QUEUED_TPU_VM_TYPE:
+            inputs = _queued_as_vm(inputs)
+        if r.type == "gcp:tpu/v2Vm:V2Vm" or (r.type == QUEUED_TPU_VM_TYPE and inputs):
+            # A queued TPU VM is priced as the VM it becomes (``flexStart``, ``slices``): waiting
+            # in the queue bills nothing (an earlier Cloud TPU pricing page: "Charges for Cloud
+            # TPU accrue while your TPU node is in a READY state").
             accelerator = catalogue.accelerator_type(str(inputs["acceleratorType"]))
             region = _region(str(inputs["zone"]))
-            model = _vm_model(inputs.get("schedulingConfig") or {})
+            model = (
+                "flex-start" if inputs.get("flexStart") else _vm_model(inputs.get("schedulingConfig") or {})
+            )
             shown = "preemptible" if (inputs.get("schedulingConfig") or {}).get("preemptible") else model
+            slices = int(inputs.get("slices") or 1)
             price = prices.tpu_vm_hour(
                 accelerator.generation, region, accelerator.chips, accelerator.cores, model
-            )
-            found.lines.append(
-                CostLine(r.type, r.name, f"TPU {accelerator.name}, {shown}, {region}", "training", price)
-            )
-            nat_vms[(region, "training")] = nat_vms.get((region, "training"), 0) + accelerator.hosts
+            ).times(slices)
+            what = f"{slices} x TPU {accelerator.name}" if slices > 1 else f"TPU {accelerator.name}"
+            found.lines.append(CostLine(r.type, r.name, f"{what}, {shown}, {region}", "training", price))
+            nat_vms[(region, "training")] = nat_vms.get((region, "training"), 0) + accelerator.hosts * slices
         elif r.type == "gcp:container/nodePool:NodePool":
             node_config = inputs.get("nodeConfig") or {}
             machine = str(node_config.get("machineType"))

@@ -340,18 +340,18 @@ _DURATION = re.compile(r"^([1-9][0-9]*)([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def parse_duration(value: str) -> int:
-    """``"72h"`` -> 259200. Units: s, m, h, d."""
+def parse_duration(value: str, key: str = "maxRunDuration") -> int:
+    """``"72h"`` -> 259200. Units: s, m, h, d. The error names ``key``."""
     match = _DURATION.fullmatch(value)
     if match is None:
         raise NodePoolError(
-            f"maxRunDuration {value!r} is not a duration; write a whole number and a unit "
+            f"{key} {value!r} is not a duration; write a whole number and a unit "
             f"(s, m, h or d), e.g. '72h' or '7d'"
         )
     seconds = int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
     if seconds > MAX_DURATION_SECONDS:
         raise NodePoolError(
-            f"maxRunDuration {value!r} is {seconds}s, longer than the longest duration the API "
+            f"{key} {value!r} is {seconds}s, longer than the longest duration the API "
             f"takes ({MAX_DURATION_SECONDS}s)"
         )
     return seconds

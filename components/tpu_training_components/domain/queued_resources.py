@@ -84,7 +84,8 @@ class QueuedRequest:
 
 def request_problems(request: QueuedRequest, generation: str, zone: str) -> list[tuple[str, str]]:
     """(key, problem) for each thing that makes ``request`` impossible for a TPU of
-    ``generation`` in ``zone``; empty when it can be requested."""
+    ``generation`` in ``zone``; empty when it can be requested. Keys are the component's
+    (``provisioning``, ``slices``, ``max_run_duration``)."""
     problems: list[tuple[str, str]] = []
     if request.provisioning not in QUEUED_PROVISIONING:
         problems.append(
@@ -108,18 +109,21 @@ def request_problems(request: QueuedRequest, generation: str, zone: str) -> list
             )
         if request.max_run_seconds is None:
             problems.append(
-                ("maxRunDuration", "flex-start needs one: how long the VMs may run, at most 7d (e.g. '72h')")
+                (
+                    "max_run_duration",
+                    "flex-start needs one: how long the VMs may run, at most 7d (e.g. '72h')",
+                )
             )
         elif request.max_run_seconds > FLEX_START_MAX_RUN_SECONDS:
             problems.append(
                 (
-                    "maxRunDuration",
+                    "max_run_duration",
                     f"{request.max_run_seconds}s is longer than flex-start's limit of 7 days "
                     f"({FLEX_START_MAX_RUN_SECONDS}s)",
                 )
             )
     elif request.max_run_seconds is not None:
-        problems.append(("maxRunDuration", "is for flex-start only; the other kinds run until they end"))
+        problems.append(("max_run_duration", "is for flex-start only; the other kinds run until they end"))
     return problems
 
 

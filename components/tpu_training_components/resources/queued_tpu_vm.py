@@ -141,7 +141,7 @@ class QueuedTpuVm(pulumi.dynamic.Resource):
         queued_resource_id: str,
         api_version: str,
         body: pulumi.Input[dict[str, Any]],
-        generation: pulumi.Input[int],
+        generation: pulumi.Input[int | str],
         opts: Optional[pulumi.ResourceOptions] = None,
     ) -> None:
         super().__init__(

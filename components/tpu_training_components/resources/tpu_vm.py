@@ -17,11 +17,24 @@ from ..domain.naming import (
     runtime_version_problem,
     subnetwork_problem,
 )
+from ..domain.node_pool_plan import parse_duration
+from ..domain.queued_resources import QueuedRequest, queued_resource_body, request_problems
 from ..domain.recovery import CAUSE_LABEL, GENERATION_LABEL, cause_problem
 from ..domain.startup_script import metadata_problem, vm_metadata
 from ..validation import ARGUMENTS, Problems, check_arguments, checkpoint_places, count_problem, gcp_labels
+from .queued_tpu_vm import QueuedTpuVm
 
-PROVISIONING_MODELS: tuple[str, ...] = ("preemptible", "spot", "on-demand", "reserved")
+PROVISIONING_MODELS: tuple[str, ...] = ("preemptible", "spot", "on-demand", "reserved", "flex-start")
+CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
+
+
+@with_config(ARGUMENTS)
+class QueuedVmArgs(TypedDict):
+    valid_for: NotRequired[str]
+    """How long the request may wait for capacity before the API fails it (``"6h"``; units s, m,
+    h, d); it waits until capacity comes when omitted."""
+    valid_after: NotRequired[str]
+    """Not before this long after the request (``"30m"``)."""
 
 
 @with_config(ARGUMENTS)
@@ -40,8 +53,17 @@ class PreemptibleTpuVmArgs(TypedDict):
     """Identity of the VM. Required: the default compute service account is never used."""
     # A plain str, not a Literal: the provider's schema analyzer (other languages) reads no Literal.
     provisioning: NotRequired[str]
-    """``preemptible`` (the Preemptible TPUs page's ``--preemptible``), ``spot`` (default), ``on-demand`` or
-    ``reserved``."""
+    """``preemptible`` (the Preemptible TPUs page's ``--preemptible``), ``spot`` (default), ``on-demand``,
+    ``reserved``, or ``flex-start`` (v5e and v6e, through the queue, with ``max_run_duration``)."""
+    queued: NotRequired[QueuedVmArgs]
+    """Request the VM from the Cloud TPU queue (a queued resource) instead of creating it: it
+    waits for capacity rather than failing as a stockout. Implied by ``flex-start`` and by
+    ``slices`` > 1. Needs ``project`` (or ``gcp:project``)."""
+    max_run_duration: NotRequired[str]
+    """Flex-start only: how long the VMs may run, at most ``7d`` (e.g. ``"72h"``)."""
+    slices: NotRequired[int]
+    """Slices requested together, as one multislice queued resource named ``NODE-0``,
+    ``NODE-1``, ... (default 1)."""
     node_name: NotRequired[str]
     """TPU node name; the component's name when omitted."""
     setup_command: NotRequired[Optional[str]]
@@ -100,7 +122,8 @@ def replacement_trigger(recovery_generation: int, restart_generation: int) -> in
     return f"recovery {recovery_generation}, restart {restart_generation}"
 
 
-def _check_values(problems: Problems, name: str, args: PreemptibleTpuVmArgs) -> None:
+def _check_values(problems: Problems, name: str, args: PreemptibleTpuVmArgs) -> Optional[QueuedRequest]:
+    """Reports what is wrong with ``args``; returns how the VM is queued (None: created directly)."""
     zone = args["zone"]
     try:
         region: Optional[str] = catalogue.region_of_zone(zone)
@@ -118,6 +141,15 @@ def _check_values(problems: Problems, name: str, args: PreemptibleTpuVmArgs) -> 
     provisioning = args.get("provisioning", "spot")
     if provisioning not in PROVISIONING_MODELS:
         problems.add("provisioning", f"{provisioning!r} is not one of {', '.join(PROVISIONING_MODELS)}")
+    request = queued_request(problems, args)
+    if request is not None and region is not None:
+        try:
+            generation_name = catalogue.accelerator_type(args["accelerator_type"]).generation
+        except catalogue.CatalogueError:
+            generation_name = ""  # reported above
+        if generation_name:
+            for key, problem in request_problems(request, generation_name, zone):
+                problems.add(key, problem)
     if not args["train_command"].strip():
         # A blank command "succeeds" at once: the script would mark training complete untrained.
         problems.add("train_command", "is blank; give the command that trains", args["train_command"])
@@ -138,6 +170,53 @@ def _check_values(problems: Problems, name: str, args: PreemptibleTpuVmArgs) -> 
         problems.check("subnetwork", subnetwork_problem(subnetwork, region))
     # The recovery generation is a label of its own.
     gcp_labels(problems, args.get("labels", {}), added=2)
+    return request
+
+
+def queued_request(problems: Problems, args: PreemptibleTpuVmArgs) -> Optional[QueuedRequest]:
+    """How the VM is requested from the queue, or None when it is created directly (no
+    ``queued``, ``flex-start``, ``slices`` or ``max_run_duration``). A duration that cannot be
+    read is a problem at its key."""
+    provisioning = args.get("provisioning", "spot")
+    queued = args.get("queued")
+    slices = args.get("slices", 1)
+    if queued is None and provisioning != "flex-start" and slices == 1 and "max_run_duration" not in args:
+        return None
+    seconds: dict[str, int] = {}
+    for key, value in (
+        ("max_run_duration", args.get("max_run_duration")),
+        ("queued.valid_for", (queued or {}).get("valid_for")),
+        ("queued.valid_after", (queued or {}).get("valid_after")),
+    ):
+        if value is not None:
+            try:
+                seconds[key] = parse_duration(value, key)
+            except catalogue.CatalogueError as exc:
+                problems.add(key, str(exc))
+    return QueuedRequest(
+        provisioning,
+        slices,
+        seconds.get("max_run_duration"),
+        seconds.get("queued.valid_for"),
+        seconds.get("queued.valid_after"),
+    )
+
+
+def _node(args: PreemptibleTpuVmArgs, shielded: bool, values: list[Any]) -> dict[str, Any]:
+    """The ``Node`` a queued resource asks for, in the TPU API's REST JSON: what ``V2Vm`` is
+    given below, field by field."""
+    email, network, subnetwork, labels, metadata = values
+    config: dict[str, Any] = {"enableExternalIps": args.get("external_ip", False)}
+    config.update({k: v for k, v in (("network", network), ("subnetwork", subnetwork)) if v})
+    return {
+        "acceleratorType": args["accelerator_type"],
+        "runtimeVersion": args["runtime_version"],
+        "networkConfig": config,
+        "serviceAccount": {"email": email, "scope": [CLOUD_PLATFORM]},
+        **({"shieldedInstanceConfig": {"enableSecureBoot": True}} if shielded else {}),
+        "labels": labels,
+        "metadata": metadata,
+    }
 
 
 class PreemptibleTpuVm(pulumi.ComponentResource):
@@ -145,7 +224,8 @@ class PreemptibleTpuVm(pulumi.ComponentResource):
     preemption, maintenance event or crash; re-created by `pulumi up` when its recovery
     generation changes.
 
-    Children: ``{name}-vm`` (``gcp.tpu.V2Vm``).
+    Children: ``{name}-vm`` (``gcp.tpu.V2Vm``); or, requested from the queue (``queued``,
+    ``flex-start``, ``slices``), ``{name}-queued`` (``QueuedTpuVm``, a queued resource).
     """
 
     node_name: pulumi.Output[str]
@@ -165,7 +245,7 @@ class PreemptibleTpuVm(pulumi.ComponentResource):
         self, name: str, args: PreemptibleTpuVmArgs, opts: Optional[pulumi.ResourceOptions] = None
     ) -> None:
         problems = check_arguments("PreemptibleTpuVm", name, args, PreemptibleTpuVmArgs, opts)
-        _check_values(problems, name, args)
+        request = _check_values(problems, name, args)
         problems.raise_any()
         node_name = args.get("node_name", name)
         metadata = vm_metadata(
@@ -193,6 +273,81 @@ class PreemptibleTpuVm(pulumi.ComponentResource):
             }
         )
 
+        provisioning = args.get("provisioning", "spot")
+        self.priced: list[Priced] = []
+        """The billable resources declared, as ``cost_estimate.estimate`` prices them."""
+        if request is not None:
+            project = args.get("project") or gcp.config.project
+            if project is None:
+                problems.add("project", "a queued TPU VM needs it: give project, or set gcp:project")
+                problems.raise_any()
+            node = pulumi.Output.all(
+                args["service_account_email"], args.get("network"), args.get("subnetwork"), labels, metadata
+            ).apply(lambda values: _node(args, accelerator.family.shielded_vm, values))
+            body = pulumi.Output.all(project, node).apply(
+                lambda values: queued_resource_body(
+                    request, project=values[0], zone=args["zone"], node_id=node_name, node=values[1]
+                )
+            )
+            secret = bool(args.get("secret_metadata"))
+            self.queued = QueuedTpuVm(
+                f"{name}-queued",
+                project=project,  # type: ignore[arg-type]
+                zone=args["zone"],
+                queued_resource_id=node_name,
+                api_version=request.api_version,
+                # A secret in the environment is in the startup script: kept encrypted in the state.
+                body=pulumi.Output.secret(body) if secret else body,
+                generation=generation.apply(lambda g: replacement_trigger(g, restart)),
+                opts=pulumi.ResourceOptions(
+                    parent=self, additional_secret_outputs=["body"] if secret else None
+                ),
+            )
+            self.node_name = pulumi.Output.from_input(node_name)
+            self.zone = pulumi.Output.from_input(args["zone"])
+            self.state = self.queued.state
+            self.health = pulumi.Output.from_input("")
+            scheduling: dict[str, Any] = SCHEDULING.get(provisioning, {})
+            self.priced = [
+                Priced(
+                    "gcp:tpu/v2Vm:V2Vm",
+                    f"{name}-queued",
+                    {
+                        "acceleratorType": args["accelerator_type"],
+                        "zone": args["zone"],
+                        "schedulingConfig": scheduling,
+                        "flexStart": request.flex_start,
+                        "slices": request.slices,
+                    },
+                )
+            ]
+        else:
+            self._declare_vm(name, args, node_name, accelerator, metadata, labels, generation, restart)
+        self.checkpoint_uri = pulumi.Output.from_input(args["checkpoint_dir"])
+        self.recovery_generation = generation
+        self.register_outputs(
+            {
+                "node_name": self.node_name,
+                "zone": self.zone,
+                "state": self.state,
+                "health": self.health,
+                "checkpoint_uri": self.checkpoint_uri,
+                "recovery_generation": self.recovery_generation,
+            }
+        )
+
+    def _declare_vm(
+        self,
+        name: str,
+        args: PreemptibleTpuVmArgs,
+        node_name: str,
+        accelerator: catalogue.AcceleratorType,
+        metadata: dict[str, str],
+        labels: pulumi.Output[dict[str, str]],
+        generation: pulumi.Output[int],
+        restart: int,
+    ) -> None:
+        """The VM created directly: a ``V2Vm``."""
         self.vm = gcp.tpu.V2Vm(
             f"{name}-vm",
             name=node_name,
@@ -233,7 +388,7 @@ class PreemptibleTpuVm(pulumi.ComponentResource):
             ),
         )
 
-        self.priced: list[Priced] = [
+        self.priced = [
             Priced(
                 "gcp:tpu/v2Vm:V2Vm",
                 f"{name}-vm",
@@ -244,20 +399,7 @@ class PreemptibleTpuVm(pulumi.ComponentResource):
                 },
             )
         ]
-        """The billable resources declared, as ``cost_estimate.estimate`` prices them."""
         self.node_name = self.vm.name
         self.zone = self.vm.zone
         self.state = self.vm.state
         self.health = self.vm.health
-        self.checkpoint_uri = pulumi.Output.from_input(args["checkpoint_dir"])
-        self.recovery_generation = generation
-        self.register_outputs(
-            {
-                "node_name": self.node_name,
-                "zone": self.zone,
-                "state": self.state,
-                "health": self.health,
-                "checkpoint_uri": self.checkpoint_uri,
-                "recovery_generation": self.recovery_generation,
-            }
-        )
