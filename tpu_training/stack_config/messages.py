@@ -41,7 +41,8 @@ def _allowed(expected: str) -> list[str]:
 
 ELSEWHERE = {
     ("flex-start", "preemptible"): "; flex-start is a capacity of GKE node pools (nodePools[].provisioning): "
-    "a TPU VM gets it only through a queued resource, which this project does not declare yet",
+    "a TPU VM gets it only through a queued resource, which the PreemptibleTpuVm component requests "
+    "(docs/tpu-vms-and-recovery.md) but tpuVms does not offer yet",
 }
 """A value that belongs to another key (``(value, a value this key allows)``): where it goes."""
 
