@@ -135,6 +135,22 @@ class TpuTrainingProvider(ComponentProvider):
     def construct(
         self, name: str, resource_type: str, inputs: Any, options: Optional[pulumi.ResourceOptions] = None
     ) -> Any:
+        queued = _queued_vm_inputs(resource_type, inputs)
+        if queued:
+            # A queued TPU VM is a Python dynamic resource: its plugin runs `python -m pulumi.dynamic`
+            # in the *program's* virtualenv, which a program in another language does not have.
+            raise pulumi.InputPropertiesError(
+                f"PreemptibleTpuVm {name!r}",
+                [
+                    {
+                        "property_path": key,
+                        "reason": "a queued TPU VM (flex-start, queued, slices, maxRunDuration) is "
+                        "declared from Python programs only for now; from this language, use "
+                        "provisioning spot, on-demand, preemptible or reserved",
+                    }
+                    for key in queued
+                ],
+            )
         try:
             return super().construct(name, resource_type, inputs, options)
         except ComponentInitError as failure:
@@ -181,6 +197,16 @@ class TpuTrainingProvider(ComponentProvider):
             type_def = self.get_type_definition(prop) if prop is not None and prop.ref else None
             named = (type_def.properties, type_def.properties_mapping) if type_def is not None else None
         return tuple(schema_path)
+
+
+def _queued_vm_inputs(resource_type: str, inputs: Any) -> list[str]:
+    """The inputs of a ``PreemptibleTpuVm`` that would make it a queued TPU VM (schema names)."""
+    if not resource_type.endswith(":PreemptibleTpuVm") or not isinstance(inputs, dict):
+        return []
+    found = [key for key in ("queued", "slices", "maxRunDuration") if inputs.get(key) not in (None, 1)]
+    if inputs.get("provisioning") == "flex-start":
+        found.insert(0, "provisioning")
+    return found
 
 
 def _declaring_classes(owner: Any) -> list[Any]:

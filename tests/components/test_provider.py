@@ -334,6 +334,16 @@ def test_bad_input_through_the_provider_names_the_argument(provider):
     assert problems == {"provisioning": f"'cheap' is not one of {allowed}"}
 
 
+def test_a_queued_vm_is_refused_from_other_languages_by_name(provider):
+    inputs = camel(VM_ARGS) | {"provisioning": "flex-start", "maxRunDuration": "72h"}
+    with pytest.raises(grpc.RpcError) as failure:
+        construct(provider, PreemptibleTpuVm, "demo", inputs)
+    message, problems = refusal(failure.value)
+    assert message == "PreemptibleTpuVm 'demo'"
+    assert sorted(problems) == ["maxRunDuration", "provisioning"]
+    assert "from Python programs only" in problems["provisioning"]
+
+
 def test_every_bad_input_is_named_at_its_path_in_the_schemas_names(provider):
     inputs = camel(VM_ARGS) | {
         "runtimeVersion": "TPU VM",
