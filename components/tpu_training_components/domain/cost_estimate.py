@@ -13,6 +13,7 @@ from typing import Any, Iterable, Literal, Mapping, Optional, Protocol
 from . import catalogue, prices
 from .node_pool_plan import COMPUTE_CLASS_LABEL
 from .prices import Model, Price
+from .queued_resources import requested_slices
 
 When = Literal["training", "always"]
 
@@ -157,13 +158,12 @@ def _queued_as_vm(inputs: Mapping[str, Any]) -> dict[str, Any]:
     if "queuedResourceId" not in inputs:
         return {}
     spec, node = specs[0], specs[0].get("node") or {}
-    group = spec.get("multisliceParams") or spec.get("multiNodeParams") or {}
     return {
         "acceleratorType": node.get("acceleratorType"),
         "zone": inputs.get("zone"),
         "schedulingConfig": {"spot": True} if "spot" in body else node.get("schedulingConfig") or {},
         "flexStart": body.get("provisioningModel") == "FLEX_START",
-        "slices": group.get("nodeCount", 1),
+        "slices": requested_slices(spec),
     }
 
 

@@ -181,6 +181,13 @@ def queued_resource_body(
     return body
 
 
+def requested_slices(spec: Mapping[str, Any]) -> int:
+    """The slices one ``nodeSpec`` entry asks for: its multislice group's ``nodeCount`` (v2
+    ``multisliceParams``, v2alpha1 ``multiNodeParams``), or 1."""
+    group = spec.get("multisliceParams") or spec.get("multiNodeParams") or {}
+    return int(group.get("nodeCount", 1))
+
+
 def node_ids(node_id: str, slices: int) -> tuple[str, ...]:
     """The nodes a request makes: ``node_id`` itself, or ``node_id-0`` ... for several slices
     (``MultisliceParams.nodeIdPrefix``: 'If node_count = 3 and node_id_prefix = "np", node ids of

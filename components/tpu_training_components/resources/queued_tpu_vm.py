@@ -21,7 +21,7 @@ from typing import Any, Optional
 import pulumi
 import pulumi.dynamic
 
-from ..domain.queued_resources import node_ids
+from ..domain.queued_resources import node_ids, requested_slices
 
 CREATE_SECONDS = 15 * 60.0
 """How long creating may wait for the API to take the request (not for it to be granted)."""
@@ -58,8 +58,7 @@ def queued_diff(olds: dict[str, Any], news: dict[str, Any]) -> tuple[list[str], 
 
 def _slices(body: dict[str, Any]) -> int:
     (spec,) = body["tpu"]["nodeSpec"]
-    group = spec.get("multisliceParams") or spec.get("multiNodeParams")
-    return int(group["nodeCount"]) if group else 1
+    return requested_slices(spec)
 
 
 def _name(props: dict[str, Any]) -> str:
