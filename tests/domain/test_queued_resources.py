@@ -180,6 +180,29 @@ def test_an_active_request_with_working_nodes_is_kept_and_one_with_a_preempted_n
     assert (unlisted.action, unlisted.warn) == ("keep", True)
 
 
+def _multislice(state: str) -> dict[str, Any]:
+    item = _live(state, spot={})
+    spec = item["tpu"]["nodeSpec"][0]
+    del spec["nodeId"]
+    spec["multisliceParams"] = {"nodeCount": 2, "nodeIdPrefix": "trainer"}
+    return item
+
+
+def test_an_active_multislice_request_with_a_slice_unlisted_is_kept_and_said_not_called_working() -> None:
+    item = _multislice("ACTIVE")
+    assert read_queued_resource(item).node_ids == ("trainer-0", "trainer-1")
+    first = LiveNode("trainer-0", "us-east5-a", "READY", labels={"recovery-generation": "3"})
+    decision = _decide(item, first)
+    assert (decision.action, decision.warn) == ("keep", True)
+    assert "trainer-1" in decision.reason and "working" not in decision.reason
+    second = LiveNode("trainer-1", "us-east5-a", "READY", labels={"recovery-generation": "3"})
+    both = _decide(item, first, second)
+    assert (both.action, both.warn) == ("keep", False)
+    # A lost slice loses the request, even while its sibling is not listed.
+    lost = _decide(item, LiveNode("trainer-0", "us-east5-a", "PREEMPTED"))
+    assert (lost.action, lost.cause) == ("replace", Cause.PREEMPTED)
+
+
 @pytest.mark.parametrize(
     "fields, cause",
     [
@@ -200,6 +223,10 @@ def test_a_request_a_person_suspended_is_kept_and_said_and_suspending_waits() ->
     by_hand = _decide(_live("SUSPENDED", state_fields={"stateInitiator": "USER"}, spot={}))
     assert (by_hand.action, by_hand.warn) == ("keep", True) and "--replace" in by_hand.reason
     assert _decide(_live("SUSPENDING", spot={})).action == "keep"
+    # Without SERVICE as its initiator, nothing says the service took it: never replaced on unknown.
+    for fields in ({}, {"stateInitiator": "STATE_INITIATOR_UNSPECIFIED"}):
+        unknown = _decide(_live("SUSPENDED", state_fields=fields, spot={}))
+        assert (unknown.action, unknown.warn) == ("keep", True) and "does not say by whom" in unknown.reason
     assert _decide(_live("DELETING")).action == "keep"
 
 
@@ -214,6 +241,14 @@ def test_a_request_that_failed_for_capacity_moves_down_the_ladder_and_an_invalid
     invalid = _live("FAILED", state_fields={"failedData": {"error": {"code": 3, "message": "bad runtime"}}})
     kept = _decide(invalid)
     assert (kept.action, kept.warn) == ("keep", True) and "bad runtime" in kept.reason
+    # Refused, not starved: its validFor having passed since does not make it a stockout.
+    refused_long_ago = _live(
+        "FAILED",
+        queueingPolicy={"validUntilDuration": "3600s"},
+        createTime="2026-12-01T12:00:00Z",
+        state_fields={"failedData": {"error": {"code": 3, "message": "bad runtime"}}},
+    )
+    assert _decide(refused_long_ago).action == "keep"
 
 
 def test_a_request_with_no_state_or_a_new_one_is_kept_with_a_warning() -> None:

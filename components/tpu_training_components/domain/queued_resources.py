@@ -227,6 +227,9 @@ class LiveQueuedResource:
     provisioning_model: str = ""
     spot: bool = False
     valid_for_seconds: Optional[int] = None
+    node_ids: tuple[str, ...] = ()
+    """The nodes it asks for, as its node spec names them (``nodeId``, or ``nodeIdPrefix`` and
+    ``nodeCount``): empty when the spec cannot be read."""
 
     @property
     def generation(self) -> Optional[int]:
@@ -279,12 +282,13 @@ def decide_queued(
             f"queued resource is {state}: its VMs are being deleted; the next round requests it again",
         )
     if state == SUSPENDED:
-        if live.state_initiator == "USER":
+        if live.state_initiator != "SERVICE":
+            who = "by a person" if live.state_initiator == "USER" else "and the API does not say by whom"
             return keep(
                 name,
                 generation,
-                "queued resource was SUSPENDED by a person; delete it or run `pulumi up --replace <urn>` "
-                "to request it again",
+                f"queued resource was SUSPENDED {who}; delete it or run `pulumi up --replace <urn>` "
+                f"to request it again",
                 warn=True,
             )
         cause = (
@@ -302,7 +306,10 @@ def decide_queued(
         return replace(name, generation, f"queued resource is SUSPENDED: {why}", cause)
     if state == FAILED:
         error = f" ({live.failure_message})" if live.failure_message else ""
-        if _expired(live, now) or live.failure_code in _CAPACITY_CODES:
+        # An expired wait is a stockout only when the API gave no other reason: a request it
+        # refused (INVALID_ARGUMENT, ...) would be refused again, whenever it was made.
+        expired = live.failure_code is None and _expired(live, now)
+        if expired or live.failure_code in _CAPACITY_CODES:
             return replace(
                 name, generation, f"queued resource FAILED for want of capacity{error}", Cause.STOCKOUT
             )
@@ -334,18 +341,21 @@ def _decide_active(
     grace: timedelta,
 ) -> Decision:
     generation = live.generation
-    if not nodes:
-        return keep(
-            name,
-            generation,
-            "queued resource is ACTIVE but none of its nodes is listed; kept until the API says more",
-            warn=True,
-        )
     decisions = [decide(node.name, node, now=now, grace=grace) for node in nodes]
     for node, decision in zip(nodes, decisions, strict=True):
         if decision.action == "replace" and decision.cause is not None:
             # One lost slice loses the request: its nodes were made together and are asked for again together.
             return replace(name, generation, f"its node {node.name}: {decision.reason}", decision.cause)
+    listed = {node.name for node in nodes}
+    missing = [node_id for node_id in live.node_ids if node_id not in listed]
+    if missing or not nodes:
+        which = f"its nodes {', '.join(missing)} are" if missing else "none of its nodes is"
+        return keep(
+            name,
+            generation,
+            f"queued resource is ACTIVE but {which} not listed; kept until the API says more",
+            warn=True,
+        )
     worst = next((d for d in decisions if d.warn), None)
     if worst is not None:
         return keep(name, generation, f"queued resource is ACTIVE; {worst.reason}", warn=True)
@@ -375,6 +385,15 @@ def read_queued_resource(item: Mapping[str, Any]) -> LiveQueuedResource:
     spec = obj(specs[0]) if isinstance(specs, list) and specs else {}
     labels = obj(obj(spec.get("node")).get("labels"))
     code = error.get("code")
+    group = obj(spec.get("multisliceParams") or spec.get("multiNodeParams"))
+    count, prefix = group.get("nodeCount"), group.get("nodeIdPrefix")
+    # A group of one is never requested here, and how the API would name its node is not documented.
+    if isinstance(count, int) and not isinstance(count, bool) and count > 1 and isinstance(prefix, str):
+        asked_for = node_ids(prefix, count)
+    elif isinstance(spec.get("nodeId"), str):
+        asked_for = (spec["nodeId"],)
+    else:
+        asked_for = ()
     return LiveQueuedResource(
         name=str(item.get("name", "")).rsplit("/", 1)[-1],
         state=state.get("state", "") if isinstance(state.get("state"), str) else "",
@@ -386,4 +405,5 @@ def read_queued_resource(item: Mapping[str, Any]) -> LiveQueuedResource:
         provisioning_model=str(item.get("provisioningModel", "")),
         spot="spot" in item,
         valid_for_seconds=_seconds(obj(item.get("queueingPolicy")).get("validUntilDuration")),
+        node_ids=asked_for,
     )
