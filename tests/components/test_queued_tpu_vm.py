@@ -65,6 +65,23 @@ def test_a_changed_startup_script_or_label_is_patched_in_place_and_anything_else
     assert queued_diff(spot, flex) == (["apiVersion", "body"], True)
 
 
+def test_a_preview_that_cannot_see_the_request_says_changes_are_unknown_not_replace() -> None:
+    from tpu_training_components.resources.queued_tpu_vm import UNKNOWN
+
+    spot = _props(QueuedRequest("spot"))
+    whole = {**spot, "body": UNKNOWN}
+    assert queued_diff(spot, whole) == ([], None)
+    account = copy.deepcopy(spot)
+    account["body"]["tpu"]["nodeSpec"][0]["node"]["serviceAccount"] = {"email": UNKNOWN}
+    assert queued_diff(spot, account) == ([], None)
+    # Unknown only where a change patches in place: an update, as with a known value.
+    script = copy.deepcopy(spot)
+    script["body"]["tpu"]["nodeSpec"][0]["node"]["metadata"] = UNKNOWN
+    assert queued_diff(spot, script) == ([], True)
+    # What is known to replace still replaces.
+    assert queued_diff(spot, {**whole, "generation": 2}) == (["generation"], True)
+
+
 def test_create_read_update_and_delete_against_the_fake(tpu: CloudTpuApi) -> None:
     provider = QueuedTpuVmProvider()
     props = _props(QueuedRequest("flex-start", max_run_seconds=72 * 3600))
@@ -92,6 +109,41 @@ def test_create_read_update_and_delete_against_the_fake(tpu: CloudTpuApi) -> Non
     assert not tpu.nodes[ZONE] and not tpu.queued[ZONE], "force deleted its node, then the request"
     assert provider.read(created.id, created.outs).id == ""
     provider.delete(created.id, created.outs)  # already gone: deleted
+
+
+def test_an_edit_while_the_request_waits_keeps_the_old_request_in_the_state(tpu: CloudTpuApi) -> None:
+    provider = QueuedTpuVmProvider()
+    created = provider.create(_props(QueuedRequest("spot")))
+    news = _props(
+        QueuedRequest("spot"), _edited(metadata={"startup-script": "#!/bin/bash\ntrain --steps 200"})
+    )
+    updated = provider.update(created.id, created.outs, news)
+    assert updated.outs["body"] == created.outs["body"], "no node to change: the old request stands"
+    assert updated.outs["state"] == "WAITING_FOR_RESOURCES"
+    assert provider.diff(created.id, updated.outs, news).changes, "the next update tries again"
+    tpu.grant(ZONE, "trainer")
+    assert tpu.nodes[ZONE][0]["metadata"]["startup-script"].endswith("--steps 100")
+    after = provider.update(created.id, updated.outs, news)
+    assert after.outs["body"] == news["body"] and after.outs["state"] == "ACTIVE"
+    assert tpu.nodes[ZONE][0]["metadata"]["startup-script"].endswith("--steps 200")
+
+
+def test_a_create_that_meets_its_own_request_adopts_it_and_refuses_anything_else(tpu: CloudTpuApi) -> None:
+    from tpu_training_components.live.queued_api import AlreadyExists
+
+    provider = QueuedTpuVmProvider()
+    props = _props(QueuedRequest("spot"))
+    first = provider.create(props)
+    # The update that made it died before the engine recorded it: the next one asks again.
+    again = provider.create(props)
+    assert (again.id, again.outs["state"]) == (first.id, "WAITING_FOR_RESOURCES")
+    assert len(tpu.queued[ZONE]) == 1, "adopted, not requested twice"
+    other = _props(QueuedRequest("spot"), generation=2)
+    other["body"]["tpu"]["nodeSpec"][0]["node"]["labels"] = {"recovery-generation": "2"}
+    with pytest.raises(
+        AlreadyExists, match=r"not this request \(tpu.nodeSpec\[0\].node.labels.recovery-generation"
+    ):
+        provider.create(other)
 
 
 def test_a_multislice_request_patches_every_node_it_made(tpu: CloudTpuApi) -> None:
@@ -127,7 +179,7 @@ def test_recovery_reads_the_requests_then_their_nodes_and_decides_each_keeping_w
     tpu: CloudTpuApi,
 ) -> None:
     from tpu_training_components.live.endpoints import tpu_nodes_client
-    from tpu_training_components.resources.reconcile import reconcile_queued_vms
+    from tpu_training_components.resources.reconcile import QueuedVm, reconcile_queued_vms
 
     provider = QueuedTpuVmProvider()
     for name in ("waiting", "running", "ended"):
@@ -135,8 +187,8 @@ def test_recovery_reads_the_requests_then_their_nodes_and_decides_each_keeping_w
     tpu.grant(ZONE, "running")
     tpu.grant(ZONE, "ended")
     tpu.suspend(ZONE, "ended")
-    vms = [(name, ZONE, "v2", 1) for name in ("waiting", "running", "ended", "never")]
-    vms.append(("elsewhere", "us-west4-a", "v2", 1))
+    vms = [QueuedVm(name, ZONE, "v2") for name in ("waiting", "running", "ended", "never")]
+    vms.append(QueuedVm("elsewhere", "us-west4-a", "v2"))
     tpu.unavailable_zones.add("us-west4-a")
 
     decisions = reconcile_queued_vms("p", vms, client=tpu_nodes_client(tpu.endpoint))
@@ -238,3 +290,57 @@ def test_a_request_google_would_refuse_is_refused_naming_its_key(
     with pytest.raises(InvalidArgument) as refused:
         _declare(**overrides)
     assert f"{key}" in str(refused.value) and words in str(refused.value), str(refused.value)
+
+
+def test_training_recovery_judges_a_queued_vm_by_its_request_and_a_direct_one_by_its_node(
+    tpu: CloudTpuApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from support.harness.program import run_components
+    from tpu_training_components import TrainingRecovery
+
+    monkeypatch.delenv("TPU_TRAINING_OFFLINE", raising=False)
+    provider = QueuedTpuVmProvider()
+    for name in ("waiting", "ended"):
+        provider.create({**_props(QueuedRequest("spot", slices=2)), "queuedResourceId": name})
+    provider.create({**_props(QueuedRequest("flex-start", max_run_seconds=3600)), "queuedResourceId": "flex"})
+    tpu.grant(ZONE, "ended")
+    tpu.suspend(ZONE, "ended")
+    tpu.add(ZONE, "direct", "READY", health="HEALTHY", labels={"recovery-generation": "1"})
+    decided: dict[str, Any] = {}
+
+    def body() -> None:
+        recovery = TrainingRecovery(
+            "r",
+            {
+                "project": "p",
+                "tpu_vms": [
+                    {"name": "waiting", "zone": ZONE, "queued": True},
+                    {"name": "direct", "zone": ZONE},
+                    {"name": "ended", "zone": ZONE, "queued": True},
+                    {"name": "flex", "zone": ZONE, "provisioning": "flex-start"},
+                ],
+                "previous_outputs": {},
+            },
+        )
+        decided.update({n: recovery.vm_decision(n) for n in ("waiting", "direct", "ended", "flex")})
+
+    run_components(body)
+    assert {name: (d.action, d.cause) for name, d in decided.items()} == {
+        # Still in the queue: kept, though no node of its name exists (re-requesting loses its place).
+        "waiting": ("keep", None),
+        "direct": ("keep", None),
+        "ended": ("replace", Cause.PREEMPTED),
+        "flex": ("keep", None),
+    }
+    assert "WAITING_FOR_RESOURCES" in decided["waiting"].reason
+
+
+def test_training_recovery_refuses_a_provisioning_no_vm_has() -> None:
+    from support.harness.program import run_components
+    from tpu_training_components import InvalidArgument, TrainingRecovery
+
+    vms = [{"name": "a", "zone": ZONE, "provisioning": "flexstart"}]
+    with pytest.raises(
+        InvalidArgument, match=r"tpu_vms\[0\].provisioning: 'flexstart' is not one; allowed: "
+    ):
+        run_components(lambda: TrainingRecovery("r", {"project": "p", "tpu_vms": vms}))

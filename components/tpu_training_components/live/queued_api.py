@@ -30,6 +30,10 @@ class OperationFailed(Exception):
         super().__init__(f"{what} failed: {error.get('message', error)} (code {self.code})")
 
 
+class AlreadyExists(Exception):
+    """A queued resource of that id exists already (409 ALREADY_EXISTS)."""
+
+
 def _status(exc: BaseException) -> Optional[int]:
     response = getattr(exc, "resp", None)
     status = getattr(response, "status", None)
@@ -47,20 +51,20 @@ class QueuedResourcesApi:
         self.timeout = timeout
         self._services: dict[str, Any] = {}
 
-    def _http(self) -> Any:
+    def _http(self, timeout: Optional[float] = None) -> Any:
+        """An HTTP client whose requests time out after ``timeout`` seconds (default ``self.timeout``)."""
         import httplib2
 
-        http = httplib2.Http(timeout=self.timeout)
+        http = httplib2.Http(timeout=self.timeout if timeout is None else timeout)
         if self.endpoint.startswith("http://"):
             return http
         import google_auth_httplib2
 
-        credentials = self.credentials
-        if credentials is None:
+        if self.credentials is None:
             import google.auth
 
-            credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
-        return google_auth_httplib2.AuthorizedHttp(credentials, http=http)
+            self.credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
+        return google_auth_httplib2.AuthorizedHttp(self.credentials, http=http)
 
     def _service(self, version: str) -> Any:
         if version not in self._services:
@@ -108,11 +112,16 @@ class QueuedResourcesApi:
         """Request ``body`` as ``queued_resource_id`` and wait, within ``deadline``, for the API
         to take it (the operation ends when the request is queued, not when it is granted);
         returns the queued resource as the API then reads it."""
-        operation = (
-            self._queued(version)
-            .create(parent=parent, queuedResourceId=queued_resource_id, body=body)
-            .execute(num_retries=0)
-        )
+        try:
+            operation = (
+                self._queued(version)
+                .create(parent=parent, queuedResourceId=queued_resource_id, body=body)
+                .execute(num_retries=0)
+            )
+        except Exception as exc:
+            if _status(exc) == 409:
+                raise AlreadyExists(f"{parent}/queuedResources/{queued_resource_id} already exists") from exc
+            raise
         self._wait(operation, version, deadline)
         name = f"{parent}/queuedResources/{queued_resource_id}"
         found = self.get(name, version)
@@ -148,7 +157,9 @@ class QueuedResourcesApi:
         while not operation.get("done"):
             time.sleep(min(pause, deadline.left()))
             deadline.left()
-            operation = operations.get(name=operation["name"]).execute(num_retries=0)
+            # No poll outlives the deadline by a whole request timeout: each gets what is left.
+            timed = self._http(deadline.timeout(self.timeout))
+            operation = operations.get(name=operation["name"]).execute(http=timed, num_retries=0)
             pause = min(pause * 2, 10.0)
         if "error" in operation:
             raise OperationFailed(deadline.what, operation["error"])

@@ -21,7 +21,7 @@ from typing import Any, Optional
 import pulumi
 import pulumi.dynamic
 
-from ..domain.queued_resources import node_ids, requested_slices
+from ..domain.queued_resources import ACTIVE, node_ids, requested_slices
 
 CREATE_SECONDS = 15 * 60.0
 """How long creating may wait for the API to take the request (not for it to be granted)."""
@@ -30,6 +30,16 @@ DELETE_SECONDS = 30 * 60.0
 IN_PLACE = ("metadata", "labels")
 """Node fields changed in place on every node of a request (``nodes.patch``)."""
 REPLACING = ("project", "zone", "queuedResourceId", "apiVersion", "generation")
+UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+"""How the engine hands a provider a value not known until the update (``pulumi.runtime.rpc.UNKNOWN``)."""
+
+
+def _has_unknown(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(_has_unknown(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_unknown(v) for v in value)
+    return value == UNKNOWN
 
 
 def _without_in_place(body: Any) -> Any:
@@ -48,12 +58,39 @@ def _in_place(body: Any) -> dict[str, Any]:
     return {key: node.get(key, {}) for key in IN_PLACE}
 
 
-def queued_diff(olds: dict[str, Any], news: dict[str, Any]) -> tuple[list[str], bool]:
-    """(the properties whose change replaces the request, whether anything changed)."""
+def queued_diff(olds: dict[str, Any], news: dict[str, Any]) -> tuple[list[str], Optional[bool]]:
+    """(the properties whose change replaces the request, whether anything changed: None when
+    the new request is not known yet, in a preview)."""
     replaces = [key for key in REPLACING if olds.get(key) != news.get(key)]
+    if _has_unknown(_without_in_place(news.get("body"))):
+        # A preview that cannot see the whole request cannot say it will be replaced.
+        return replaces, True if replaces else None
     if _without_in_place(olds.get("body")) != _without_in_place(news.get("body")):
         replaces.append("body")
     return replaces, bool(replaces) or _in_place(olds.get("body")) != _in_place(news.get("body"))
+
+
+def first_difference(wanted: Any, found: Any, path: str = "") -> Optional[str]:
+    """Where ``found`` (a queued resource as the API reads it) does not hold ``wanted`` (the body
+    requested): the path of the first field that differs, or None when every requested field is
+    there as requested (the API adds its own: name, state, createTime, ...)."""
+    if isinstance(wanted, dict):
+        if not isinstance(found, dict):
+            return path or "."
+        for key, value in wanted.items():
+            where = first_difference(value, found.get(key), f"{path}.{key}" if path else key)
+            if where is not None:
+                return where
+        return None
+    if isinstance(wanted, list):
+        if not isinstance(found, list) or len(found) != len(wanted):
+            return path
+        for index, (value, other) in enumerate(zip(wanted, found, strict=True)):
+            where = first_difference(value, other, f"{path}[{index}]")
+            if where is not None:
+                return where
+        return None
+    return None if wanted == found else path
 
 
 def _slices(body: dict[str, Any]) -> int:
@@ -84,15 +121,29 @@ class QueuedTpuVmProvider(pulumi.dynamic.ResourceProvider):
 
     def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
         from ..live.deadline import Deadline
+        from ..live.queued_api import AlreadyExists
 
         parent = f"projects/{props['project']}/locations/{props['zone']}"
-        found = _api().create(
-            parent,
-            props["queuedResourceId"],
-            props["body"],
-            props["apiVersion"],
-            Deadline(CREATE_SECONDS, f"requesting {_name(props)}"),
-        )
+        api = _api()
+        try:
+            found = api.create(
+                parent,
+                props["queuedResourceId"],
+                props["body"],
+                props["apiVersion"],
+                Deadline(CREATE_SECONDS, f"requesting {_name(props)}"),
+            )
+        except AlreadyExists:
+            # An earlier update may have died after the API took this very request: adopt it
+            # (it keeps its place in the queue). Anything else of that name is not ours to take.
+            found = api.get(_name(props), props["apiVersion"])
+            where = "it is gone again" if found is None else first_difference(props["body"], found)
+            if where is not None:
+                raise AlreadyExists(
+                    f"{_name(props)} already exists and is not this request ({where} differs): delete it "
+                    f"(`gcloud compute tpus queued-resources delete {props['queuedResourceId']} --zone "
+                    f"{props['zone']} --force`) or give this VM another node name, then run `pulumi up` again"
+                ) from None
         return pulumi.dynamic.CreateResult(id_=_name(props), outs=_outs(props, found))
 
     def read(self, id_: str, props: dict[str, Any]) -> pulumi.dynamic.ReadResult:
@@ -110,12 +161,18 @@ class QueuedTpuVmProvider(pulumi.dynamic.ResourceProvider):
     def update(self, id_: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
         from ..live.deadline import Deadline
 
-        fields = _in_place(news["body"])
         api = _api()
-        for node_id in olds.get("node_ids", []):
+        found = api.get(id_, news["apiVersion"])
+        if found is None or found.get("state", {}).get("state") != ACTIVE:
+            # Its nodes are not there (not made yet, or taken back) and a request cannot be
+            # changed: the old request is what stands, and the state says so, so that the next
+            # `pulumi up` after it is ACTIVE changes its nodes (docs/tpu-vms-and-recovery.md).
+            return pulumi.dynamic.UpdateResult(outs=_outs(olds, found))
+        fields = _in_place(news["body"])
+        for node_id in _outs(news, found)["node_ids"]:
             node = f"projects/{news['project']}/locations/{news['zone']}/nodes/{node_id}"
             api.patch_node(node, fields, Deadline(CREATE_SECONDS, f"updating {node}"))
-        return pulumi.dynamic.UpdateResult(outs={**olds, **news})
+        return pulumi.dynamic.UpdateResult(outs=_outs(news, found))
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
         from ..live.deadline import Deadline

@@ -13,7 +13,10 @@ state of their own and the recovery probe reads what the engine deployed.
   ACCEPTED, FAILED or SUSPENDED is refused, as the API reference says). A request's life is the
   test's to drive (``grant``, ``suspend``, ``fail_queued``): created, it waits
   (WAITING_FOR_RESOURCES) unless ``capacity`` says its zone has room, and then it is ACTIVE with
-  its nodes READY, each carrying ``queuedResource``.
+  its nodes READY, each carrying ``queuedResource``. Both versions serve the same requests, each
+  in its own schema (AIP-185: a version is a view of the same resources): at v2 a request shows
+  no ``provisioningModel`` or ``runDuration`` (v2alpha1 fields) and its group as
+  ``multisliceParams``; at v2alpha1 the group is ``multiNodeParams``.
 - ``KubernetesApi``: ``FakeJobSetApi`` and the object writes pulumi-kubernetes makes: ``POST`` to
   a namespaced collection, ``GET``/``PUT``/``DELETE`` of one object, for any kind. Jobs and
   JobSets go into the fake's own lists (so its lists and watches serve them); other kinds are kept
@@ -61,6 +64,8 @@ class CloudTpuApi(FakeTpuApi):
         """Zones whose queued resources are answered 503 UNAVAILABLE."""
         self.unfinished_polls: Optional[int] = 0
         """Operations from now on are done only after this many polls (None: never)."""
+        self.unfinished_only = ""
+        """Only operations whose name starts with this (``create-``, ``delete-``) are held so."""
         self.pending: dict[str, list[Any]] = {}
         """operation name -> [polls left, the finished operation]."""
 
@@ -117,6 +122,23 @@ class CloudTpuApi(FakeTpuApi):
         assert request is not None, name
         request["state"] = {"state": "FAILED", "failedData": {"error": {"code": code, "message": message}}}
 
+    @staticmethod
+    def _view(request: dict[str, Any], version: str) -> dict[str, Any]:
+        """``request`` as API ``version`` shows it (see the module's docstring)."""
+        shown = copy.deepcopy(request)
+        group, other = (
+            ("multisliceParams", "multiNodeParams")
+            if version == "v2"
+            else ("multiNodeParams", "multisliceParams")
+        )
+        for spec in shown.get("tpu", {}).get("nodeSpec", []):
+            if other in spec:
+                spec[group] = spec.pop(other)
+        if version == "v2":
+            shown.pop("provisioningModel", None)
+            shown.pop("runDuration", None)
+        return shown
+
     def _queued(self, method: str, path: str, query: str) -> tuple[int, Any]:
         match = _QUEUED.match(path)
         assert match is not None
@@ -126,7 +148,7 @@ class CloudTpuApi(FakeTpuApi):
         if zone in self.unavailable_zones:
             return _error(503, "UNAVAILABLE", "The service is currently unavailable.")
         if name is None and method == "GET":
-            found = [copy.deepcopy(r) for r in kept.values()]
+            found = [self._view(r, version) for r in kept.values()]
             return 200, {"queuedResources": found} if found else {}
         if name is None and method == "POST":
             name = params.get("queuedResourceId", "")
@@ -150,7 +172,7 @@ class CloudTpuApi(FakeTpuApi):
         if request is None:
             return _error(404, "NOT_FOUND", f"Resource '{path[len(version) + 2 :]}' was not found")
         if method == "GET":
-            return 200, copy.deepcopy(request)
+            return 200, self._view(request, version)
         if method == "DELETE":
             nodes = self._queued_nodes(zone, name or "")
             force = params.get("force", "").lower() == "true"
@@ -224,13 +246,14 @@ class CloudTpuApi(FakeTpuApi):
         kind: str = "Node",
     ) -> dict[str, Any]:
         """A long-running Operation: done at once, or, while ``unfinished_polls`` is set, not
-        done until polled (``GET .../operations/NAME``) that many times (``None``: never)."""
+        done until polled (``GET .../operations/NAME``) that many times (``None``: never), those
+        named as ``unfinished_only`` begins."""
         operation = {
             "name": f"projects/{project}/locations/{zone}/operations/{name}",
             "done": True,
             "response": {"@type": f"type.googleapis.com/google.cloud.tpu.{version}.{kind}", **response},
         }
-        if self.unfinished_polls == 0:
+        if self.unfinished_polls == 0 or not name.startswith(self.unfinished_only):
             return operation
         self.pending[operation["name"]] = [self.unfinished_polls, operation]
         return {"name": operation["name"], "done": False}
