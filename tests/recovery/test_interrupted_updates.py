@@ -328,3 +328,57 @@ def test_a_provider_whose_outputs_are_its_inputs_is_not_taken_for_an_adopted_res
     provider = {"urn": "urn:pulumi:dev::tpu-training::pulumi:providers:gcp::default", "custom": True}
     provider.update(type="pulumi:providers:gcp", inputs={"project": "p"}, outputs={"project": "p"})
     assert not any_interrupted(state([provider]))
+
+
+# --- A TPU VM requested from the queue (QueuedTpuVm, a dynamic resource) ------------------------
+
+QUEUED_URN = (
+    "urn:pulumi:dev::tpu-training::tpu-training:compute:PreemptibleTpuVm$pulumi-python:dynamic:Resource"
+    "::demo-tpu-queued"
+)
+REQUEST_ID = "projects/p/locations/us-east5-a/queuedResources/demo-tpu"
+
+
+def queued(generation: int, cause: str, **fields: Any) -> dict[str, Any]:
+    labels = {"recovery-generation": str(generation), "recovery-cause": cause}
+    node = {"acceleratorType": "v6e-8", "labels": labels}
+    return {
+        "urn": QUEUED_URN,
+        "custom": True,
+        "type": "pulumi-python:dynamic:Resource",
+        "inputs": {
+            "project": "p",
+            "zone": "us-east5-a",
+            "queuedResourceId": "demo-tpu",
+            "apiVersion": "v2",
+            "body": {"tpu": {"nodeSpec": [{"nodeId": "demo-tpu", "node": node}]}},
+            "generation": f"recovery {generation}, restart 0",
+        },
+        **fields,
+    }
+
+
+def test_a_queued_vm_a_killed_round_requested_is_adopted_by_its_request_id_and_cause() -> None:
+    killed = state(
+        [queued(OLD, "missing", id=REQUEST_ID, outputs={"state": "ACTIVE"}, pendingReplacement=True)],
+        [{"resource": queued(NEW, "preempted"), "type": "creating"}],
+    )
+    settled = settle(killed, interruptions(killed, {QUEUED_URN}), {QUEUED_URN: Live(True, NEW)})
+    (entry,) = [r for r in settled.state["deployment"]["resources"] if r["urn"] == QUEUED_URN]
+    assert entry["id"] == REQUEST_ID and generation_of(entry) == NEW
+    assert settled.adopted == {QUEUED_URN: Cause.PREEMPTED}
+    # Until the round's refresh reads it, it is one a later round recognises as adopted.
+    assert any_interrupted(settled.state) and QUEUED_URN in interruptions(settled.state, {QUEUED_URN})
+
+
+def test_a_queued_vm_whose_old_request_stands_is_unmarked_so_its_replacement_deletes_it_first() -> None:
+    marked = state(
+        [queued(OLD, "missing", id=REQUEST_ID, outputs={"state": "SUSPENDED"}, pendingReplacement=True)]
+    )
+    settled = settle(marked, interruptions(marked, {QUEUED_URN}), {QUEUED_URN: Live(True, OLD)})
+    (entry,) = [r for r in settled.state["deployment"]["resources"] if r["urn"] == QUEUED_URN]
+    assert "pendingReplacement" not in entry and "still exists" in settled.lines[0]
+    assert object_id(queued(NEW, "stockout"), "p") == REQUEST_ID
+    # Another dynamic resource is not one recovery manages.
+    other = {"type": "pulumi-python:dynamic:Resource", "inputs": {"name": "x"}, "replacementTrigger": 3}
+    assert object_id(other, "p") is None and generation_of(other) == 3

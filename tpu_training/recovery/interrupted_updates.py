@@ -39,6 +39,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Collection, Mapping, Optional
 
+from tpu_training_components.domain.cost_estimate import QUEUED_TPU_VM_TYPE
 from tpu_training_components.domain.recovery import CAUSE_ANNOTATION, CAUSE_LABEL, Cause
 
 from tpu_training.recovery.recovery_targets import JOB_TYPE, JOBSET_TYPE, VM_TYPE
@@ -78,10 +79,23 @@ class Interruption:
         return recorded_cause(made) if made is not None else None
 
 
+def _is_queued_vm(resource: Mapping[str, Any]) -> bool:
+    """A TPU VM requested from the queue (``QueuedTpuVm``, a dynamic resource)."""
+    inputs = resource.get("inputs")
+    return (
+        resource.get("type") == QUEUED_TPU_VM_TYPE
+        and isinstance(inputs, dict)
+        and "queuedResourceId" in inputs
+    )
+
+
 def generation_of(resource: Mapping[str, Any]) -> Optional[int]:
     """A resource's recovery generation: its replacement trigger (``tpu_vm.replacement_trigger``:
-    the generation, or "recovery G, restart R")."""
+    the generation, or "recovery G, restart R"); a queued TPU VM's is its ``generation`` input,
+    which replaces it when it changes."""
     trigger = resource.get("replacementTrigger")
+    if _is_queued_vm(resource):
+        trigger = resource["inputs"].get("generation")
     if isinstance(trigger, bool):
         return None
     if isinstance(trigger, (int, float)) and float(trigger).is_integer():
@@ -96,9 +110,17 @@ def generation_of(resource: Mapping[str, Any]) -> Optional[int]:
 
 
 def recorded_cause(resource: Mapping[str, Any]) -> Optional[Cause]:
-    """The cause written on a resource: a TPU node's label, a Job's or JobSet's annotation."""
+    """The cause written on a resource: a TPU node's label (in a queued TPU VM's request, its
+    node spec's), a Job's or JobSet's annotation."""
     inputs = resource.get("inputs") or {}
     labels = inputs.get("labels") if isinstance(inputs, dict) else None
+    if _is_queued_vm(resource):
+        node: Any = inputs.get("body")
+        for key, index in (("tpu", None), ("nodeSpec", 0), ("node", None)):
+            node = node.get(key) if isinstance(node, dict) else None
+            if index is not None:
+                node = node[index] if isinstance(node, list) and node else None
+        labels = node.get("labels") if isinstance(node, dict) else None
     metadata = inputs.get("metadata") if isinstance(inputs, dict) else None
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     for found in (
@@ -154,7 +176,7 @@ def any_interrupted(state: Mapping[str, Any]) -> bool:
     )
 
 
-RECOVERED_TYPES = frozenset({VM_TYPE, JOB_TYPE, JOBSET_TYPE})
+RECOVERED_TYPES = frozenset({VM_TYPE, QUEUED_TPU_VM_TYPE, JOB_TYPE, JOBSET_TYPE})
 """The resources recovery creates and replaces."""
 
 
@@ -287,6 +309,12 @@ def object_id(resource: Mapping[str, Any], project: str) -> Optional[str]:
     if not isinstance(inputs, dict):
         return None
     kind = str(resource.get("type", ""))
+    if _is_queued_vm(resource):
+        request, zone = inputs.get("queuedResourceId"), inputs.get("zone")
+        owner = inputs.get("project") or project
+        if all(isinstance(part, str) and part for part in (request, zone, owner)):
+            return f"projects/{owner}/locations/{zone}/queuedResources/{request}"
+        return None
     if kind == VM_TYPE:
         name, zone = inputs.get("name"), inputs.get("zone")
         owner = inputs.get("project") or project

@@ -17,8 +17,10 @@ from tpu_training_components.domain.capacity_ladder import (
     LadderState,
     Rung,
     after_create,
+    current_rung,
     declare,
     failure_of,
+    last_deployed_rung,
     state_from_records,
 )
 from tpu_training_components.domain.recovery import (
@@ -153,7 +155,7 @@ class Recoverer:
         report.decisions = [
             (kind, with_budget(d, history.get(d.name, ()) if outputs is not None else None, budget, now))
             if kind == "job"
-            else (kind, self._on_ladder(settings, d, report))
+            else (kind, self._on_ladder(settings, d, report, outputs))
             for kind, d in decisions
         ]
         for kind, decision in report.decisions:
@@ -286,15 +288,26 @@ class Recoverer:
                     self.failed_causes[decision.name] = decision.cause
 
     def _on_ladder(
-        self, settings: stack_config.StackConfig, decision: Decision, report: RoundReport
+        self,
+        settings: stack_config.StackConfig,
+        decision: Decision,
+        report: RoundReport,
+        outputs: Optional[dict[str, Any]],
     ) -> Decision:
         """A TPU VM that recovery creates or replaces, declared on a rung of its capacity ladder:
         the preferred one, the same one after a stockout, or the next one after
-        ``recovery.ladder.attempts`` stockouts in a row (then its cause is ``stockout``)."""
+        ``recovery.ladder.attempts`` stockouts in a row (then its cause is ``stockout``). A queued
+        request that failed for want of capacity waited as long as it was allowed to: that is a
+        rung's worth of stockouts at once."""
         vm = next((vm for vm in settings.tpu_vms if vm.name == decision.name), None)
         if vm is None or decision.action == "keep":
             return decision
         state = self.ladders.get(vm.name) or self._recorded(vm.name, vm.ladder)
+        if decision.cause is Cause.STOCKOUT:
+            standing = state.rung if state else current_rung(vm.ladder, last_deployed_rung(outputs, vm.name))
+            if vm.request_on(standing.provisioning) is not None:
+                attempts = settings.recovery.ladder.attempts
+                state = LadderState(standing, max(attempts, state.stockouts if state else 0))
         declared = declare(vm.ladder, state, settings.recovery.ladder.attempts)
         self.ladders[vm.name] = declared.state
         report.rungs[vm.name] = declared.state.rung

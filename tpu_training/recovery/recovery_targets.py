@@ -47,6 +47,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Collection, Sequence
 
+from tpu_training_components.domain.cost_estimate import QUEUED_TPU_VM_TYPE
+
 from tpu_training import offline, project_files
 from tpu_training.recovery.automation import PendingChange, stack_urn
 
@@ -87,7 +89,8 @@ def find_targets(
     recovering: Sequence[tuple[str, str]],
 ) -> RecoveryTargets:
     """Run the stack program offline (no live reads, the given config) and find the resource of
-    every ``(kind, name)`` in ``recovering``: ``tpuVm`` -> its node, ``job`` -> its Job.
+    every ``(kind, name)`` in ``recovering``: ``tpuVm`` -> its node (or its queued resource),
+    ``job`` -> its Job.
     Raises ``TargetsNotFound``."""
     program_dir = str(project.program_dir)
     if program_dir not in sys.path:
@@ -112,6 +115,9 @@ def find_targets(
     for registration in run.registrations:
         if registration.type == VM_TYPE:
             by_name[("tpuVm", str(registration.inputs.get("name")))] = registration.urn
+        elif registration.type == QUEUED_TPU_VM_TYPE and "queuedResourceId" in registration.inputs:
+            # A VM requested from the queue: its request is what is re-created.
+            by_name[("tpuVm", str(registration.inputs["queuedResourceId"]))] = registration.urn
         elif registration.type in (JOB_TYPE, JOBSET_TYPE):
             metadata = registration.inputs.get("metadata") or {}
             by_name[("job", str(metadata.get("name")))] = registration.urn

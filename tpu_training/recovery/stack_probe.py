@@ -20,6 +20,7 @@ from tpu_training_components.live.kube_api import LiveJobs, list_live_jobs
 from tpu_training_components.live.kube_client import ClusterRef
 from tpu_training_components.live.tpu_api import LiveNodes, list_live_nodes
 from tpu_training_components.resources import reconcile
+from tpu_training_components.resources.reconcile import QueuedVm
 
 from tpu_training import offline, project_files, stack_config
 from tpu_training.recovery.maintenance import NoticeStep
@@ -89,6 +90,8 @@ class Probe:
     """Reads the live state and decides, with the stack program's own reconcile functions."""
 
     tpu_client: Any = None
+    queued_api: Any = None
+    """Reads queued resources (None: ``live.queued_api.QueuedResourcesApi``)."""
     read_jobs: Callable[[ClusterRef, set[str]], LiveJobs] = list_live_jobs
     read_progress: Optional[reconcile.ReadProgress] = None
     """Reads a run's progress records (None: a Cloud Storage client of the stack's project)."""
@@ -103,24 +106,56 @@ class Probe:
         # One reader (one storage client, made when first needed) for the VMs' and the Jobs' records.
         read_progress = self.read_progress or reconcile.progress_reader(settings.gcp_project)
         now = self.clock()
+        queued = _queued_rungs(settings)
+        # The requests first: an ACTIVE request's nodes existed before it was ACTIVE, so a node
+        # missing from a list made after it is not one being made.
+        requests = (
+            reconcile.list_queued_requests(
+                settings.gcp_project,
+                [QueuedVm(vm, zone, version) for vm, rungs in queued.items() for zone, version in rungs],
+                api=self.queued_api,
+            )
+            if queued
+            else reconcile.LiveRequests()
+        )
         self.tpu_nodes = live = list_live_nodes(
             settings.gcp_project,
             {zone for vm in settings.tpu_vms for zone in vm.ladder_zones},
             client=self.tpu_client,
         )
-        vms = reconcile.reconcile_tpu_vms(
-            settings.gcp_project,
-            # A VM with a capacity ladder is judged where it lives, on any of its rungs' zones.
-            [
-                (vm.name, zone_to_judge(vm.name, vm.ladder_zones, live.nodes, live.failures))
-                for vm in settings.tpu_vms
-            ],
-            grace=timedelta(minutes=settings.recovery.maintenance_grace_minutes),
-            live=self.tpu_nodes,
-            hang_checks=checks,
-            read_progress=read_progress,
-            now=now,
-        )
+        as_queued = _judged_as_queued(settings, queued, requests)
+        decided = {
+            d.name: d
+            for d in reconcile.reconcile_tpu_vms(
+                settings.gcp_project,
+                # A VM with a capacity ladder is judged where it lives, on any of its rungs' zones.
+                [
+                    (vm.name, zone_to_judge(vm.name, vm.ladder_zones, live.nodes, live.failures))
+                    for vm in settings.tpu_vms
+                    if vm.name not in as_queued
+                ],
+                grace=timedelta(minutes=settings.recovery.maintenance_grace_minutes),
+                live=self.tpu_nodes,
+                hang_checks=checks,
+                read_progress=read_progress,
+                now=now,
+            )
+        }
+        if as_queued:
+            decided.update(
+                (d.name, d)
+                for d in reconcile.reconcile_queued_vms(
+                    settings.gcp_project,
+                    list(as_queued.values()),
+                    grace=timedelta(minutes=settings.recovery.maintenance_grace_minutes),
+                    requests=requests,
+                    live=live,
+                    hang_checks=checks,
+                    read_progress=read_progress,
+                    now=now,
+                )
+            )
+        vms = [decided[vm.name] for vm in settings.tpu_vms]
         jobs = (
             reconcile.reconcile_jobs(
                 ClusterRef(settings.gcp_project, settings.cluster.location, settings.cluster.name),
@@ -138,6 +173,39 @@ class Probe:
             else []
         )
         return [*(("tpuVm", d) for d in vms), *(("job", d) for d in jobs)]
+
+
+def _queued_rungs(settings: stack_config.StackConfig) -> dict[str, list[tuple[str, str]]]:
+    """Per TPU VM with rungs requested from the queue: those rungs' (zone, API version)."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for vm in settings.tpu_vms:
+        for rung in vm.ladder:
+            request = vm.request_on(rung.provisioning)
+            if request is not None and (rung.zone, request.api_version) not in found.get(vm.name, []):
+                found.setdefault(vm.name, []).append((rung.zone, request.api_version))
+    return found
+
+
+def _judged_as_queued(
+    settings: stack_config.StackConfig,
+    queued: dict[str, list[tuple[str, str]]],
+    requests: reconcile.LiveRequests,
+) -> dict[str, QueuedVm]:
+    """The VMs judged by their queued resource, each in the zone it is judged in: where its
+    request is, else where requests could not be read (kept, never replaced on unknown), else,
+    when every rung is queued, the preferred (where it is not: requested). A VM with rungs
+    created directly and no request anywhere is judged by its node."""
+    found = {}
+    for vm in settings.tpu_vms:
+        rungs = queued.get(vm.name)
+        if not rungs:
+            continue
+        zone = zone_to_judge(vm.name, [zone for zone, _ in rungs], requests.requests, requests.failures)
+        every_rung_queued = all(vm.request_on(rung.provisioning) is not None for rung in vm.ladder)
+        if (zone, vm.name) in requests.requests or zone in requests.failures or every_rung_queued:
+            version = next(version for rung_zone, version in rungs if rung_zone == zone)
+            found[vm.name] = QueuedVm(vm.name, zone, version)
+    return found
 
 
 def notice_step(probe: Callable[..., Any], *, write: bool) -> NoticeStep:

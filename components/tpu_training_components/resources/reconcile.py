@@ -4,8 +4,9 @@ resources."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Callable, Collection, Mapping, Optional, Sequence
+from typing import Any, Callable, Collection, Mapping, NamedTuple, Optional, Sequence
 
 import pulumi
 
@@ -13,7 +14,7 @@ from ..domain.job_recovery import LiveJob, LiveJobSet, decide_job, decide_jobset
 from ..domain.kueue_recovery import NOT_READ
 from ..domain.naming import generation_problem
 from ..domain.progress import HangCheck, Stall, Verdict, judge, with_progress
-from ..domain.queued_resources import LiveQueuedResource, decide_queued, node_ids, read_queued_resource
+from ..domain.queued_resources import ACTIVE, LiveQueuedResource, decide_queued, read_queued_resource
 from ..domain.recovery import (
     Cause,
     Decision,
@@ -138,45 +139,93 @@ def reconcile_tpu_vms(
     return decisions
 
 
+class QueuedVm(NamedTuple):
+    """A TPU VM requested from the Cloud TPU queue, as recovery reads it."""
+
+    name: str
+    """Its queued resource's id (``PreemptibleTpuVm``'s node name)."""
+    zone: str
+    api_version: str
+    """``v2``, or ``v2alpha1`` for flex-start (``QueuedRequest.api_version``)."""
+
+
+@dataclass(frozen=True)
+class LiveRequests:
+    """The queued resources of some zones: by (zone, id), and the zones that could not be read."""
+
+    requests: dict[tuple[str, str], LiveQueuedResource] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+
+
+def list_queued_requests(project: str, vms: Sequence[QueuedVm], *, api: Any = None) -> LiveRequests:
+    """One list call of queued resources per zone of ``vms``: at v2alpha1 where one of them is
+    requested through it (a flex-start request shows its ``provisioningModel`` there only), else
+    at v2. Each version shows every request of the zone, in its own schema."""
+    from ..live.queued_api import QueuedResourcesApi
+
+    api = api or QueuedResourcesApi()
+    found = LiveRequests()
+    versions: dict[str, str] = {}
+    for vm in vms:
+        versions[vm.zone] = "v2alpha1" if "v2alpha1" in (vm.api_version, versions.get(vm.zone)) else "v2"
+    for zone, version in sorted(versions.items()):
+        try:
+            for item in api.list(f"projects/{project}/locations/{zone}", version):
+                request = read_queued_resource(item)
+                found.requests[(zone, request.name)] = request
+        except Exception as exc:  # noqa: BLE001 - any failure means "unknown", per zone
+            found.failures[zone] = failure_summary(exc)
+    return found
+
+
 def reconcile_queued_vms(
     project: str,
-    vms: Sequence[tuple[str, str, str, int]],
+    vms: Sequence[QueuedVm],
     *,
     read_live_state: bool = True,
     grace: timedelta = timedelta(minutes=30),
     now: Optional[datetime] = None,
     api: Any = None,
     client: Any = None,
+    requests: Optional[LiveRequests] = None,
+    live: Optional[LiveNodes] = None,
+    hang_checks: Mapping[str, HangCheck] = {},
+    read_progress: Optional[ReadProgress] = None,
 ) -> list[Decision]:
-    """Decide for every queued TPU VM ``(name, zone, API version, slices)``
-    (``domain.queued_resources.decide_queued``): one list call of queued resources per zone and
-    API version, then one list of nodes per zone, *after* the requests (an ACTIVE request's
-    nodes existed before it was ACTIVE, so one missing then is not one being made). A zone
-    whose requests or nodes cannot be read keeps what was last deployed there."""
-    from ..live.queued_api import QueuedResourcesApi
-
+    """Decide for every queued TPU VM (``domain.queued_resources.decide_queued``): one list call
+    of queued resources per zone and API version, then one list of nodes per zone, *after* the
+    requests (an ACTIVE request's nodes existed before it was ACTIVE, so one missing then is not
+    one being made). A caller that read both already passes ``requests`` and ``live``, read in
+    that order. A zone whose requests or nodes cannot be read keeps what was last deployed there.
+    An ACTIVE request whose nodes all train is judged by its progress records too, as
+    ``reconcile_tpu_vms`` judges a VM (``hang_checks``)."""
     if not read_live_state:
-        return _not_read([name for name, *_ in vms])
-    api = api or QueuedResourcesApi()
-    requests: dict[tuple[str, str], LiveQueuedResource] = {}
-    failures: dict[str, str] = {}
-    for zone, version in sorted({(zone, version) for _, zone, version, _ in vms}):
-        try:
-            for item in api.list(f"projects/{project}/locations/{zone}", version):
-                found = read_queued_resource(item)
-                requests[(zone, found.name)] = found
-        except Exception as exc:  # noqa: BLE001 - any failure means "unknown", per zone
-            failures[zone] = failure_summary(exc)
-    live = list_live_nodes(project, {zone for _, zone, _, _ in vms}, client=client)
+        return _not_read([vm.name for vm in vms])
+    if live is not None and requests is None:
+        raise ValueError("live nodes listed before the requests they belong to: pass requests too")
+    if requests is None:
+        requests = list_queued_requests(project, vms, api=api)
+    if live is None:
+        live = list_live_nodes(project, {vm.zone for vm in vms}, client=client)
     now = now or utc_now()
+    read = read_progress or progress_reader(project)
     decisions = []
-    for name, zone, _, slices in vms:
-        problem = failures.get(zone) or live.failures.get(zone)
+    for vm in vms:
+        problem = requests.failures.get(vm.zone) or live.failures.get(vm.zone)
         if problem is not None:
-            decisions.append(unreachable(name, problem))
+            decisions.append(unreachable(vm.name, problem))
             continue
-        nodes = [live.nodes[(zone, n)] for n in node_ids(name, slices) if (zone, n) in live.nodes]
-        decisions.append(decide_queued(name, requests.get((zone, name)), nodes, now=now, grace=grace))
+        request = requests.requests.get((vm.zone, vm.name))
+        asked_for = request.node_ids if request is not None else ()
+        nodes = [live.nodes[(vm.zone, n)] for n in asked_for if (vm.zone, n) in live.nodes]
+        decision = decide_queued(vm.name, request, nodes, now=now, grace=grace)
+        working = request is not None and request.state == ACTIVE and decision.action == "keep"
+        if vm.name in hang_checks and working and nodes and all(node.training for node in nodes):
+            # A multislice run began when its last slice came up.
+            since = [_node_since(node) for node in nodes]
+            began = None if None in since else max(t for t in since if t is not None)
+            decision = judge_training(decision, began, hang_checks[vm.name], read, now)
+        decisions.append(decision)
     return decisions
 
 

@@ -13,11 +13,13 @@ from typing_extensions import NotRequired, TypedDict
 
 from ..domain import recovery as _recovery
 from ..domain.progress import HangCheck
+from ..domain.queued_resources import QueuedRequest
 from ..domain.recovery import Cause, Decision
 from ..errors import InvalidArgument
 from ..live.kube_client import ClusterRef
 from ..validation import ARGUMENTS, Problems, check_arguments, count_problem
 from . import reconcile
+from .tpu_vm import PROVISIONING_MODELS
 
 JOB_KINDS = ("Job", reconcile.JOBSET)
 
@@ -36,6 +38,19 @@ class RecoveredTpuVm(TypedDict):
     hang_minutes: NotRequired[float]
     """How long its training may go without a step (1 to 10080; default: 20 of its measured
     steps, at least 10 minutes)."""
+    provisioning: NotRequired[str]
+    """As its ``PreemptibleTpuVm``'s (default ``spot``): ``flex-start`` is always requested from
+    the queue, in the API version that has it."""
+    queued: NotRequired[bool]
+    """True when its ``PreemptibleTpuVm`` is requested from the Cloud TPU queue (``queued`` or
+    ``slices`` > 1; default False). Its queued resource is read then, not only its node: a
+    request still waiting for capacity is kept (re-requesting would lose its place in the queue),
+    one the service suspended or failed for want of capacity is requested again."""
+
+
+def is_queued(vm: RecoveredTpuVm) -> bool:
+    """Whether ``vm`` is a queued resource (``RecoveredTpuVm.queued``)."""
+    return bool(vm.get("queued")) or vm.get("provisioning") == "flex-start"
 
 
 class RecoveredJob(TypedDict):
@@ -60,6 +75,11 @@ class RecoveredJob(TypedDict):
     While it is suspended on its queue, its Kueue Workload is read too (one more list call in its
     namespace): one Kueue deactivated (GKE took the capacity back) is queued anew at the next
     generation, one that waits for admission is kept."""
+
+
+def queued_api_version(provisioning: str) -> str:
+    """The TPU API version a queued VM of ``provisioning`` is requested (and so read) through."""
+    return QueuedRequest(provisioning).api_version
 
 
 class RecoveryCluster(TypedDict):
@@ -107,6 +127,13 @@ def _check_values(problems: Problems, args: TrainingRecoveryArgs) -> None:
             if entry["name"] in seen:
                 problems.add((key, index, "name"), f"repeats the name {entry['name']!r}; each must be unique")
             seen.add(entry["name"])
+    for index, vm in enumerate(args.get("tpu_vms", ())):
+        provisioning = vm.get("provisioning", "spot")
+        if provisioning not in PROVISIONING_MODELS:
+            allowed = ", ".join(PROVISIONING_MODELS)
+            problems.add(
+                ("tpu_vms", index, "provisioning"), f"{provisioning!r} is not one; allowed: {allowed}"
+            )
     for index, job in enumerate(args.get("jobs", ())):
         kind = job.get("kind", "Job")
         if kind not in JOB_KINDS:
@@ -136,6 +163,49 @@ def _check_values(problems: Problems, args: TrainingRecoveryArgs) -> None:
                     (key, index, "checkpoint_dir"),
                     f"{folder!r} is not a gs:// location; recovery reads progress from Cloud Storage only",
                 )
+
+
+def decide_tpu_vms(
+    project: str,
+    vms: Sequence[RecoveredTpuVm],
+    *,
+    read_live_state: bool,
+    grace: timedelta,
+    read_progress: reconcile.ReadProgress,
+) -> list[Decision]:
+    """A decision for each of ``vms``, in their order: a VM created directly by its node
+    (``reconcile_tpu_vms``), a queued one by its request and then its nodes
+    (``reconcile_queued_vms``)."""
+    queued = [vm for vm in vms if is_queued(vm)]
+    direct = [vm for vm in vms if not is_queued(vm)]
+    decided = {
+        d.name: d
+        for d in reconcile.reconcile_tpu_vms(
+            project,
+            [(vm["name"], vm["zone"]) for vm in direct],
+            read_live_state=read_live_state,
+            grace=grace,
+            hang_checks=_hang_checks(direct),
+            read_progress=read_progress,
+        )
+    }
+    if queued:
+        versions = [
+            reconcile.QueuedVm(vm["name"], vm["zone"], queued_api_version(vm.get("provisioning", "spot")))
+            for vm in queued
+        ]
+        decided.update(
+            (d.name, d)
+            for d in reconcile.reconcile_queued_vms(
+                project,
+                versions,
+                read_live_state=read_live_state,
+                grace=grace,
+                hang_checks=_hang_checks(queued),
+                read_progress=read_progress,
+            )
+        )
+    return [decided[vm["name"]] for vm in vms]
 
 
 def _hang_checks(entries: Sequence[Any]) -> dict[str, HangCheck]:
@@ -188,12 +258,11 @@ class TrainingRecovery(pulumi.ComponentResource):
 
         # One reader (one storage client, made when first needed) for the VMs' and the Jobs' records.
         read_progress = reconcile.progress_reader(args["project"])
-        vm_decisions = reconcile.reconcile_tpu_vms(
+        vm_decisions = decide_tpu_vms(
             args["project"],
-            [(vm["name"], vm["zone"]) for vm in vms],
+            vms,
             read_live_state=read_live_state,
             grace=timedelta(minutes=args.get("maintenance_grace_minutes", 30)),
-            hang_checks=_hang_checks(vms),
             read_progress=read_progress,
         )
         job_decisions = (
