@@ -55,6 +55,8 @@ from tpu_training_components.domain.recovery_rounds import (
 )
 from tpu_training_components.domain.required_access import apis_for_features
 from tpu_training_components.errors import InvalidArgument
+from tpu_training_components.resources.tpu_vm import QueuedVmArgs
+from typing_extensions import TypedDict
 
 from tpu_training import stack_config
 from tpu_training.program.last_update import LastUpdate, read_last_update, recovery_cause
@@ -149,6 +151,15 @@ def declare_buckets(settings: StackConfig, foundation: Foundation) -> dict[str, 
 Recovered = TypeVar("Recovered", RecoveredTpuVm, RecoveredJob)
 
 
+def recovered_tpu_vm(vm: stack_config.TpuVmConfig, rung: Rung) -> RecoveredTpuVm:
+    """How recovery reads VM ``vm`` standing on ``rung``: by its node, or (requested from the
+    queue there) by its queued resource first."""
+    entry = RecoveredTpuVm(name=vm.name, zone=rung.zone, provisioning=rung.provisioning)
+    if vm.request_on(rung.provisioning) is not None:
+        entry["queued"] = True
+    return entry
+
+
 def declare_recovery(settings: StackConfig, offline: bool, last: LastUpdate) -> TrainingRecovery:
     """Recovery is a reconcile: read the live nodes (one call per zone) and Jobs (one per
     namespace and kind, Kueue's Workloads too for queued ones), decide, say why; each VM and Job
@@ -172,10 +183,7 @@ def declare_recovery(settings: StackConfig, offline: bool, last: LastUpdate) -> 
             # engine would read while it writes the state.
             "previous_outputs": last.outputs,
             # Each VM is judged on the rung it stands on (the last deployed, or the round's).
-            "tpu_vms": [
-                judged(RecoveredTpuVm(name=vm.name, zone=standing_rung(vm, last).zone))
-                for vm in settings.tpu_vms
-            ],
+            "tpu_vms": [judged(recovered_tpu_vm(vm, standing_rung(vm, last))) for vm in settings.tpu_vms],
             "jobs": [
                 judged(
                     RecoveredJob(
@@ -244,6 +252,34 @@ def declare_vm_identity(
     )
 
 
+class QueuedArguments(TypedDict, total=False):
+    """The arguments of ``PreemptibleTpuVm`` that request it from the queue."""
+
+    slices: int
+    queued: QueuedVmArgs
+    max_run_duration: str
+
+
+def queued_arguments(vm: stack_config.TpuVmConfig, rung: Rung) -> QueuedArguments:
+    """``PreemptibleTpuVm``'s queue arguments for ``vm`` on ``rung``: none where it is created
+    directly."""
+    request = vm.request_on(rung.provisioning)
+    found = QueuedArguments()
+    if request is None:
+        return found
+    if vm.slices > 1:
+        found["slices"] = vm.slices
+    if vm.queued is not None:
+        found["queued"] = QueuedVmArgs()
+        if vm.queued.valid_for is not None:
+            found["queued"]["valid_for"] = vm.queued.valid_for
+        if vm.queued.valid_after is not None:
+            found["queued"]["valid_after"] = vm.queued.valid_after
+    if request.flex_start and vm.max_run_duration is not None:
+        found["max_run_duration"] = vm.max_run_duration
+    return found
+
+
 def declare_tpu_vms(
     settings: StackConfig,
     identity: TrainingServiceAccount,
@@ -266,6 +302,7 @@ def declare_tpu_vms(
                 "accelerator_type": vm.accelerator_type,
                 "runtime_version": vm.runtime_version,
                 "provisioning": rung.provisioning,
+                **queued_arguments(vm, rung),
                 "train_command": vm.train_command,
                 "setup_command": vm.setup_command,
                 "checkpoint_dir": derived.vm_checkpoint_dir(settings, vm),

@@ -28,7 +28,17 @@ from support.fakes.loopback_gcs import LoopbackGcs
 from support.harness.engine.engine import EngineProject, endpoints
 from support.harness.engine.fakes import CloudTpuApi, KubernetesApi
 from support.harness.engine.providers import HOLD_AT_VARIABLE, HOLD_VARIABLE, KUBERNETES_API_VARIABLE
-from support.harness.engine.stacks import GKE_CONFIG, JOB, TPU_VM_CONFIG, VM, ZONE
+from support.harness.engine.stacks import (
+    FLEX_START_CONFIG,
+    FLEX_START_VM,
+    FLEX_START_ZONE,
+    GKE_CONFIG,
+    JOB,
+    QUEUED_URN,
+    TPU_VM_CONFIG,
+    VM,
+    ZONE,
+)
 from support.harness.waiting import eventually
 
 pytestmark = pytest.mark.engine
@@ -240,3 +250,67 @@ def test_a_round_killed_anywhere_in_a_jobs_replacement_is_carried_on_by_the_next
             assert live["metadata"]["annotations"]["tpu-training/recovery-cause"] == "failed", point
             _assert_settled(project, point, "jobs", JOB, generation, "failed", others)
         _assert_nothing_left_to_do(project)
+
+
+def test_a_round_killed_while_it_re_requests_a_queued_vm_is_carried_on_by_the_next(
+    programs: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
+) -> None:
+    """The kill points of a queued VM's replacement are the API's own: its delete and its
+    create are long-running operations the provider waits on (``CloudTpuApi.unfinished_polls``
+    holds them), killed once the API has done its part: the old request deleted, the new one
+    taken. The next round finds it gone and requests it, or adopts the new request (its place in
+    the queue kept)."""
+    tpu, _ = cloud
+    project = EngineProject(tmp_path, endpoints(*cloud), programs)
+    project.init(STACK, FLEX_START_CONFIG)
+    project.deploy(STACK)
+    others = _others(project.resources(STACK), QUEUED_URN)
+
+    def generation() -> int:
+        request = tpu.queued_resource(FLEX_START_ZONE, FLEX_START_VM)
+        assert request is not None
+        return int(request["tpu"]["nodeSpec"][0]["node"]["labels"]["recovery-generation"])
+
+    for point in ("deleted", "requested"):
+        tpu.grant(FLEX_START_ZONE, FLEX_START_VM)
+        tpu.suspend(FLEX_START_ZONE, FLEX_START_VM)  # the run reached its maxRunDuration
+        old = generation()
+        # The API does its part; its operation never says so.
+        tpu.unfinished_polls, tpu.unfinished_only = None, "delete-" if point == "deleted" else "create-"
+        killed = project.start_recover(STACK, "--once")
+        try:
+
+            def reached(point: str = point, old: int = old, killed: subprocess.Popen = killed) -> bool:
+                request = tpu.queued_resource(FLEX_START_ZONE, FLEX_START_VM)
+                done = request is None if point == "deleted" else request is not None and generation() != old
+                return done or killed.poll() is not None
+
+            assert eventually(reached, 120), point
+            assert killed.poll() is None, f"the round ended before {point}: {killed.communicate()}"
+            _kill(project, killed)
+        finally:
+            tpu.unfinished_polls = 0
+        taken = tpu.queued_resource(FLEX_START_ZONE, FLEX_START_VM)
+        report = _round(project.recover(STACK, "--once"))
+        request = tpu.queued_resource(FLEX_START_ZONE, FLEX_START_VM)
+        assert request is not None and request["state"]["state"] == "WAITING_FOR_RESOURCES", (point, report)
+        if point == "requested":
+            assert taken is not None and request["createTime"] == taken["createTime"], (
+                "adopted, not asked again"
+            )
+            assert any("adopted into the state" in line for line in report["settled"]), report
+        labels = request["tpu"]["nodeSpec"][0]["node"]["labels"]
+        # Killed once the old request was deleted, the round had written its cause nowhere yet:
+        # the next round finds the request missing, and says so.
+        cause = "missing" if point == "deleted" else "flex-start-expired"
+        assert labels["recovery-cause"] == cause, (point, labels)
+        deployment = project.state(STACK)["deployment"]
+        assert not deployment.get("pending_operations"), (point, deployment.get("pending_operations"))
+        (entry,) = [r for r in deployment["resources"] if r["urn"] == QUEUED_URN]
+        assert (
+            not entry.get("pendingReplacement") and entry["outputs"].get("state") == "WAITING_FOR_RESOURCES"
+        )
+        assert entry["inputs"]["generation"] == generation() > old, entry["inputs"]
+        assert _locks(project) == []
+        assert _others({r["urn"]: r for r in deployment["resources"]}, QUEUED_URN) == others, point
+    _assert_nothing_left_to_do(project)

@@ -16,6 +16,7 @@ import pytest
 from support.fakes.loopback_gcs import LoopbackGcs
 from support.harness.engine.engine import EngineProject, endpoints
 from support.harness.engine.fakes import CloudTpuApi
+from support.harness.engine.stacks import FLEX_START_CONFIG, FLEX_START_VM, QUEUED_URN
 
 STACK = "queued"
 ZONE = "us-east5-a"
@@ -97,3 +98,47 @@ def test_a_queued_vm_is_requested_patched_requested_anew_and_deleted_by_the_real
     tpu.grant(ZONE, "trainer")
     project.pulumi("destroy", "--yes", "--stack", STACK)
     assert not tpu.queued[ZONE] and not tpu.nodes[ZONE]
+
+
+def test_a_stacks_waiting_request_is_left_alone_and_a_suspended_one_is_requested_anew_alone(
+    programs: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
+) -> None:
+    tpu, storage = cloud
+    project = EngineProject(tmp_path, endpoints(tpu, storage), programs)
+    project.init("engine", FLEX_START_CONFIG)
+    project.deploy("engine")
+    request = tpu.queued_resource(ZONE, FLEX_START_VM)
+    assert request is not None and request["state"]["state"] == "WAITING_FOR_RESOURCES"
+    assert tpu.node(ZONE, FLEX_START_VM) is None, "nothing made before capacity comes"
+
+    # Waiting, it has no node: a round reads its request and keeps it (no update is run).
+    for _ in range(2):
+        waiting = project.recover_round("engine")
+        (decision,) = waiting["decisions"]
+        assert decision["action"] == "keep" and "WAITING_FOR_RESOURCES" in decision["reason"], waiting
+        assert waiting["up"]["status"] == "not-run", waiting
+    assert len(project.json("stack", "history", "--stack", "engine")) == 1
+
+    tpu.grant(ZONE, FLEX_START_VM)
+    before = project.resources("engine")
+    generation = int(tpu.node(ZONE, FLEX_START_VM)["labels"]["recovery-generation"])  # type: ignore[index]
+    assert project.recover_round("engine")["up"]["status"] == "not-run", "ACTIVE and READY: kept"
+
+    tpu.suspend(ZONE, FLEX_START_VM)  # the run reached its maxRunDuration: the service deleted its VM
+    recovered = project.recover_round("engine")
+    assert recovered["up"]["status"] == "succeeded", recovered
+    request = tpu.queued_resource(ZONE, FLEX_START_VM)
+    assert request is not None and request["state"]["state"] == "WAITING_FOR_RESOURCES", "requested anew"
+    labels = request["tpu"]["nodeSpec"][0]["node"]["labels"]
+    assert int(labels["recovery-generation"]) > generation
+    assert labels["recovery-cause"] == "flex-start-expired"
+    after = project.resources("engine")
+    changed = sorted(
+        urn
+        for urn, resource in after.items()
+        if resource.get("custom")
+        and not resource["type"].startswith("pulumi:providers:")
+        and {k: resource.get(k) for k in ("id", "inputs")}
+        != {k: before.get(urn, {}).get(k) for k in ("id", "inputs")}
+    )
+    assert changed == [QUEUED_URN], "the request alone was re-created"

@@ -238,6 +238,10 @@ def warnings(config: StackKeys) -> tuple[str, ...]:
             warning = zone_warning(vm.accelerator.generation, zone)
             if warning:
                 found.append(f"{PROJECT}:tpuVms[{index}].{'zones' if vm.zones else 'zone'}: {warning}")
+        found.extend(
+            f"{PROJECT}:tpuVms[{index}].{'zones' if vm.zones else 'zone'}: {w}"
+            for w in vm.flex_start_warnings()
+        )
         runtime = runtime_version_warning(
             vm.runtime_version, vm.accelerator.generation, multi_host=vm.accelerator.multi_host
         )

@@ -138,10 +138,18 @@ def plan_vm_checkpoints(checkpointing: CheckpointingConfig, vm: TpuVmConfig) -> 
     """Young's interval for a VM's run, or ``GoodputError``."""
     # The preferred capacity type: where a ladder's VM runs unless its capacity runs out.
     preferred = vm.preferred_provisioning
-    model = cast(InterruptionModel, "onDemand" if preferred == "on-demand" else preferred)
-    # One TPU node resource is preempted, stopped or maintained as a whole: hosts=1.
+    model = cast(
+        InterruptionModel, {"on-demand": "onDemand", "flex-start": "flexStart"}.get(preferred, preferred)
+    )
+    # One TPU node resource is preempted, stopped or maintained as a whole; several slices
+    # requested together are lost together when any one is (hosts=slices). A flex-start run
+    # ends at its maxRunDuration.
+    request = vm.request_on(preferred)
     mean = mean_seconds_between_interruptions(
-        model, overrides_hours=checkpointing.mean_hours_between_interruptions
+        model,
+        overrides_hours=checkpointing.mean_hours_between_interruptions,
+        run_limit_seconds=request.max_run_seconds if request else None,
+        hosts=vm.slices,
     )
     return plan_checkpoints(checkpointing.cost_seconds, mean, restart_seconds=checkpointing.restart_seconds)
 

@@ -33,7 +33,9 @@ class Model(BaseModel):
     replaced it and what that allows (the loader's error for an unknown key uses it)."""
 
 
-Provisioning = Literal["preemptible", "spot", "on-demand", "reserved"]
+Provisioning = Literal["preemptible", "spot", "on-demand", "reserved", "flex-start"]
+"""A TPU VM's capacity types: the Preemptible TPUs page's kinds, and flex-start (always through
+the Cloud TPU queue)."""
 
 
 def no_problem(problem_of: Callable[[str], Optional[str]]) -> Callable[[str], str]:

@@ -17,6 +17,12 @@ from pydantic import (
 from tpu_training_components.domain import catalogue, naming
 from tpu_training_components.domain.capacity_ladder import Rung, build_ladder
 from tpu_training_components.domain.gcp_locations import zone_problem
+from tpu_training_components.domain.node_pool_plan import NodePoolError, parse_duration
+from tpu_training_components.domain.queued_resources import (
+    QueuedRequest,
+    flex_start_zone_warning,
+    request_problems,
+)
 from tpu_training_components.domain.tpu_software import runtime_version_problem
 
 from .fields import (
@@ -31,6 +37,30 @@ from .fields import (
 )
 
 
+def _duration(key: str) -> Any:
+    def check(value: str) -> str:
+        try:
+            parse_duration(value, key)
+        except NodePoolError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    return AfterValidator(check)
+
+
+class QueuedConfig(Model):
+    """``tpuVms[].queued``: request the VM from the Cloud TPU queue, where it waits for capacity."""
+
+    # How long the request may wait before the API fails it; it waits until capacity comes when omitted.
+    valid_for: Optional[Annotated[StrictStr, _duration("validFor")]] = None
+    # Not before this long after the request.
+    valid_after: Optional[Annotated[StrictStr, _duration("validAfter")]] = None
+
+
+# The component's keys in request_problems, as the stack file spells them.
+_REQUEST_KEYS = {"provisioning": "provisioning", "slices": "slices", "max_run_duration": "maxRunDuration"}
+
+
 class TpuVmConfig(Model):
     """One entry of ``tpu-training:tpuVms``: a TPU VM that trains and resumes from checkpoints."""
 
@@ -42,6 +72,12 @@ class TpuVmConfig(Model):
     runtime_version: Annotated[StrictStr, AfterValidator(no_problem(naming.runtime_version_problem))]
     # One capacity type, or the ladder's capacity types in order of preference.
     provisioning: Union[Provisioning, tuple[Provisioning, ...]] = "spot"
+    # Through the Cloud TPU queue (queued resources): implied by flex-start and by slices > 1.
+    queued: Optional[QueuedConfig] = None
+    # Flex-start only: how long its VMs may run (at most 7d), after which the service ends them.
+    max_run_duration: Optional[Annotated[StrictStr, _duration("maxRunDuration")]] = None
+    # Slices requested together, as one multislice queued resource.
+    slices: StrictInt = Field(default=1, ge=1)
     # A blank command "succeeds" at once, and the script would mark training complete untrained.
     train_command: Annotated[StrictStr, AfterValidator(not_blank("the training command"))]
     setup_command: Optional[StrictStr] = None
@@ -131,6 +167,44 @@ class TpuVmConfig(Model):
         if self.zone is None and self.zones is None:
             raise ValueError("zone: required (or zones: a list of zones in one region, the preferred first)")
         return self
+
+    @model_validator(mode="after")
+    def _each_rung_can_be_requested(self) -> TpuVmConfig:
+        if self.zone is None and self.zones is None:
+            return self  # _one_of_zone_and_zones says so
+        if self.max_run_duration is not None and "flex-start" not in self.capacity_types:
+            raise ValueError("maxRunDuration: is for flex-start only; the other kinds run until they end")
+        generation = self.accelerator.generation
+        for rung in self.ladder:
+            request = self.request_on(rung.provisioning)
+            for key, problem in request_problems(request, generation, rung.zone) if request else ():
+                raise ValueError(f"{_REQUEST_KEYS.get(key, key)}: {problem}")
+        return self
+
+    def request_on(self, provisioning: str) -> Optional[QueuedRequest]:
+        """How the VM is requested from the queue on a rung of ``provisioning``; None when it is
+        created directly there."""
+        if self.queued is None and provisioning != "flex-start" and self.slices == 1:
+            return None
+        flex_start = provisioning == "flex-start"
+        return QueuedRequest(
+            provisioning,
+            self.slices,
+            parse_duration(self.max_run_duration) if flex_start and self.max_run_duration else None,
+            parse_duration(self.queued.valid_for) if self.queued and self.queued.valid_for else None,
+            parse_duration(self.queued.valid_after) if self.queued and self.queued.valid_after else None,
+        )
+
+    def flex_start_warnings(self) -> list[str]:
+        """Its flex-start rungs in zones our table does not list (Google adds zones)."""
+        found = []
+        for rung in self.ladder:
+            warning = rung.provisioning == "flex-start" and flex_start_zone_warning(
+                self.accelerator.generation, rung.zone
+            )
+            if warning:
+                found.append(warning)
+        return found
 
     @field_validator("accelerator_type")
     @classmethod

@@ -43,6 +43,30 @@ TPU_VM_CONFIG: dict[str, Any] = {
 }
 
 
+# A TPU VM stack whose one VM is a flex-start v6e: requested from the Cloud TPU queue.
+FLEX_START_VM = "flex-tpu"
+FLEX_START_ZONE = "us-east5-a"
+FLEX_START_CONFIG: dict[str, Any] = {
+    **TPU_VM_CONFIG,
+    "tpu-training:tpuVms": [
+        {
+            "name": FLEX_START_VM,
+            "zone": FLEX_START_ZONE,
+            "acceleratorType": "v6e-8",
+            "runtimeVersion": "v2-alpha-tpuv6e",
+            "provisioning": "flex-start",
+            "maxRunDuration": "72h",
+            "trainCommand": "python3 /opt/trainer/train.py",
+        }
+    ],
+}
+QUEUED_URN = (
+    "urn:pulumi:engine::tpu-training::tpu-training:compute:PreemptibleTpuVm$pulumi-python:dynamic:Resource"
+    f"::{FLEX_START_VM}-queued"
+)
+"""Its queued resource in a stack named ``engine``."""
+
+
 # A GKE stack: the dev stack's flex-start v6e 4x4 pool and its training Job.
 GKE_CONFIG: dict[str, Any] = {
     "gcp:project": PROJECT,
