@@ -91,14 +91,14 @@ def test_every_field_refuses_bad_values_in_the_stack_files_words(shape, alias):
             "provisioning",
             3,
             "tpu-training:tpuVms[0].provisioning = 3: must be one of preemptible, spot, on-demand, reserved, "
-            "or a list of them",
+            "flex-start, or a list of them",
         ),
         (
             "tpuVms.[]",
             "provisioning",
             ["spot", "preemptble"],
             'tpu-training:tpuVms[0].provisioning[1] = "preemptble": must be one of preemptible, spot, '
-            "on-demand, reserved (did you mean 'preemptible'?)",
+            "on-demand, reserved, flex-start (did you mean 'preemptible'?)",
         ),
         (
             "jobs.[]",
@@ -170,8 +170,8 @@ def test_a_jobset_on_single_host_slices_names_the_multi_host_shape_that_fixes_it
             ["flexstart", "spot"],
             "rung 0 ('flexstart') is not a capacity (did you mean 'flex-start'?)",
         ),
-        ("tpuVms.[]", "flexstart", "flex-start is a capacity of GKE node pools (nodePools[].provisioning)"),
-        ("tpuVms.[]", ["spot", "flex-start"], "flex-start is a capacity of GKE node pools"),
+        ("tpuVms.[]", "flexstart", "(did you mean 'flex-start'?)"),
+        ("tpuVms.[]", ["spot", "flex-start-queued"], "flex-start-queued is a capacity of GKE node pools"),
     ],
     ids=["pool-typo", "pool-rung-typo", "vm-typo-of-a-pool-capacity", "vm-rung-of-a-pool-capacity"],
 )

@@ -44,28 +44,37 @@ def test_a_flex_start_v6e_vm_plans_clean_as_one_request_that_conforms_to_v2alpha
 
 
 @pytest.mark.parametrize(
-    ("fields", "words"),
+    ("fields", "key", "words"),
     [
-        ({"maxRunDuration": "8d"}, "maxRunDuration: 691200s is longer than flex-start's limit of 7 days"),
-        ({"maxRunDuration": None}, "maxRunDuration: flex-start needs one"),
+        (
+            {"maxRunDuration": "8d"},
+            'maxRunDuration = "8d"',
+            "691200s is longer than flex-start's limit of 7 days",
+        ),
+        ({"maxRunDuration": None}, "maxRunDuration", "flex-start needs one"),
         (
             {"acceleratorType": "v4-8", "zone": "us-central2-b", "runtimeVersion": "tpu-vm-v4-base"},
+            'provisioning = "flex-start"',
             "flex-start TPU VMs are offered for TPU v5e, v6e only, not v4",
         ),
-        ({"provisioning": "spot"}, "maxRunDuration: is for flex-start only"),
+        ({"provisioning": "spot"}, 'maxRunDuration = "72h"', "is for flex-start only"),
         (
             {"provisioning": "preemptible", "queued": {}, "maxRunDuration": None},
+            'provisioning = "preemptible"',
             "'preemptible' cannot be queued",
         ),
-        ({"maxRunDuration": "3 days"}, "maxRunDuration '3 days' is not a duration"),
-        ({"queued": {"validFor": "6h", "validUntil": "x"}}, "validUntil: unknown key"),
-        ({"slices": 0}, "slices"),
+        ({"maxRunDuration": "3 days"}, 'maxRunDuration = "3 days"', "is not a duration"),
+        ({"queued": {"validFor": "6h", "validUntil": "x"}}, "queued.validUntil", "unknown key"),
+        ({"slices": 0}, "slices = 0", "must be at least 1"),
     ],
 )
-def test_a_request_that_cannot_be_made_is_refused_naming_the_key_and_what_is_allowed(config, fields, words):
+def test_a_request_that_cannot_be_made_is_refused_naming_the_key_and_what_is_allowed(
+    config, fields, key, words
+):
     vm = {**FLEX_V6E, **fields}
     message = refused(_vms_only(config, **{k: v for k, v in vm.items() if v is not None}))
-    assert "tpu-training:tpuVms[0]" in message and words in message
+    (line,) = [line for line in message.splitlines() if "tpuVms[0]" in line]
+    assert f"tpu-training:tpuVms[0].{key}" in line and words in line, line
 
 
 def test_a_spot_vm_that_waits_in_two_slices_is_one_v2_multislice_request(config):

@@ -105,7 +105,7 @@ def test_unknown_top_level_key_suggests_the_right_one(config):
 def test_provisioning_lists_the_choices(config):
     config[VMS][0]["provisioning"] = "cheap"
     message = _refused(config)
-    assert "must be one of preemptible, spot, on-demand, reserved, or a list of them" in message
+    assert "must be one of preemptible, spot, on-demand, reserved, flex-start, or a list of them" in message
 
 
 def test_duplicate_vm_names(config):

@@ -96,6 +96,12 @@ def _format_error(error: Any, parts: dict[str, type[Model]]) -> str:
     if loc[-1] == "[key]":
         return f"{path}: {message}"
     value = error["input"]
+    key, named, rest = message.partition(": ")
+    part = parts.get(_shape(loc))
+    across = error["type"] == "value_error" and isinstance(value, dict) and named
+    if across and part and key in _aliases(part):
+        # A check across keys that names the one at fault ("maxRunDuration: ..."): said at that key.
+        return f"{path}.{key}" + (f" = {_shown(value[key])}" if key in value else "") + f": {rest}"
     if error["type"] in ("tuple_type", "list_type"):
         # pydantic says "tuple"; the stack file holds a YAML list.
         example = _as_yaml_list(value) if isinstance(value, (str, int, float)) else "[a, b]"

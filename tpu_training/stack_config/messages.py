@@ -40,9 +40,9 @@ def _allowed(expected: str) -> list[str]:
 
 
 ELSEWHERE = {
-    ("flex-start", "preemptible"): "; flex-start is a capacity of GKE node pools (nodePools[].provisioning): "
-    "a TPU VM gets it only through a queued resource, which the PreemptibleTpuVm component requests "
-    "(docs/tpu-vms-and-recovery.md) but tpuVms does not offer yet",
+    ("flex-start-queued", "preemptible"): "; flex-start-queued is a capacity of GKE node pools "
+    "(nodePools[].provisioning): a TPU VM waits for capacity in the Cloud TPU queue with flex-start, or "
+    "with queued: {validFor: 6h} on spot or on-demand (docs/tpu-vms-and-recovery.md)",
 }
 """A value that belongs to another key (``(value, a value this key allows)``): where it goes."""
 
