@@ -25,7 +25,7 @@ through GA **v2** (``spot`` tier, ``queueingPolicy``, ``multisliceParams``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Mapping, Optional, Sequence
 
 from .recovery import (
@@ -238,7 +238,10 @@ class LiveQueuedResource:
 
 
 def _since(live: LiveQueuedResource) -> str:
-    return f" since {live.create_time.isoformat()}" if live.create_time else ""
+    when = (
+        live.create_time.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if live.create_time else ""
+    )
+    return f" since {when}" if when else ""
 
 
 def _expired(live: LiveQueuedResource, now: datetime) -> bool:
