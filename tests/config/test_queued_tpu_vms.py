@@ -103,3 +103,23 @@ def test_a_flex_start_zone_our_table_does_not_list_is_a_warning_not_an_error(con
 def test_a_ladder_from_flex_start_to_spot_requests_the_first_rung_and_creates_the_second(config):
     run = run_stack(_vms_only(config, **{**FLEX_V6E, "provisioning": ["flex-start", "spot"]}))
     assert run.by_type(QUEUED) and not run.by_type("gcp:tpu/v2Vm:V2Vm")
+
+
+def test_the_readmes_queued_example_plans_as_one_flex_start_request(config):
+    import re
+
+    import yaml
+    from support.harness.program import REPO
+
+    (block,) = [
+        b
+        for b in re.findall(r"```yaml\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S)
+        if "flex-start" in b
+    ]
+    (vm,) = yaml.safe_load(block)["tpu-training:tpuVms"]
+    vm["setupCommand"] = config[VMS][0]["setupCommand"]  # "as the dev stack's"
+    config = _vms_only(config)
+    config[VMS] = [vm]
+    run = run_stack(config)
+    (queued,) = run.by_type(QUEUED)
+    assert queued.inputs["body"]["provisioningModel"] == "FLEX_START" and run.warnings == []
