@@ -8,7 +8,8 @@ starts, polling alone vs watching the cluster.
 A closed loop: `tpu-training recover`'s own `watch()` and `Recoverer` with the real `Probe` (the real
 Cloud TPU and Kubernetes clients) against the loopback fakes of both APIs, with `pulumi up`
 replaced by a recorder that notes when it started and then puts back what a real update would
-(the Job or JobSet re-created at a new generation, the VM READY). Each cause of ``CAUSES`` is
+(the Job or JobSet re-created at a new generation, the VM READY, the flex-start VM's queued
+request granted anew). Each cause of ``CAUSES`` is
 injected ``--trials`` times, in a shuffled order, at a random moment of the interval, first with
 rounds every interval alone ("polling"), then with the cluster watcher beside them ("watching").
 
@@ -52,11 +53,12 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 import yaml  # noqa: E402
 from support.fakes.fake_kube_api import FakeJobSetApi, job, jobset, node, watched_pod  # noqa: E402
-from support.fakes.fake_tpu_api import FakeTpuApi  # noqa: E402
 from support.fakes.loopback_gcs import LoopbackGcs  # noqa: E402
+from support.harness.engine.fakes import CloudTpuApi  # noqa: E402
 from support.harness.recover_runs import RecordingRunner  # noqa: E402
 from support.harness.waiting import eventually  # noqa: E402
 from tpu_training_components.domain.capacity_ladder import Rung  # noqa: E402
+from tpu_training_components.domain.queued_resources import QueuedRequest, queued_resource_body  # noqa: E402
 from tpu_training_components.domain.recovery_rounds import Backoff, RoundOutcome  # noqa: E402
 from tpu_training_components.domain.run_timeline import Interruption, RunTimeline  # noqa: E402
 from tpu_training_components.live import endpoints  # noqa: E402
@@ -69,6 +71,9 @@ ZONE, NEXT_ZONE = "us-central1-a", "us-central1-b"
 """The TPU VM's capacity ladder: (a, preemptible), (b, preemptible), (a, on-demand), (b, on-demand)."""
 NAMESPACE = "default"
 VM, JOB, JOBSET = "demo-tpu", "train-job", "train-js"
+FLEX, FLEX_ZONE = "flex-tpu", "us-east5-a"
+"""A flex-start TPU VM, requested from the Cloud TPU queue (its run ends at its maxRunDuration)."""
+PROJECT = "tpu-training-bench"
 POOL = "v6e-4x4"
 SLICE_PODS = 4
 HANG_MINUTES = 1
@@ -77,15 +82,24 @@ STEP_SECONDS = 2.0
 
 
 def bench_project(folder: Path) -> stack_probe.Target:
-    """This project's Pulumi.yaml and program, with a stack of one preemptible TPU VM, one Job and
-    one JobSet on a GKE pool."""
+    """This project's Pulumi.yaml and program, with a stack of one preemptible TPU VM, one
+    flex-start TPU VM, one Job and one JobSet on a GKE pool."""
     shutil.copy(REPO / "Pulumi.yaml", folder)
     (folder / "infra").symlink_to(REPO / "infra")
     (folder / "trainer").symlink_to(REPO / "trainer")
     workload = {"nodePool": POOL, "image": "trainer:1", "command": ["python3", "train.py"]}
     config = {
-        "gcp:project": "tpu-training-bench",
+        "gcp:project": PROJECT,
         "tpu-training:tpuVms": [
+            {
+                "name": FLEX,
+                "zone": FLEX_ZONE,
+                "acceleratorType": "v6e-8",
+                "runtimeVersion": "v2-alpha-tpuv6e",
+                "provisioning": "flex-start",
+                "maxRunDuration": "72h",
+                "trainCommand": "python3 train.py",
+            },
             {
                 "name": VM,
                 "zones": [ZONE, NEXT_ZONE],
@@ -93,7 +107,7 @@ def bench_project(folder: Path) -> stack_probe.Target:
                 "runtimeVersion": "tpu-vm-tf-2.16.1-pjrt",
                 "provisioning": ["preemptible", "on-demand"],
                 "trainCommand": "python3 train.py",
-            }
+            },
         ],
         "tpu-training:cluster": {"name": "tpu-bench", "location": "us-east5"},
         "tpu-training:nodePools": [
@@ -116,10 +130,11 @@ def bench_project(folder: Path) -> stack_probe.Target:
 class World:
     """The fakes, and the healthy state `pulumi up` puts back."""
 
-    def __init__(self, tpu: FakeTpuApi, kube: FakeJobSetApi, progress: Any, job_folder: str) -> None:
+    def __init__(self, tpu: CloudTpuApi, kube: FakeJobSetApi, progress: Any, job_folder: str) -> None:
         self.tpu, self.kube = tpu, kube
         self.generation = 1
         tpu.add(ZONE, VM, "READY", labels={"recovery-generation": "1"}, health="HEALTHY")
+        self.request_flex()
         kube.put("jobs", NAMESPACE, job(JOB, generation=1, active=SLICE_PODS, ready=SLICE_PODS))
         kube.put("jobsets", NAMESPACE, jobset(JOBSET, generation=1, ready=2))
         # Started long enough ago that a stall can reach the hang limit (time is not waited for).
@@ -148,15 +163,43 @@ class World:
             self.kube.put("pods", NAMESPACE, job_pod(index, self.started))
         self.trainer.restarted(self.started)
 
+    def request_flex(self) -> None:
+        """What `pulumi up` does for the flex-start VM: its request (the old one deleted first),
+        granted at once, its node READY at the current generation."""
+        self.tpu.queued.setdefault(FLEX_ZONE, {}).pop(FLEX, None)
+        self.tpu.nodes[FLEX_ZONE] = [n for n in self.tpu.nodes.get(FLEX_ZONE, []) if n["name"] != FLEX]
+        node = {
+            "acceleratorType": "v6e-8",
+            "runtimeVersion": "v2-alpha-tpuv6e",
+            "labels": {"recovery-generation": str(self.generation)},
+        }
+        request = queued_resource_body(
+            QueuedRequest("flex-start", max_run_seconds=72 * 3600),
+            project=PROJECT,
+            zone=FLEX_ZONE,
+            node_id=FLEX,
+            node=node,
+        )
+        request.update(
+            name=f"projects/{PROJECT}/locations/{FLEX_ZONE}/queuedResources/{FLEX}",
+            createTime=self.tpu.now(),
+            state={"state": "WAITING_FOR_RESOURCES"},
+        )
+        self.tpu.queued[FLEX_ZONE][FLEX] = request
+        self.tpu.grant(FLEX_ZONE, FLEX)
+        self.tpu.set_state(FLEX_ZONE, FLEX, "READY", health="HEALTHY")
+
     def vm(self) -> dict[str, Any]:
         return next(node for zone in (ZONE, NEXT_ZONE) for node in self.tpu.nodes.get(zone, []))
 
-    def recreate(self, rung: Optional[Rung]) -> Optional[str]:
+    def recreate(self, rung: Optional[Rung], flex: bool = False) -> Optional[str]:
         """What a `pulumi up` does here: re-create what is not working at a new generation, the
-        VM on ``rung`` (None: not recovered by this update). Returns the API's error when the
-        VM's create was refused (``refusals``)."""
+        VM on ``rung`` (None: not recovered by this update), the flex-start VM's request when
+        ``flex``. Returns the API's error when the VM's create was refused (``refusals``)."""
         self.generation += 1
         error = None
+        if flex:
+            self.request_flex()
         if rung is not None:
             now = time.time()
             self.declared.append((now, rung))
@@ -360,6 +403,12 @@ def _preempt_vm(world: World) -> None:
     world.vm()["state"] = "PREEMPTED"
 
 
+def _end_flex_start_run(world: World) -> None:
+    # "After the requested run duration, the TPU VMs are deleted and the queued resource moves to
+    # the SUSPENDED state" (Cloud TPU, "Request TPUs using Flex-start").
+    world.tpu.suspend(FLEX_ZONE, FLEX)
+
+
 ATTEMPTS = 2
 """recovery.ladder.attempts, its default: stockouts on one rung before the next."""
 # The Cloud TPU API's errors as pulumi-gcp quotes them (tests/domain/test_capacity_ladder.py has sources).
@@ -419,6 +468,8 @@ CAUSES: dict[str, Cause] = {
     "jobset-failed": Cause(_fail_jobset, needs_up=True),
     "pod-evicted": Cause(_evict_pod, needs_up=False, after=_replace_pod),
     "vm-preempted": Cause(_preempt_vm, needs_up=True, polled=True),
+    # A flex-start VM's run reached its maxRunDuration: its request is SUSPENDED, and re-requested.
+    "flex-start-expired": Cause(_end_flex_start_run, needs_up=True, polled=True),
     # Timed from the moment the stall reaches hangMinutes: no event shows a hang, rounds do.
     "job-hung": Cause(_hang, needs_up=True, polled=True),
     # A GKE node of the Job's pool announced for maintenance: no `pulumi up`, a save request.
@@ -452,7 +503,7 @@ class RecordingUp(RecordingRunner):
     """Stands in for `pulumi up`: notes when it started, then re-creates what was lost."""
 
     def __init__(self, world: World) -> None:
-        super().__init__(deployed=(VM, JOB, JOBSET))
+        super().__init__(deployed=(VM, FLEX, JOB, JOBSET))
         self.world = world
         self.started: list[float] = []
 
@@ -460,7 +511,7 @@ class RecordingUp(RecordingRunner):
         self.started.append(time.monotonic())
         told = kwargs.get("recovery_round")
         rung = told.rungs.get(VM) if told is not None and VM in told.tpu_vms else None
-        error = self.world.recreate(rung)
+        error = self.world.recreate(rung, flex=told is not None and FLEX in told.tpu_vms)
         result = super().__call__(*args, **kwargs)
         if error is not None:
             # As the engine reports a refused create: the resource's URN, then the API's error.
@@ -685,7 +736,7 @@ def main() -> None:
     round_seconds: list[float] = []
     timelines: list[RunTimeline] = []
 
-    with FakeTpuApi() as tpu, FakeJobSetApi() as kube, tempfile.TemporaryDirectory() as scratch:
+    with CloudTpuApi() as tpu, FakeJobSetApi() as kube, tempfile.TemporaryDirectory() as scratch:
         os.environ["TPU_API_ENDPOINT"] = tpu.endpoint
         os.environ["KUBECONFIG"] = str(kube.kubeconfig(Path(scratch)))
         target = bench_project(Path(scratch))
@@ -746,12 +797,13 @@ def main() -> None:
         f"interval {interval:g} s; seconds)"
     )
     heading = f"{'detect p50':>10} {'p95':>7} {'max':>7}  {'up p50':>7} {'p95':>7} {'max':>7}"
-    print(f"{'cause':<14} {'mode':<9} {heading}  false  missed  late")
+    width = max(len(name) for name in CAUSES)
+    print(f"{'cause':<{width}} {'mode':<9} {heading}  false  missed  late")
     for name, modes in results.items():
         for mode, row in modes.items():
             detect, up = shown(row["detection"]), shown(row["up"])
             counts = f"{row['falseDetections']:5d}  {row['missed']:6d}  {row['late']:4d}"
-            print(f"{name:<14} {mode:<9} {detect:>26}  {up}  {counts}")
+            print(f"{name:<{width}} {mode:<9} {detect:>26}  {up}  {counts}")
     print(
         "(up: `pulumi up` started; for maintenance, the trainer read the save request; for vm-stockout,\n"
         " vm-quota and vm-permission, the VM READY again: on the next rung after the stockouts, on its\n"
@@ -766,7 +818,12 @@ def main() -> None:
             ", ".join(f"{d['p50']:.2f} s" if d else "none" for d in watched),
         )
     )
-    vm = [results["vm-preempted"][mode]["detection"] for mode in ("polling", "watching")]
+    # A preempted VM read by its node, a flex-start VM whose run ended by its queued request.
+    vm = [
+        results[cause][mode]["detection"]
+        for cause in ("vm-preempted", "flex-start-expired")
+        for mode in ("polling", "watching")
+    ]
     bound = interval + one_round
     goals.append(
         (

@@ -74,6 +74,7 @@ def test_the_recovery_slo_benchmark_measures_every_cause_polling_and_watching(tm
         "jobset-failed",
         "pod-evicted",
         "vm-preempted",
+        "flex-start-expired",
         "job-hung",
         "maintenance",
         "vm-stockout",
@@ -94,14 +95,14 @@ def test_the_recovery_slo_benchmark_measures_every_cause_polling_and_watching(tm
             expected_moves = {"vm-stockout": row["trials"], "vm-quota": 0, "vm-permission": 0}.get(cause)
             assert row["moves"] == expected_moves, (cause, mode, row)
 
-    # The figure: a panel per mode; nine causes, nine colours, each a line in both panels (a
+    # The figure: a panel per mode; ten causes, ten colours, each a line in both panels (a
     # panel high, less its labels), and every gap until recovery acted shaded in its colour
     # (the polling mode's gaps are at least a round each, so every cause has one).
     png = TimelinePng(picture)
     panel = timeline_figure.PANEL_INCHES[1] * timeline_figure.DPI
     assert png.size == (1000, round(2 * panel + 0.6 * timeline_figure.DPI))
     colours = timeline_figure.CAUSE_COLOURS[: len(document["causes"])]
-    assert len(set(colours)) == 9
+    assert len(set(colours)) == 10
     lines = {colour: png.tallest_line(colour) for colour in colours}
     assert all(height > panel / 2 for height in lines.values()), lines
     shaded = {colour: png.shaded(colour) for colour in colours}
