@@ -329,3 +329,114 @@ def test_a_restore_error_on_one_host_leaves_every_checkpoint_and_exits_try_again
         [resume] = events_named(output, "resume")
         assert resume.int("step") == newest
     assert_same_state(load_final_state(store), want)
+
+
+# --- Two slices of a multislice queued TPU VM ---------------------------------------------------
+
+# Each TPU VM of a multislice queued resource learns where it stands from its metadata, which
+# the TPU service writes and JAX's own TPU cluster detection reads (jax 0.10.2,
+# jax/_src/clusters/cloud_tpu_cluster.py, GceTpuCluster): ``agent-worker-number`` (its worker in
+# its slice), ``worker-network-endpoints`` (its slice's workers) and ``tpu-env``, lines such as
+# ``MEGASCALE_NUM_SLICES: '2'``. JAX then counts slices x workers processes, numbers this one
+# slice id x workers + worker, and takes the coordinator from MEGASCALE_COORDINATOR_ADDRESS.
+FORCED_TPU_TRAINER = """
+import os, runpy, sys
+# JAX's hardware probe (libtpu and TPU chips present), stood in for on this CPU machine: JAX
+# found no chips, so it set TPU_SKIP_MDS_QUERY and left running_in_cloud_tpu_vm false. Every
+# other step of its TPU cluster detection runs as on a TPU VM.
+import jax._src.clusters.cloud_tpu_cluster as tpu_cluster
+tpu_cluster.running_in_cloud_tpu_vm = True
+os.environ.pop("TPU_SKIP_MDS_QUERY", None)
+sys.path.insert(0, {folder!r})
+sys.argv[0] = {train!r}
+runpy.run_path({train!r}, run_name="__main__")
+"""
+
+
+def multislice_metadata(slice_id: int, slices: int) -> dict[str, str]:
+    """What the TPU service gives the one-host slice ``slice_id`` of ``slices`` (as JAX reads it)."""
+    return {
+        "agent-worker-number": "0",
+        "worker-network-endpoints": "127.0.0.1",
+        "tpu-env": (
+            "MEGASCALE_COORDINATOR_ADDRESS: '127.0.0.1'\n"
+            f"MEGASCALE_NUM_SLICES: '{slices}'\n"
+            f"MEGASCALE_SLICE_ID: '{slice_id}'\n"
+        ),
+    }
+
+
+def test_two_slices_of_a_queued_request_train_as_one_cluster_through_jaxs_own_detection(tmp_path, reference):
+    import shlex
+    import sys
+
+    from support.harness.program import run_components
+    from support.harness.sandbox import CLUSTER_TIMEOUTS, TRAIN_PY, Sandbox, free_port
+    from tpu_training_components import PreemptibleTpuVm
+    from tpu_training_components.domain.queued_resources import node_ids, requested_slices
+
+    # The request the component makes for `slices: 2`: one queued resource, two nodes.
+    run = run_components(
+        lambda: PreemptibleTpuVm(
+            "trainer",
+            {
+                "zone": "us-east5-a",
+                "accelerator_type": "v6e-8",
+                "runtime_version": "v2-alpha-tpuv6e",
+                "provisioning": "spot",
+                "slices": 2,
+                "train_command": "python3 train.py",
+                "checkpoint_dir": "gs://b/trainer",
+                "service_account_email": "t@p.iam.gserviceaccount.com",
+                "project": "p",
+            },
+        )
+    )
+    ((spec,),) = [r.inputs["body"]["tpu"]["nodeSpec"] for r in run.by_type("pulumi-python:dynamic:Resource")]
+    slices = requested_slices(spec)
+    names = node_ids(spec["multisliceParams"]["nodeIdPrefix"], slices)
+    assert (slices, names) == (HOSTS, ("trainer-0", "trainer-1"))
+
+    wrapper = tmp_path / "forced_tpu_train.py"
+    wrapper.write_text(FORCED_TPU_TRAINER.format(folder=str(TRAIN_PY.parent), train=str(TRAIN_PY)))
+    store = LocalStore(tmp_path / "checkpoints")
+    coordinator = free_port()
+    servers = [FakeMetadataServer() for _ in names]
+    members = []
+    try:
+        for slice_id, (name, server) in enumerate(zip(names, servers, strict=True)):
+            server.__enter__()
+            server.attributes.update(multislice_metadata(slice_id, slices))
+            host_env = {
+                "GCE_METADATA_IP": server.endpoint.removeprefix("http://"),
+                # Both VMs share this machine's loopback: the coordinator gets a free port, not 8482.
+                "JAX_COORDINATOR_PORT": str(coordinator),
+                # The TPU chips a TPU VM has, which make the trainer join its cluster.
+                "TRAINER_DISTRIBUTED": "on",
+                **CLUSTER_TIMEOUTS,
+            }
+            member = Sandbox(
+                tmp_path / name,
+                RUN,
+                vm_name=name,
+                train_command=f"{shlex.quote(sys.executable)} {shlex.quote(str(wrapper))}",
+                store=store,
+                host_env=host_env,
+            )
+            members.append(member)
+        boots = [member.boot() for member in members]
+        for boot in boots:
+            assert boot.finish(timeout=DEADLINE) == 0, boot.text()
+    finally:
+        for member in members:
+            member.close()
+        for server in servers:
+            server.__exit__(None, None, None)
+    # Each process counted both slices and took its place from its slice id: the cluster of the
+    # two-host reference, and so its exact bytes.
+    resumes = [events_named(boot, "resume")[0] for boot in boots]
+    assert [event.int("processes") for event in resumes] == [HOSTS, HOSTS]
+    assert_same_state(load_final_state(store), reference[0])
+    for server in servers:
+        asked = {path.rsplit("/", 1)[-1] for path, _, _ in server.requests if "/attributes/" in path}
+        assert {"agent-worker-number", "tpu-env"} <= asked, asked

@@ -32,6 +32,9 @@ PREFIX = "/computeMetadata/v1/instance/"
 UPCOMING = PREFIX + "upcoming-maintenance"
 MAINTENANCE_EVENT = PREFIX + "maintenance-event"
 PREEMPTED = PREFIX + "preempted"
+ATTRIBUTES = PREFIX + "attributes/"
+"""The VM's custom metadata, one key a path: on a TPU VM the TPU service's own (``agent-worker-number``,
+``worker-network-endpoints``, ``tpu-env``), which JAX's TPU cluster detection reads."""
 NOTHING_SCHEDULED = {"error": "no notifications have been received yet, try again later"}
 """The body of the 503 the server answers upcoming-maintenance with when nothing is scheduled."""
 EXAMPLE_NOTICE = {
@@ -102,6 +105,8 @@ class FakeMetadataServer(BackgroundServer):
         self.upcoming: Optional[Any] = None
         self.none_status = 503
         self.values = {MAINTENANCE_EVENT: "NONE", PREEMPTED: "FALSE"}
+        self.attributes: dict[str, str] = {}
+        """``instance/attributes/KEY`` -> its text (404 for a key not here)."""
         self.requests: list[tuple[str, dict[str, list[str]], str]] = []
         """Each request: path, query, its Metadata-Flavor header."""
         self.changed = threading.Condition()
@@ -121,6 +126,9 @@ class FakeMetadataServer(BackgroundServer):
                     self._upcoming()
                 elif path in fake.values:
                     self._text(path, query)
+                elif path.startswith(ATTRIBUTES) and path[len(ATTRIBUTES) :] in fake.attributes:
+                    value = fake.attributes[path[len(ATTRIBUTES) :]]
+                    self._send(200, "application/text", value.encode(), etag=etag_of(value))
                 else:
                     self._send(404, "text/html", b"Not Found")
 
