@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import yaml
 from tpu_training_components.domain import cost_estimate
+from tpu_training_components.domain.cost_estimate import QUEUED_TPU_VM_TYPE
 from tpu_training_components.domain.naming import generation_problem
 from tpu_training_components.domain.recovery import UNKNOWN_KEPT
 from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
@@ -105,6 +106,8 @@ def render_tree(result: offline.ProgramRun) -> str:
             pad = "  " * depth
             lines.append(f"{pad}+ {r.type}  {r.name}")
             for key, value in r.inputs.items():
+                if key == DYNAMIC_PROVIDER_INPUT:
+                    continue  # a dynamic provider's pickled code: nothing a reader can check
                 if isinstance(value, dict) and len(_short(value) or "") >= _SHORT:
                     # Show long maps (metadata, labels) one entry a line.
                     for sub_key, sub_value in value.items():
@@ -131,6 +134,9 @@ def render_tree(result: offline.ProgramRun) -> str:
     return "\n".join(lines)
 
 
+DYNAMIC_PROVIDER_INPUT = "__provider"
+"""The input in which a Python dynamic resource carries its provider, serialized."""
+
 _DECISION = re.compile(
     r"^(?P<name>[^:\s]+): (?P<reason>.*) -> (?P<verb>is kept|will be replaced|will be created) \("
 )
@@ -140,6 +146,13 @@ def decisions(result: offline.ProgramRun) -> list[tuple[str, str, str, bool]]:
     """Each TPU VM's and Job's recovery decision as the program logged it: (kind, name, what
     `pulumi up` does with it, whether it was made without live state)."""
     kinds = {str(r.inputs.get("name")): "TPU VM" for r in result.by_type("gcp:tpu/v2Vm:V2Vm")}
+    kinds.update(
+        {
+            str(r.inputs["queuedResourceId"]): "TPU VM"
+            for r in result.by_type(QUEUED_TPU_VM_TYPE)
+            if "queuedResourceId" in r.inputs
+        }
+    )
     kinds.update(
         {
             str((r.inputs.get("metadata") or {}).get("name")): "Job"

@@ -123,3 +123,16 @@ def test_the_readmes_queued_example_plans_as_one_flex_start_request(config):
     run = run_stack(config)
     (queued,) = run.by_type(QUEUED)
     assert queued.inputs["body"]["provisioningModel"] == "FLEX_START" and run.warnings == []
+
+
+def test_the_plan_and_preflight_see_a_queued_vm_as_a_tpu_vm(config):
+    from tpu_training import plan_output
+    from tpu_training.commands import preflight
+
+    run = run_stack(_vms_only(config, **FLEX_V6E, slices=2))
+    name = config[VMS][0]["name"]
+    assert [d[:3] for d in plan_output.decisions(run)] == [("TPU VM", name, "kept")]
+    assert (name, "us-east5-a", "v6e-8", "v2-alpha-tpuv6e") in preflight.declared(run, "p").vms
+    shown = plan_output.render_tree(run)
+    assert f"pulumi-python:dynamic:Resource  {name}-queued" in shown
+    assert plan_output.DYNAMIC_PROVIDER_INPUT not in shown, "its pickled provider is no input a reader checks"

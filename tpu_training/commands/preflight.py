@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal, Optional, Sequence, TypeVar
 
 import pulumi
+from tpu_training_components.domain.cost_estimate import QUEUED_TPU_VM_TYPE
 from tpu_training_components.domain.gke_cluster_plan import gke_version_problem
 from tpu_training_components.domain.node_pool_plan import (
     FLEX_START_MIN_GKE_VERSION,
@@ -112,6 +113,25 @@ class Declared:
     """(minimum GKE version, feature) the node pools need."""
 
 
+def _queued_vms(result: offline.ProgramRun) -> list[tuple[str, str, str, str]]:
+    """The TPU VMs requested from the queue, as ``declared`` lists a VM: what their request asks
+    for is what preflight checks (one node spec: every slice of a request is the same)."""
+    found = []
+    for r in result.by_type(QUEUED_TPU_VM_TYPE):
+        specs = ((r.inputs.get("body") or {}).get("tpu") or {}).get("nodeSpec") or [{}]
+        node = specs[0].get("node") or {}
+        if "queuedResourceId" in r.inputs:
+            found.append(
+                (
+                    str(r.inputs["queuedResourceId"]),
+                    str(r.inputs.get("zone")),
+                    str(node.get("acceleratorType")),
+                    str(node.get("runtimeVersion")),
+                )
+            )
+    return found
+
+
 def declared(result: offline.ProgramRun, project: str) -> Declared:
     """Read what preflight checks from the resources the program registered."""
     vms = tuple(
@@ -122,7 +142,7 @@ def declared(result: offline.ProgramRun, project: str) -> Declared:
             str(r.inputs.get("runtimeVersion")),
         )
         for r in result.by_type("gcp:tpu/v2Vm:V2Vm")
-    )
+    ) + tuple(_queued_vms(result))
     clusters = result.by_type("gcp:container/cluster:Cluster")
     cluster = None
     if clusters:

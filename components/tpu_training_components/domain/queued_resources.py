@@ -94,7 +94,7 @@ def request_problems(request: QueuedRequest, generation: str, zone: str) -> list
                 f"{request.provisioning!r} cannot be queued; allowed: {', '.join(QUEUED_PROVISIONING)}",
             )
         )
-    if not isinstance(request.slices, int) or request.slices < 1:
+    if isinstance(request.slices, bool) or not isinstance(request.slices, int) or request.slices < 1:
         problems.append(("slices", f"{request.slices!r} is not a number of slices (1 or more)"))
     if request.flex_start:
         if generation not in VM_FLEX_START_GENERATIONS:
