@@ -132,7 +132,7 @@ def test_the_plan_and_preflight_see_a_queued_vm_as_a_tpu_vm(config):
     run = run_stack(_vms_only(config, **FLEX_V6E, slices=2))
     name = config[VMS][0]["name"]
     assert [d[:3] for d in plan_output.decisions(run)] == [("TPU VM", name, "kept")]
-    assert (name, "us-east5-a", "v6e-8", "v2-alpha-tpuv6e") in preflight.declared(run, "p").vms
+    assert (name, "us-east5-a", "v6e-8", "v2-alpha-tpuv6e") in preflight.declared(run, "p").tpu_vms
     shown = plan_output.render_tree(run)
     assert f"pulumi-python:dynamic:Resource  {name}-queued" in shown
     assert plan_output.DYNAMIC_PROVIDER_INPUT not in shown, "its pickled provider is no input a reader checks"
