@@ -139,7 +139,8 @@ def project(tmp_path):
     for name in ("Pulumi.yaml", "infra", "trainer"):
         source = REPO / name
         if source.is_dir():
-            shutil.copytree(source, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+            # Not infra/.venv: a link to the project's virtualenv (pulumi/pulumi#7061), gigabytes if followed.
+            shutil.copytree(source, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__", ".venv"))
         else:
             shutil.copy(source, tmp_path / name)
     return tmp_path
