@@ -66,7 +66,7 @@ def test_a_changed_startup_script_or_label_is_patched_in_place_and_anything_else
 
 
 def test_a_preview_that_cannot_see_the_request_says_changes_are_unknown_not_replace() -> None:
-    from tpu_training_components.resources.queued_tpu_vm import UNKNOWN
+    from tpu_training_components.domain.wire_values import UNKNOWN
 
     spot = _props(QueuedRequest("spot"))
     whole = {**spot, "body": UNKNOWN}

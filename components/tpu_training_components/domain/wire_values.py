@@ -14,6 +14,19 @@ from typing import Any, Callable, Optional
 KEEP = object()
 """What a ``special`` function returns to leave a value to the ordinary rules."""
 
+UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+"""How the wire carries a value not known until the update, in a preview (the Pulumi SDK's
+``pulumi.runtime.rpc.UNKNOWN``; a provider that keeps unknowns sees this string)."""
+
+
+def has_unknown(value: Any) -> bool:
+    """Whether ``value``, or anything in its maps and lists, is ``UNKNOWN``."""
+    if isinstance(value, Mapping):
+        return any(has_unknown(v) for v in value.values())
+    if is_list(value):
+        return any(has_unknown(v) for v in value)
+    return value == UNKNOWN
+
 
 def is_list(value: Any) -> bool:
     """A list of the wire (any sequence but text)."""

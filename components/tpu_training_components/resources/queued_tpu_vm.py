@@ -22,6 +22,7 @@ import pulumi
 import pulumi.dynamic
 
 from ..domain.queued_resources import ACTIVE, node_ids, requested_slices
+from ..domain.wire_values import has_unknown
 
 CREATE_SECONDS = 15 * 60.0
 """How long creating may wait for the API to take the request (not for it to be granted)."""
@@ -30,16 +31,6 @@ DELETE_SECONDS = 30 * 60.0
 IN_PLACE = ("metadata", "labels")
 """Node fields changed in place on every node of a request (``nodes.patch``)."""
 REPLACING = ("project", "zone", "queuedResourceId", "apiVersion", "generation")
-UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
-"""How the engine hands a provider a value not known until the update (``pulumi.runtime.rpc.UNKNOWN``)."""
-
-
-def _has_unknown(value: Any) -> bool:
-    if isinstance(value, dict):
-        return any(_has_unknown(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_has_unknown(v) for v in value)
-    return value == UNKNOWN
 
 
 def _without_in_place(body: Any) -> Any:
@@ -62,7 +53,7 @@ def queued_diff(olds: dict[str, Any], news: dict[str, Any]) -> tuple[list[str], 
     """(the properties whose change replaces the request, whether anything changed: None when
     the new request is not known yet, in a preview)."""
     replaces = [key for key in REPLACING if olds.get(key) != news.get(key)]
-    if _has_unknown(_without_in_place(news.get("body"))):
+    if has_unknown(_without_in_place(news.get("body"))):
         # A preview that cannot see the whole request cannot say it will be replaced.
         return replaces, True if replaces else None
     if _without_in_place(olds.get("body")) != _without_in_place(news.get("body")):

@@ -47,13 +47,12 @@ from tpu_training_components.domain.provider_rules import (
     kubernetes_provider_replaced,
     plan_facts,
 )
+from tpu_training_components.domain.wire_values import has_unknown
 from tpu_training_components.live.endpoints import STORAGE_ENDPOINT_VARIABLE, TPU_ENDPOINT_VARIABLE
 from tpu_training_components.preview import computed_outputs
 
 from support.harness.engine.plugin_server import serve
 
-UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
-"""The engine's marker for a value not known yet (during a preview)."""
 ASSET_SIGNATURE = "c44067f5952c0a294b673a41bacd8c17"
 SIGNATURE_KEY = "4dabf18193072939515e22adb298388d"
 SECRET_SIGNATURE = "1b47061264138c4ac30d75fd1eb44270"
@@ -163,14 +162,6 @@ def _unwrapped(value: Any) -> Any:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
-
-
-def _has_unknowns(value: Any) -> bool:
-    if isinstance(value, dict):
-        return any(_has_unknowns(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_has_unknowns(v) for v in value)
-    return value == UNKNOWN
 
 
 def _endpoint(variable: str, double: str) -> str:
@@ -586,7 +577,7 @@ class ProviderDouble(provider_pb2_grpc.ResourceProviderServicer):
             request.type or request.urn.split("::")[2].split("$")[-1],
             request.name or request.urn.split("::")[-1],
         )
-        if request.preview or _has_unknowns(inputs):
+        if request.preview or has_unknown(inputs):
             if not request.preview:
                 return self._fail(context, ProviderError(f"{name}: inputs still unknown at create"))
             return provider_pb2.CreateResponse(
