@@ -13,10 +13,11 @@ from typing_extensions import NotRequired, TypedDict
 
 from ..domain import recovery as _recovery
 from ..domain.progress import HangCheck
-from ..domain.queued_resources import QueuedRequest
+from ..domain.queued_resources import QueuedRequest, requested_from_queue
 from ..domain.recovery import Cause, Decision
 from ..errors import InvalidArgument
 from ..live.kube_client import ClusterRef
+from ..live.tpu_api import list_live_nodes
 from ..validation import ARGUMENTS, Problems, check_arguments, count_problem
 from . import reconcile
 from .tpu_vm import PROVISIONING_MODELS
@@ -50,7 +51,7 @@ class RecoveredTpuVm(TypedDict):
 
 def is_queued(vm: RecoveredTpuVm) -> bool:
     """Whether ``vm`` is a queued resource (``RecoveredTpuVm.queued``)."""
-    return bool(vm.get("queued")) or vm.get("provisioning") == "flex-start"
+    return requested_from_queue(vm.get("provisioning", "spot"), bool(vm.get("queued")), slices=1)
 
 
 class RecoveredJob(TypedDict):
@@ -175,9 +176,18 @@ def decide_tpu_vms(
 ) -> list[Decision]:
     """A decision for each of ``vms``, in their order: a VM created directly by its node
     (``reconcile_tpu_vms``), a queued one by its request and then its nodes
-    (``reconcile_queued_vms``)."""
+    (``reconcile_queued_vms``). The requests are listed first, then the nodes of every zone
+    once, for both."""
     queued = [vm for vm in vms if is_queued(vm)]
     direct = [vm for vm in vms if not is_queued(vm)]
+    versions = [
+        reconcile.QueuedVm(vm["name"], vm["zone"], queued_api_version(vm.get("provisioning", "spot")))
+        for vm in queued
+    ]
+    requests, live = None, None
+    if read_live_state and vms:
+        requests = reconcile.list_queued_requests(project, versions) if queued else reconcile.LiveRequests()
+        live = list_live_nodes(project, {vm["zone"] for vm in vms})
     decided = {
         d.name: d
         for d in reconcile.reconcile_tpu_vms(
@@ -187,13 +197,10 @@ def decide_tpu_vms(
             grace=grace,
             hang_checks=_hang_checks(direct),
             read_progress=read_progress,
+            live=live,
         )
     }
     if queued:
-        versions = [
-            reconcile.QueuedVm(vm["name"], vm["zone"], queued_api_version(vm.get("provisioning", "spot")))
-            for vm in queued
-        ]
         decided.update(
             (d.name, d)
             for d in reconcile.reconcile_queued_vms(
@@ -203,6 +210,8 @@ def decide_tpu_vms(
                 grace=grace,
                 hang_checks=_hang_checks(queued),
                 read_progress=read_progress,
+                requests=requests,
+                live=live,
             )
         )
     return [decided[vm["name"]] for vm in vms]
