@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import yaml
 from tpu_training_components.domain import cost_estimate
-from tpu_training_components.domain.cost_estimate import QUEUED_TPU_VM_TYPE
 from tpu_training_components.domain.naming import generation_problem
+from tpu_training_components.domain.queued_resources import QUEUED_TPU_VM_TYPE, is_queued_tpu_vm
 from tpu_training_components.domain.recovery import UNKNOWN_KEPT
 from tpu_training_components.resources.reconcile import GENERATIONS_OUTPUT, JOB_GENERATIONS_OUTPUT
 
@@ -150,7 +150,7 @@ def decisions(result: offline.ProgramRun) -> list[tuple[str, str, str, bool]]:
         {
             str(r.inputs["queuedResourceId"]): "TPU VM"
             for r in result.by_type(QUEUED_TPU_VM_TYPE)
-            if "queuedResourceId" in r.inputs
+            if is_queued_tpu_vm(r.type, r.inputs)
         }
     )
     kinds.update(

@@ -39,11 +39,15 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal, Optional, Sequence, TypeVar
 
 import pulumi
-from tpu_training_components.domain.cost_estimate import QUEUED_TPU_VM_TYPE
 from tpu_training_components.domain.gke_cluster_plan import gke_version_problem
 from tpu_training_components.domain.node_pool_plan import (
     FLEX_START_MIN_GKE_VERSION,
     QUEUED_PROVISIONING_MIN_GKE_VERSION,
+)
+from tpu_training_components.domain.queued_resources import (
+    QUEUED_TPU_VM_TYPE,
+    is_queued_tpu_vm,
+    requested_node,
 )
 from tpu_training_components.domain.recovery import failure_summary
 from tpu_training_components.domain.required_access import BOOTSTRAP_APIS, StackAccess, stack_access
@@ -116,20 +120,16 @@ class Declared:
 def _queued_vms(result: offline.ProgramRun) -> list[tuple[str, str, str, str]]:
     """The TPU VMs requested from the queue, as ``declared`` lists a VM: what their request asks
     for is what preflight checks (one node spec: every slice of a request is the same)."""
-    found = []
-    for r in result.by_type(QUEUED_TPU_VM_TYPE):
-        specs = ((r.inputs.get("body") or {}).get("tpu") or {}).get("nodeSpec") or [{}]
-        node = specs[0].get("node") or {}
-        if "queuedResourceId" in r.inputs:
-            found.append(
-                (
-                    str(r.inputs["queuedResourceId"]),
-                    str(r.inputs.get("zone")),
-                    str(node.get("acceleratorType")),
-                    str(node.get("runtimeVersion")),
-                )
-            )
-    return found
+    return [
+        (
+            str(r.inputs["queuedResourceId"]),
+            str(r.inputs.get("zone")),
+            str(requested_node(r.inputs).get("acceleratorType")),
+            str(requested_node(r.inputs).get("runtimeVersion")),
+        )
+        for r in result.by_type(QUEUED_TPU_VM_TYPE)
+        if is_queued_tpu_vm(r.type, r.inputs)
+    ]
 
 
 def declared(result: offline.ProgramRun, project: str) -> Declared:

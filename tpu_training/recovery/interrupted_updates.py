@@ -39,7 +39,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Collection, Mapping, Optional
 
-from tpu_training_components.domain.cost_estimate import QUEUED_TPU_VM_TYPE
+from tpu_training_components.domain.queued_resources import (
+    QUEUED_TPU_VM_TYPE,
+    is_queued_tpu_vm,
+    requested_node,
+)
 from tpu_training_components.domain.recovery import CAUSE_ANNOTATION, CAUSE_LABEL, Cause
 
 from tpu_training.recovery.recovery_targets import JOB_TYPE, JOBSET_TYPE, VM_TYPE
@@ -79,22 +83,12 @@ class Interruption:
         return recorded_cause(made) if made is not None else None
 
 
-def _is_queued_vm(resource: Mapping[str, Any]) -> bool:
-    """A TPU VM requested from the queue (``QueuedTpuVm``, a dynamic resource)."""
-    inputs = resource.get("inputs")
-    return (
-        resource.get("type") == QUEUED_TPU_VM_TYPE
-        and isinstance(inputs, dict)
-        and "queuedResourceId" in inputs
-    )
-
-
 def generation_of(resource: Mapping[str, Any]) -> Optional[int]:
     """A resource's recovery generation: its replacement trigger (``tpu_vm.replacement_trigger``:
     the generation, or "recovery G, restart R"); a queued TPU VM's is its ``generation`` input,
     which replaces it when it changes."""
     trigger = resource.get("replacementTrigger")
-    if _is_queued_vm(resource):
+    if is_queued_tpu_vm(resource.get("type"), resource.get("inputs")):
         trigger = resource["inputs"].get("generation")
     if isinstance(trigger, bool):
         return None
@@ -114,13 +108,8 @@ def recorded_cause(resource: Mapping[str, Any]) -> Optional[Cause]:
     node spec's), a Job's or JobSet's annotation."""
     inputs = resource.get("inputs") or {}
     labels = inputs.get("labels") if isinstance(inputs, dict) else None
-    if _is_queued_vm(resource):
-        node: Any = inputs.get("body")
-        for key, index in (("tpu", None), ("nodeSpec", 0), ("node", None)):
-            node = node.get(key) if isinstance(node, dict) else None
-            if index is not None:
-                node = node[index] if isinstance(node, list) and node else None
-        labels = node.get("labels") if isinstance(node, dict) else None
+    if is_queued_tpu_vm(resource.get("type"), resource.get("inputs")):
+        labels = requested_node(inputs).get("labels")
     metadata = inputs.get("metadata") if isinstance(inputs, dict) else None
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     for found in (
@@ -309,7 +298,7 @@ def object_id(resource: Mapping[str, Any], project: str) -> Optional[str]:
     if not isinstance(inputs, dict):
         return None
     kind = str(resource.get("type", ""))
-    if _is_queued_vm(resource):
+    if is_queued_tpu_vm(resource.get("type"), resource.get("inputs")):
         request, zone = inputs.get("queuedResourceId"), inputs.get("zone")
         owner = inputs.get("project") or project
         if all(isinstance(part, str) and part for part in (request, zone, owner)):

@@ -47,7 +47,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Collection, Sequence
 
-from tpu_training_components.domain.cost_estimate import QUEUED_TPU_VM_TYPE
+from tpu_training_components.domain.queued_resources import is_queued_tpu_vm
 
 from tpu_training import offline, project_files
 from tpu_training.recovery.automation import PendingChange, stack_urn
@@ -115,7 +115,7 @@ def find_targets(
     for registration in run.registrations:
         if registration.type == VM_TYPE:
             by_name[("tpuVm", str(registration.inputs.get("name")))] = registration.urn
-        elif registration.type == QUEUED_TPU_VM_TYPE and "queuedResourceId" in registration.inputs:
+        elif is_queued_tpu_vm(registration.type, registration.inputs):
             # A VM requested from the queue: its request is what is re-created.
             by_name[("tpuVm", str(registration.inputs["queuedResourceId"]))] = registration.urn
         elif registration.type in (JOB_TYPE, JOBSET_TYPE):

@@ -22,6 +22,7 @@ from tpu_training_components.domain.queued_resources import (
     QueuedRequest,
     flex_start_zone_warning,
     request_problems,
+    requested_from_queue,
 )
 from tpu_training_components.domain.tpu_software import runtime_version_problem
 
@@ -184,7 +185,7 @@ class TpuVmConfig(Model):
     def request_on(self, provisioning: str) -> Optional[QueuedRequest]:
         """How the VM is requested from the queue on a rung of ``provisioning``; None when it is
         created directly there."""
-        if self.queued is None and provisioning != "flex-start" and self.slices == 1:
+        if not requested_from_queue(provisioning, self.queued is not None, self.slices):
             return None
         flex_start = provisioning == "flex-start"
         return QueuedRequest(

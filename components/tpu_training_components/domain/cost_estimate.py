@@ -13,7 +13,7 @@ from typing import Any, Iterable, Literal, Mapping, Optional, Protocol
 from . import catalogue, prices
 from .node_pool_plan import COMPUTE_CLASS_LABEL
 from .prices import Model, Price
-from .queued_resources import requested_slices
+from .queued_resources import is_queued_tpu_vm, requested_slices
 
 When = Literal["training", "always"]
 
@@ -144,18 +144,12 @@ def _region(location: str) -> str:
     return catalogue.region_of_zone(location) if not catalogue.is_region(location) else location
 
 
-QUEUED_TPU_VM_TYPE = "pulumi-python:dynamic:Resource"
-"""How a queued TPU VM (``resources/queued_tpu_vm.py``, a dynamic resource) is registered."""
-
-
 def _queued_as_vm(inputs: Mapping[str, Any]) -> dict[str, Any]:
     """A queued TPU VM's request as the ``V2Vm`` inputs it is priced by (its accelerator type,
     zone, capacity and slices); {} for a dynamic resource that is no queued TPU VM."""
     body = inputs.get("body")
     specs = body.get("tpu", {}).get("nodeSpec") if isinstance(body, dict) else None
     if not isinstance(body, dict) or not isinstance(specs, list) or len(specs) != 1:
-        return {}
-    if "queuedResourceId" not in inputs:
         return {}
     spec, node = specs[0], specs[0].get("node") or {}
     return {
@@ -244,9 +238,10 @@ def estimate(declared: Iterable[Declared]) -> Estimate:
         if not r.custom:
             continue
         inputs = r.inputs
-        if r.type == QUEUED_TPU_VM_TYPE:
+        queued = is_queued_tpu_vm(r.type, inputs)
+        if queued:
             inputs = _queued_as_vm(inputs)
-        if r.type == "gcp:tpu/v2Vm:V2Vm" or (r.type == QUEUED_TPU_VM_TYPE and inputs):
+        if r.type == "gcp:tpu/v2Vm:V2Vm" or (queued and inputs):
             # A queued TPU VM is priced as the VM it becomes (``flexStart``, ``slices``): waiting
             # in the queue bills nothing (an earlier Cloud TPU pricing page: "Charges for Cloud
             # TPU accrue while your TPU node is in a READY state").

@@ -49,6 +49,34 @@ QUEUED_PROVISIONING = ("flex-start", "spot", "on-demand", "reserved")
 """What a queued TPU VM may be: ``flex-start`` always waits in the queue; the others wait there
 when asked to (``queued``)."""
 
+QUEUED_TPU_VM_TYPE = "pulumi-python:dynamic:Resource"
+"""How a queued TPU VM (``resources/queued_tpu_vm.py``, a dynamic resource) is registered."""
+
+
+def requested_from_queue(provisioning: str, queued: bool, slices: int) -> bool:
+    """Whether a TPU VM is requested from the Cloud TPU queue rather than created directly:
+    flex-start always, any other when asked to wait (``queued``) or made of several slices."""
+    return queued or provisioning == "flex-start" or slices != 1
+
+
+def is_queued_tpu_vm(type_: Any, inputs: Any) -> bool:
+    """Whether a registered resource (its type and inputs) is a queued TPU VM: a dynamic resource
+    whose inputs name a queued resource (another dynamic resource is not one)."""
+    return type_ == QUEUED_TPU_VM_TYPE and isinstance(inputs, Mapping) and "queuedResourceId" in inputs
+
+
+def requested_node(inputs: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The ``Node`` a queued TPU VM's request asks for (its first node spec's; every slice of one
+    request is the same), or {} when its body cannot be read that far."""
+    node: Any = inputs.get("body")
+    for key in ("tpu", "nodeSpec", 0, "node"):
+        if isinstance(key, int):
+            node = node[key] if isinstance(node, list) and node else None
+        else:
+            node = node.get(key) if isinstance(node, Mapping) else None
+    return node if isinstance(node, Mapping) else {}
+
+
 # --- The request -------------------------------------------------------------------------------
 
 

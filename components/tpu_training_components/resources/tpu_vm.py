@@ -18,7 +18,12 @@ from ..domain.naming import (
     subnetwork_problem,
 )
 from ..domain.node_pool_plan import parse_duration
-from ..domain.queued_resources import QueuedRequest, queued_resource_body, request_problems
+from ..domain.queued_resources import (
+    QueuedRequest,
+    queued_resource_body,
+    request_problems,
+    requested_from_queue,
+)
 from ..domain.recovery import CAUSE_LABEL, GENERATION_LABEL, cause_problem
 from ..domain.startup_script import metadata_problem, vm_metadata
 from ..validation import ARGUMENTS, Problems, check_arguments, checkpoint_places, count_problem, gcp_labels
@@ -180,7 +185,7 @@ def queued_request(problems: Problems, args: PreemptibleTpuVmArgs) -> Optional[Q
     provisioning = args.get("provisioning", "spot")
     queued = args.get("queued")
     slices = args.get("slices", 1)
-    if queued is None and provisioning != "flex-start" and slices == 1 and "max_run_duration" not in args:
+    if not requested_from_queue(provisioning, queued is not None, slices) and "max_run_duration" not in args:
         return None
     seconds: dict[str, int] = {}
     for key, value in (
