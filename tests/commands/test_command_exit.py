@@ -22,19 +22,25 @@ from tpu_training import exit_codes
 REPO = Path(__file__).resolve().parents[2]
 ZONE = "europe-west4-a"
 DEADLINE = 3.0
-"""Each probe call's deadline in these runs (30 s in use): the command is otherwise the real one."""
+"""Each probe call's deadline in the runs against APIs that never answer (30 s in use): the
+command is otherwise the real one."""
+ANSWERED_DEADLINE = 60.0
+"""The deadline of the run whose APIs answer: on a loaded machine a read that answers can take
+longer than ``DEADLINE`` (load average 14 on 2 cores ran out of it), and that run asserts no upper
+bound, only that nothing ran out."""
 MARGIN = 10.0
 """What "soon after" allows for on a busy machine: a hang would take the servers' 600 s."""
 
 # `tpu-training recover ARGS`, with the probes' deadline shortened: the real command, the real
 # exit (SystemExit out of the module, then the interpreter's teardown).
-DRIVER = f"""
+DRIVER = """
 import runpy, sys
 from tpu_training_components.live import kube_api, tpu_api
-tpu_api.list_live_nodes.__kwdefaults__["deadline"] = {DEADLINE}
-kube_api.list_live_jobs.__kwdefaults__["deadline"] = {DEADLINE}
-kube_api.list_pool_nodes.__kwdefaults__["deadline"] = {DEADLINE}
-sys.argv = ["tpu-training", "recover", *sys.argv[1:]]
+deadline = float(sys.argv[1])
+tpu_api.list_live_nodes.__kwdefaults__["deadline"] = deadline
+kube_api.list_live_jobs.__kwdefaults__["deadline"] = deadline
+kube_api.list_pool_nodes.__kwdefaults__["deadline"] = deadline
+sys.argv = ["tpu-training", "recover", *sys.argv[2:]]
 runpy.run_module("tpu_training", run_name="__main__", alter_sys=True)
 """
 
@@ -52,10 +58,10 @@ def world(tmp_path, monkeypatch):
         yield tpu, kube
 
 
-def _recover_once() -> tuple[subprocess.CompletedProcess[str], float]:
+def _recover_once(deadline: float = DEADLINE) -> tuple[subprocess.CompletedProcess[str], float]:
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-c", DRIVER, "--stack", "dev", "--once"],
+        [sys.executable, "-c", DRIVER, str(deadline), "--stack", "dev", "--once"],
         cwd=REPO,
         env=dict(os.environ, PYTHONPATH=str(REPO)),
         capture_output=True,
@@ -74,7 +80,7 @@ def _clean(done: subprocess.CompletedProcess[str]) -> None:
 @pytest.mark.slow
 def test_rounds_whose_reads_run_out_of_time_end_soon_after_the_deadline_with_75(world, tmp_path, monkeypatch):
     tpu, kube = world
-    answered, usual = _recover_once()
+    answered, usual = _recover_once(ANSWERED_DEADLINE)
     assert answered.returncode == exit_codes.EXIT_OK, answered.stderr
 
     # APIs that never answer: each request waits for ever.

@@ -126,3 +126,36 @@ def test_the_recovery_slo_figure_must_be_png_or_svg_and_is_refused_before_the_tr
     assert done.stderr.endswith(
         f"error: --figure {tmp_path / 'a.pdf'}: a figure file ends in .png or .svg; not '.pdf'\n"
     )
+
+
+@pytest.mark.slow
+def test_the_busy_suite_benchmark_counts_a_green_run_and_a_run_with_nothing_passed(tmp_path):
+    """benchmarks/busy_suite.py --smoke: one fast module under one competing process. Green is
+    a run with tests passed and none failed, skipped or in error; a run that selects nothing is
+    not green, and the script then exits 1."""
+    figures = tmp_path / "busy.json"
+    done = smoke("busy_suite.py", figures)
+    assert "1 CPU-bound process(es) competing" in done.stdout
+    assert "every run green: yes" in done.stdout
+    (run,) = json.loads(figures.read_text())["runs"]
+    assert run["green"] and run["passed"] > 0 and run["failed"] == run["skipped"] == run["errors"] == 0
+
+    nothing = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "busy_suite.py"),
+            "--smoke",
+            "--json",
+            str(figures),
+            "--",
+            "tests/domain/test_catalogue.py",
+            "-n0",
+            "-k",
+            "no_test_has_this_name",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert nothing.returncode == 1, nothing.stderr
+    assert "run 1: RED: 0 passed" in nothing.stdout and "every run green: no" in nothing.stdout
