@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 import pulumi
 
@@ -151,14 +151,17 @@ def preview(
     config: Optional[Mapping[str, Any]] = None,
     previous_outputs: Optional[Mapping[str, Any]] = None,
     checkpoint_cost_seconds: Optional[float] = None,
+    acknowledged_zones: Iterable[str] = (),
 ) -> Preview:
     """Run ``program`` (a function that declares resources) under Pulumi's mocks and return what
     it declared. ``config`` holds the stack config it reads (``{"my-project:key": value}``;
     objects and lists as Python values); ``previous_outputs`` the stack's outputs as of its last
     update (``pulumi stack output --json``; default none: never deployed);
     ``checkpoint_cost_seconds`` what one save takes to be committed (the stack's
-    ``checkpointing.costSeconds``), for the warnings about saves that do not fit. Raises whatever
-    the program raises."""
+    ``checkpointing.costSeconds``), for the warnings about saves that do not fit;
+    ``acknowledged_zones`` zones you checked against Google's list that our table lacks (the stack
+    file's ``allowUnlistedZone``), whose warning is then not said. Raises whatever the program
+    raises."""
     _ensure_an_event_loop()
     found = Preview()
     mocks = PreviewMocks(previous_outputs, found)
@@ -172,6 +175,6 @@ def preview(
         pulumi.runtime.test(program)()
     finally:
         pulumi.runtime.set_all_config({}, [])
-    found.warnings = declared_warnings(found.resources, checkpoint_cost_seconds)
+    found.warnings = declared_warnings(found.resources, checkpoint_cost_seconds, acknowledged_zones)
     found.cost = estimate(found.resources)
     return found

@@ -234,14 +234,14 @@ def warnings(config: StackKeys) -> tuple[str, ...]:
     """What is valid but may not work, for the plan and `pulumi preview` to show."""
     found: list[str] = []
     for index, vm in enumerate(config.tpu_vms):
-        for zone in vm.ladder_zones:
-            warning = zone_warning(vm.accelerator.generation, zone)
-            if warning:
-                found.append(f"{PROJECT}:tpuVms[{index}].{'zones' if vm.zones else 'zone'}: {warning}")
-        found.extend(
-            f"{PROJECT}:tpuVms[{index}].{'zones' if vm.zones else 'zone'}: {w}"
-            for w in vm.flex_start_warnings()
-        )
+        if not vm.allow_unlisted_zone:
+            key = f"{PROJECT}:tpuVms[{index}].{'zones' if vm.zones else 'zone'}"
+            zones = [zone_warning(vm.accelerator.generation, zone) for zone in vm.ladder_zones]
+            found.extend(
+                _unlisted(key, f"tpuVms[{index}]", warning)
+                for warning in [*zones, *vm.flex_start_warnings()]
+                if warning
+            )
         runtime = runtime_version_warning(
             vm.runtime_version, vm.accelerator.generation, multi_host=vm.accelerator.multi_host
         )
@@ -256,7 +256,9 @@ def warnings(config: StackKeys) -> tuple[str, ...]:
     if config.cluster is not None:
         for index, pool in enumerate(config.node_pools):
             plan = pool.plan(config.cluster.location)
-            found.extend(f"{PROJECT}:nodePools[{index}].nodeLocations: {w}" for w in plan.zone_warnings)
+            if not pool.allow_unlisted_zone:
+                key = f"{PROJECT}:nodePools[{index}].nodeLocations"
+                found.extend(_unlisted(key, f"nodePools[{index}]", w) for w in plan.zone_warnings)
             found.extend(f"{PROJECT}:nodePools[{index}].topology: {w}" for w in plan.size_warnings)
     if not config.network.create and (config.network.name is not None or not config.network.iap_ssh):
         found.append(
@@ -273,6 +275,14 @@ def warnings(config: StackKeys) -> tuple[str, ...]:
             f"images from outside Google), or training never starts"
         )
     return tuple(found)
+
+
+def _unlisted(key: str, entry: str, warning: str) -> str:
+    """A zone warning at its key, with how to acknowledge a zone Google lists and our table lacks."""
+    return (
+        f"{key}: {warning}; where Google offers it, set {PROJECT}:{entry}.allowUnlistedZone: true "
+        f"to say so and silence this warning"
+    )
 
 
 def _save_fit_warnings(config: StackKeys) -> list[str]:

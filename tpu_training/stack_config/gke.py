@@ -179,6 +179,8 @@ class NodePoolConfig(Model):
     machine_type: StrictStr
     topology: StrictStr
     node_locations: tuple[StrictStr, ...] = Field(min_length=1)
+    # The node locations checked against Google's list: our table's warning is not said.
+    allow_unlisted_zone: StrictBool = False
     # At most 100: each multi-host slice is a node pool of its own, and more is a fleet, not a
     # pool (it also keeps every plan quick).
     slices: StrictInt = Field(default=1, ge=1, le=100)

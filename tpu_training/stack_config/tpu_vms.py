@@ -69,6 +69,8 @@ class TpuVmConfig(Model):
     # One of `zone` and `zones`: `zones` is the capacity ladder's zones, in order of preference.
     zone: Optional[StrictStr] = None
     zones: Optional[tuple[StrictStr, ...]] = None
+    # The zone (or a ladder's zones) checked against Google's list: our table's warning is not said.
+    allow_unlisted_zone: StrictBool = False
     accelerator_type: StrictStr
     runtime_version: Annotated[StrictStr, AfterValidator(no_problem(naming.runtime_version_problem))]
     # One capacity type, or the ladder's capacity types in order of preference.

@@ -18,20 +18,24 @@ JOB = "kubernetes:batch/v1:Job"
 
 
 def declared_warnings(
-    declared: Iterable[Declared], checkpoint_cost_seconds: Optional[float] = None
+    declared: Iterable[Declared],
+    checkpoint_cost_seconds: Optional[float] = None,
+    acknowledged_zones: Iterable[str] = (),
 ) -> list[str]:
     """Each TPU VM's and TPU node pool's zone when our tables do not list it for the generation
-    (or its flex-start capacity); with ``checkpoint_cost_seconds`` (what one save takes to be
+    (or its flex-start capacity), unless it is one of ``acknowledged_zones`` (checked against
+    Google's list by the caller); with ``checkpoint_cost_seconds`` (what one save takes to be
     committed), each preemptible or Spot VM and Spot pool whose stop notice the save does not
     fit, and each Job whose Pods' grace does not cover it. Each warning starts with the
     resource's name."""
     found: list[str] = []
+    acknowledged = frozenset(acknowledged_zones)
     for r in declared:
         inputs = r.inputs
         if r.type == TPU_VM:
-            found += _vm_warnings(r.name, inputs, checkpoint_cost_seconds)
+            found += _vm_warnings(r.name, inputs, checkpoint_cost_seconds, acknowledged)
         elif r.type == NODE_POOL:
-            found += _pool_warnings(r.name, inputs, checkpoint_cost_seconds)
+            found += _pool_warnings(r.name, inputs, checkpoint_cost_seconds, acknowledged)
         elif r.type == JOB and checkpoint_cost_seconds is not None:
             pod = ((inputs.get("spec") or {}).get("template") or {}).get("spec") or {}
             # Kubernetes' default grace when the Pods ask for none.
@@ -43,15 +47,18 @@ def declared_warnings(
     return found
 
 
-def _vm_warnings(name: str, inputs: Mapping[str, Any], cost_seconds: Optional[float]) -> list[str]:
+def _vm_warnings(
+    name: str, inputs: Mapping[str, Any], cost_seconds: Optional[float], acknowledged: frozenset[str]
+) -> list[str]:
     try:
         accelerator = catalogue.accelerator_type(str(inputs.get("acceleratorType")))
     except catalogue.CatalogueError:
         return []  # the component refuses it before anything is declared
     found = []
-    zone = zone_warning(accelerator.generation, str(inputs.get("zone")))
-    if zone:
-        found.append(f"{name}: {zone}")
+    zone = str(inputs.get("zone"))
+    unlisted = None if zone in acknowledged else zone_warning(accelerator.generation, zone)
+    if unlisted:
+        found.append(f"{name}: {unlisted}")
     scheduling = inputs.get("schedulingConfig") or {}
     if cost_seconds is not None and (scheduling.get("preemptible") or scheduling.get("spot")):
         problem = save_fit_problem(cost_seconds, PREEMPTIBLE_TPU_VM, None)
@@ -60,14 +67,16 @@ def _vm_warnings(name: str, inputs: Mapping[str, Any], cost_seconds: Optional[fl
     return found
 
 
-def _pool_warnings(name: str, inputs: Mapping[str, Any], cost_seconds: Optional[float]) -> list[str]:
+def _pool_warnings(
+    name: str, inputs: Mapping[str, Any], cost_seconds: Optional[float], acknowledged: frozenset[str]
+) -> list[str]:
     node_config = inputs.get("nodeConfig") or {}
     machine = catalogue.MACHINE_TYPES.get(str(node_config.get("machineType")))
     if machine is None:
         return []  # the cluster's system pool, or a type the component refuses
     flex_start = bool(node_config.get("flexStart"))
     found = []
-    for zone in inputs.get("nodeLocations") or []:
+    for zone in [z for z in inputs.get("nodeLocations") or [] if z not in acknowledged]:
         warning = zone_warning(machine.generation.name, str(zone), flex_start=flex_start)
         if warning:
             found.append(f"{name}: {warning}")
