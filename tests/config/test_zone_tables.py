@@ -118,7 +118,7 @@ def test_a_node_pool_s_unlisted_zone_is_acknowledged_by_its_entry(config):
     assert zone_warnings(run_stack(config)) == []
 
 
-def _vm_in(zone):
+def _vm_in(zone, **more):
     def program():
         PreemptibleTpuVm(
             "tpu",
@@ -130,6 +130,8 @@ def _vm_in(zone):
                 "train_command": "python train.py",
                 "provisioning": "spot",
                 "service_account_email": "trainer@acme.iam.gserviceaccount.com",
+                "project": "acme",
+                **more,
             },
         )
 
@@ -141,3 +143,19 @@ def test_a_component_preview_acknowledges_the_zones_it_is_given():
     assert "zone europe-west4-a is not listed for TPU v5e" in warning
     assert preview(_vm_in("europe-west4-a"), acknowledged_zones=["europe-west4-a"]).warnings == []
     assert preview(_vm_in("europe-west4-b")).warnings == []
+
+
+def test_a_component_preview_warns_of_a_queued_vm_s_zone_and_its_flex_start_zone():
+    """A queued VM is a dynamic resource, not a V2Vm: its zone is read from its request."""
+    (warning,) = preview(_vm_in("europe-west4-a", queued={})).warnings
+    assert warning.startswith("tpu-queued: zone europe-west4-a is not listed for TPU v5e in our table")
+    # europe-west4-b has v5e, but flex-start TPU VMs only in us-west4-a (Google's flex-start page).
+    flex = _vm_in("europe-west4-b", provisioning="flex-start", max_run_duration="72h")
+    (warning,) = preview(flex).warnings
+    assert warning == (
+        "tpu-queued: zone europe-west4-b is not listed for flex-start TPU v5e VMs (us-west4-a); check "
+        "Google's current list (https://cloud.google.com/tpu/docs/request-using-flex-start) before "
+        "`pulumi up`"
+    )
+    assert preview(flex, acknowledged_zones=["europe-west4-b"]).warnings == []
+    assert preview(_vm_in("us-west4-a", provisioning="flex-start", max_run_duration="72h")).warnings == []

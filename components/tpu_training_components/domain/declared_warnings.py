@@ -9,6 +9,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 from . import catalogue
 from .cost_estimate import Declared
+from .queued_resources import flex_start_zone_warning, is_queued_tpu_vm, requested_node
 from .termination_grace import PREEMPTIBLE_TPU_VM, SPOT_GKE_POOL, grace_fit_problem, save_fit_problem
 from .tpu_availability import zone_warning
 
@@ -34,6 +35,8 @@ def declared_warnings(
         inputs = r.inputs
         if r.type == TPU_VM:
             found += _vm_warnings(r.name, inputs, checkpoint_cost_seconds, acknowledged)
+        elif is_queued_tpu_vm(r.type, inputs):
+            found += _queued_vm_warnings(r.name, inputs, acknowledged)
         elif r.type == NODE_POOL:
             found += _pool_warnings(r.name, inputs, checkpoint_cost_seconds, acknowledged)
         elif r.type == JOB and checkpoint_cost_seconds is not None:
@@ -65,6 +68,24 @@ def _vm_warnings(
         if problem:
             found.append(f"{name}: {problem}")
     return found
+
+
+def _queued_vm_warnings(name: str, inputs: Mapping[str, Any], acknowledged: frozenset[str]) -> list[str]:
+    """A queued VM's zone, for its generation and, when it is flex-start, for flex-start TPU VMs."""
+    zone = str(inputs.get("zone"))
+    try:
+        accelerator = catalogue.accelerator_type(str(requested_node(inputs).get("acceleratorType")))
+    except catalogue.CatalogueError:
+        return []  # the component refuses it before anything is declared
+    if zone in acknowledged:
+        return []
+    body = inputs.get("body")
+    flex_start = isinstance(body, Mapping) and body.get("provisioningModel") == "FLEX_START"
+    found = [
+        zone_warning(accelerator.generation, zone),
+        flex_start_zone_warning(accelerator.generation, zone) if flex_start else None,
+    ]
+    return [f"{name}: {warning}" for warning in found if warning]
 
 
 def _pool_warnings(

@@ -163,7 +163,8 @@ def flex_start_zone_warning(generation: str, zone: str) -> Optional[str]:
         return None
     return (
         f"zone {zone} is not listed for flex-start TPU {generation} VMs "
-        f"({', '.join(sorted(listed)) or 'none listed'}); check Google's current list before `pulumi up`"
+        f"({', '.join(sorted(listed)) or 'none listed'}); check Google's current list "
+        f"(https://cloud.google.com/tpu/docs/request-using-flex-start) before `pulumi up`"
     )
 
 
