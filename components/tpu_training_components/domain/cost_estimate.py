@@ -13,7 +13,7 @@ from typing import Any, Iterable, Literal, Mapping, Optional, Protocol
 from . import catalogue, prices
 from .node_pool_plan import COMPUTE_CLASS_LABEL
 from .prices import Model, Price
-from .queued_resources import is_queued_tpu_vm, requested_slices
+from .queued_resources import is_queued_tpu_vm, queued_as_vm
 
 When = Literal["training", "always"]
 
@@ -144,23 +144,6 @@ def _region(location: str) -> str:
     return catalogue.region_of_zone(location) if not catalogue.is_region(location) else location
 
 
-def _queued_as_vm(inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """A queued TPU VM's request as the ``V2Vm`` inputs it is priced by (its accelerator type,
-    zone, capacity and slices); {} for a dynamic resource that is no queued TPU VM."""
-    body = inputs.get("body")
-    specs = body.get("tpu", {}).get("nodeSpec") if isinstance(body, dict) else None
-    if not isinstance(body, dict) or not isinstance(specs, list) or len(specs) != 1:
-        return {}
-    spec, node = specs[0], specs[0].get("node") or {}
-    return {
-        "acceleratorType": node.get("acceleratorType"),
-        "zone": inputs.get("zone"),
-        "schedulingConfig": {"spot": True} if "spot" in body else node.get("schedulingConfig") or {},
-        "flexStart": body.get("provisioningModel") == "FLEX_START",
-        "slices": requested_slices(spec),
-    }
-
-
 def _vm_model(scheduling: dict[str, Any]) -> Model:
     if scheduling.get("preemptible") or scheduling.get("spot"):
         return "spot"
@@ -240,7 +223,7 @@ def estimate(declared: Iterable[Declared]) -> Estimate:
         inputs = r.inputs
         queued = is_queued_tpu_vm(r.type, inputs)
         if queued:
-            inputs = _queued_as_vm(inputs)
+            inputs = queued_as_vm(inputs)
         if r.type == "gcp:tpu/v2Vm:V2Vm" or (queued and inputs):
             # A queued TPU VM is priced as the VM it becomes (``flexStart``, ``slices``): waiting
             # in the queue bills nothing (an earlier Cloud TPU pricing page: "Charges for Cloud

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 from . import catalogue
 from .cost_estimate import Declared
-from .queued_resources import flex_start_zone_warning, is_queued_tpu_vm, requested_node
+from .queued_resources import flex_start_zone_warning, is_queued_tpu_vm, queued_as_vm
 from .termination_grace import PREEMPTIBLE_TPU_VM, SPOT_GKE_POOL, grace_fit_problem, save_fit_problem
 from .tpu_availability import zone_warning
 
@@ -72,18 +72,17 @@ def _vm_warnings(
 
 def _queued_vm_warnings(name: str, inputs: Mapping[str, Any], acknowledged: frozenset[str]) -> list[str]:
     """A queued VM's zone, for its generation and, when it is flex-start, for flex-start TPU VMs."""
-    zone = str(inputs.get("zone"))
+    vm = queued_as_vm(inputs)
     try:
-        accelerator = catalogue.accelerator_type(str(requested_node(inputs).get("acceleratorType")))
+        accelerator = catalogue.accelerator_type(str(vm.get("acceleratorType")))
     except catalogue.CatalogueError:
         return []  # the component refuses it before anything is declared
+    zone = str(vm.get("zone"))
     if zone in acknowledged:
         return []
-    body = inputs.get("body")
-    flex_start = isinstance(body, Mapping) and body.get("provisioningModel") == "FLEX_START"
     found = [
         zone_warning(accelerator.generation, zone),
-        flex_start_zone_warning(accelerator.generation, zone) if flex_start else None,
+        flex_start_zone_warning(accelerator.generation, zone) if vm.get("flexStart") else None,
     ]
     return [f"{name}: {warning}" for warning in found if warning]
 

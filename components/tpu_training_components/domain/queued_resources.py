@@ -77,6 +77,24 @@ def requested_node(inputs: Mapping[str, Any]) -> Mapping[str, Any]:
     return node if isinstance(node, Mapping) else {}
 
 
+def queued_as_vm(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """A queued TPU VM's request as the ``V2Vm`` inputs it stands for (its accelerator type, zone,
+    capacity and slices), by which it is priced and warned about; {} for a dynamic resource that
+    is no queued TPU VM."""
+    body = inputs.get("body")
+    specs = body.get("tpu", {}).get("nodeSpec") if isinstance(body, dict) else None
+    if not isinstance(body, dict) or not isinstance(specs, list) or len(specs) != 1:
+        return {}
+    spec, node = specs[0], specs[0].get("node") or {}
+    return {
+        "acceleratorType": node.get("acceleratorType"),
+        "zone": inputs.get("zone"),
+        "schedulingConfig": {"spot": True} if "spot" in body else node.get("schedulingConfig") or {},
+        "flexStart": body.get("provisioningModel") == "FLEX_START",
+        "slices": requested_slices(spec),
+    }
+
+
 # --- The request -------------------------------------------------------------------------------
 
 
