@@ -120,16 +120,19 @@ class Declared:
 def _queued_vms(result: offline.ProgramRun) -> list[tuple[str, str, str, str]]:
     """The TPU VMs requested from the queue, as ``declared`` lists a VM: what their request asks
     for is what preflight checks (one node spec: every slice of a request is the same)."""
-    return [
-        (
-            str(r.inputs["queuedResourceId"]),
-            str(r.inputs.get("zone")),
-            str(requested_node(r.inputs).get("acceleratorType")),
-            str(requested_node(r.inputs).get("runtimeVersion")),
-        )
-        for r in result.by_type(QUEUED_TPU_VM_TYPE)
-        if is_queued_tpu_vm(r.type, r.inputs)
-    ]
+    found = []
+    for r in result.by_type(QUEUED_TPU_VM_TYPE):
+        if is_queued_tpu_vm(r.type, r.inputs):
+            node = requested_node(r.inputs)
+            found.append(
+                (
+                    str(r.inputs["queuedResourceId"]),
+                    str(r.inputs.get("zone")),
+                    str(node.get("acceleratorType")),
+                    str(node.get("runtimeVersion")),
+                )
+            )
+    return found
 
 
 def declared(result: offline.ProgramRun, project: str) -> Declared:
