@@ -430,14 +430,14 @@ def declare_workloads(
         for name in derived.namespaces(settings)
     }
     # The engines a stack's workloads need, installed only then: the JobSet controller for
-    # JobSets, Kueue for pools with a queue (queued provisioning, or kueueQueue).
-    uses_jobsets = any(job.kind == "JobSet" for job in settings.jobs)
+    # JobSets, Kueue for pools with a queue (queued provisioning, or kueueQueue); neither where
+    # the cluster already runs it (cluster.installJobSet, cluster.installKueue).
     queued_pools = [pool for pool in settings.node_pools if pool.queued]
+    install_jobset = gke.config.install_job_set and any(job.kind == "JobSet" for job in settings.jobs)
+    install_kueue = gke.config.install_kueue and bool(queued_pools)
     engines = (
-        WorkloadEngines(
-            "engines", {"provider": provider, "jobset": uses_jobsets, "kueue": bool(queued_pools)}
-        )
-        if uses_jobsets or queued_pools
+        WorkloadEngines("engines", {"provider": provider, "jobset": install_jobset, "kueue": install_kueue})
+        if install_jobset or install_kueue
         else None
     )
     # Each queued pool's Kueue objects: its flavor, ProvisioningRequest settings, admission check

@@ -220,6 +220,41 @@ def test_a_multislice_job_is_a_jobset_after_its_pinned_controller(config):
     assert release.urn in component.options["dependsOn"]
 
 
+@pytest.mark.parametrize(
+    ("install", "releases"),
+    [
+        ({}, {"engines-jobset", "engines-kueue"}),
+        ({"installJobSet": False}, {"engines-kueue"}),
+        ({"installKueue": False}, {"engines-jobset"}),
+        ({"installJobSet": False, "installKueue": False}, set()),
+    ],
+)
+def test_a_cluster_that_runs_jobset_or_kueue_already_gets_no_release_of_it(config, install, releases):
+    config = multislice(config)
+    config["tpu-training:nodePools"][0]["kueueQueue"] = True
+    config["tpu-training:cluster"] = {**config["tpu-training:cluster"], **install}
+    run = run_stack(config)
+    assert {r.name for r in run.by_type(RELEASE)} == releases
+    # The workloads and the queue are declared all the same, after whatever release there is.
+    (jobset,) = run.by_type(JOBSET_TYPE)
+    assert {
+        r.type.rsplit(":", 1)[-1] for r in run.registrations if r.type.startswith("kubernetes:kueue")
+    } == {
+        "ResourceFlavor",
+        "ClusterQueue",
+        "LocalQueue",
+    }
+    component = next(r for r in run.registrations if r.type == "tpu-training:gke:TpuTrainingJobSet")
+    installed = {r.urn for r in run.by_type(RELEASE)}
+    assert installed <= set(component.options.get("dependsOn", [])), "a release there is comes first"
+
+
+def test_install_keys_take_only_booleans(config):
+    config = copy.deepcopy(config)
+    config["tpu-training:cluster"] = {**config["tpu-training:cluster"], "installJobSet": "no"}
+    assert "tpu-training:cluster.installJobSet" in refused(config)
+
+
 def test_one_multi_host_slice_as_a_jobset_on_request(config):
     config = copy.deepcopy(config)
     _job(config)["workload"] = "jobset"

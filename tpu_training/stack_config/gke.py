@@ -85,6 +85,10 @@ class ClusterConfig(Model):
         "NO_MINOR_OR_NODE_UPGRADES"
     )
     upgrade_exclusion_start: StrictStr = DEFAULT_UPGRADE_EXCLUSION_START
+    # False where the cluster already runs the engine (installed by xpk, a platform team or
+    # another stack): a second Helm release of it would fail on the objects the first one owns.
+    install_job_set: StrictBool = True
+    install_kueue: StrictBool = True
 
     _exclusion_start = field_validator("upgrade_exclusion_start")(no_problem(exclusion_start_problem))
 
