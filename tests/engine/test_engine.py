@@ -15,16 +15,16 @@ from typing import Any, Iterator
 import pytest
 from support.fakes.loopback_gcs import LoopbackGcs
 from support.harness.engine.compare import (
-    GKE_DOCUMENTED_EDITS,
     compare_each,
     predicted_changes,
     previewed_changes,
     write_base_plan,
 )
+from support.harness.engine.control_plane import ControlPlane, conditions_of
 from support.harness.engine.engine import REPO, EngineProject, endpoints
-from support.harness.engine.fakes import CloudTpuApi, KubernetesApi
-from support.harness.engine.providers import HOLD_VARIABLE, KUBERNETES_API_VARIABLE
-from support.harness.engine.stacks import GKE_CONFIG, TPU_VM_CONFIG, VM, ZONE
+from support.harness.engine.fakes import CloudTpuApi
+from support.harness.engine.providers import HOLD_VARIABLE
+from support.harness.engine.stacks import GKE_CONFIG, JOB, TPU_VM_CONFIG, VM, ZONE, gke_stack
 from support.harness.waiting import eventually
 
 pytestmark = pytest.mark.engine
@@ -35,9 +35,9 @@ URN = f"urn:pulumi:{STACK}::tpu-training::"
 STACK_URN = f"{URN}pulumi:pulumi:Stack::tpu-training-{STACK}"
 VM_URN_PREFIX = f"{URN}tpu-training:compute:PreemptibleTpuVm$gcp:tpu/v2Vm:V2Vm::"
 SECOND_VM_URN = f"{VM_URN_PREFIX}second-tpu-vm"
-# A Job's status once its controller gave up on it.
-FAILED = {"failed": 5, "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}
 JOB_URN = f"{URN}tpu-training:gke:TpuTrainingJob$kubernetes:batch/v1:Job::train-v6e-job"
+WITHIN = 120.0
+"""Seconds the real Job controller may take to act on a loaded two-core machine."""
 
 
 @pytest.fixture
@@ -105,21 +105,6 @@ def _what_it_holds(resource: Any) -> Any:
     return resource and {key: resource.get(key) for key in ("id", "inputs", "outputs")}
 
 
-def _gke_project(
-    folder: Path, cloud: tuple[CloudTpuApi, LoopbackGcs], kube: KubernetesApi, programs: str
-) -> EngineProject:
-    """A project whose Kubernetes objects go to ``kube``, and whose program reads them there."""
-    return EngineProject(
-        folder,
-        {
-            **endpoints(*cloud),
-            KUBERNETES_API_VARIABLE: kube.endpoint,
-            "KUBECONFIG": str(kube.kubeconfig(folder)),
-        },
-        programs,
-    )
-
-
 def _changed_in_the_cloud(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """The URNs of the cloud and cluster resources whose id, inputs or outputs differ between two
     states. Not compared: components, and providers (a
@@ -140,44 +125,41 @@ def _deployed(project: EngineProject) -> EngineProject:
 
 
 def test_a_preempted_vm_and_a_failed_job_are_recreated_in_one_round_and_nothing_else_changes(
-    programs: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
+    programs: str, cloud: tuple[CloudTpuApi, LoopbackGcs], kubernetes: ControlPlane, tmp_path: Path
 ) -> None:
     tpu, _ = cloud
-    with KubernetesApi() as kube:
-        project = _gke_project(tmp_path, cloud, kube, programs)
-        project.init(STACK, {**GKE_CONFIG, "tpu-training:tpuVms": TPU_VM_CONFIG["tpu-training:tpuVms"]})
-        project.deploy(STACK)
-        before = project.resources(STACK)
-        generation = int(tpu.node(ZONE, VM)["labels"]["recovery-generation"])  # type: ignore[index]
-        (deployed,) = kube.jobs["default"]
-        tpu.set_state(ZONE, VM, "PREEMPTED")
-        kube.put("jobs", "default", dict(deployed, status=FAILED))
+    namespace = "engine-vm-and-job"
+    project = kubernetes.project_with_the_real_provider(tmp_path, programs, cloud)
+    project.init(STACK, gke_stack(namespace, tpuVms=TPU_VM_CONFIG["tpu-training:tpuVms"]))
+    project.deploy(STACK)
+    before = project.resources(STACK)
+    generation = int(tpu.node(ZONE, VM)["labels"]["recovery-generation"])  # type: ignore[index]
+    (deployed,) = kubernetes.workloads(namespace)
+    tpu.set_state(ZONE, VM, "PREEMPTED")
+    kubernetes.fail_pods_until_the_job_fails(namespace, JOB, WITHIN)
 
-        done = project.recover(STACK, "--once")
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        node = tpu.node(ZONE, VM)
-        assert node is not None and node["state"] == "READY", "the engine re-created the node"
-        new_generation = int(node["labels"]["recovery-generation"])
-        assert new_generation > generation
-        assert node["labels"]["recovery-cause"] == "preempted"
-        (job,) = kube.jobs["default"]
-        assert job["metadata"]["uid"] != deployed["metadata"]["uid"], "the engine re-created the Job"
+    done = project.recover(STACK, "--once")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    node = tpu.node(ZONE, VM)
+    assert node is not None and node["state"] == "READY", "the engine re-created the node"
+    new_generation = int(node["labels"]["recovery-generation"])
+    assert new_generation > generation
+    assert node["labels"]["recovery-cause"] == "preempted"
+    (job,) = kubernetes.workloads(namespace)
+    assert job["metadata"]["uid"] != deployed["metadata"]["uid"], "the engine re-created the Job"
 
-        # The engine's own account of the update: those two replaced, everything else the same.
-        (last,) = project.json("stack", "history", "--stack", STACK, "--page-size", "1")
-        assert {k: v for k, v in last["resourceChanges"].items() if k != "same"} == {"replace": 2}
-        after = project.resources(STACK)
-        assert _changed_in_the_cloud(before, after) == sorted([f"{VM_URN_PREFIX}{VM}-vm", JOB_URN])
-        outputs = project.json("stack", "output", "--stack", STACK)
-        assert outputs["recoveryGenerations"] == {VM: new_generation}, "the outputs say what the state holds"
-        assert outputs["jobRecoveryGenerations"]["train-v6e"] == int(
-            job["metadata"]["labels"]["recovery-generation"]
-        )
+    # The engine's own account of the update: those two replaced, everything else the same.
+    assert project.last_update_changes(STACK) == {"replace": 2}
+    after = project.resources(STACK)
+    assert _changed_in_the_cloud(before, after) == sorted([f"{VM_URN_PREFIX}{VM}-vm", JOB_URN])
+    outputs = project.json("stack", "output", "--stack", STACK)
+    assert outputs["recoveryGenerations"] == {VM: new_generation}, "the outputs say what the state holds"
+    assert outputs["jobRecoveryGenerations"][JOB] == int(job["metadata"]["labels"]["recovery-generation"])
 
-        # A second round finds nothing to do and runs no update.
-        again = project.recover(STACK, "--once")
-        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-        assert len(project.json("stack", "history", "--stack", STACK)) == 2
+    # A second round finds nothing to do and runs no update.
+    again = project.recover(STACK, "--once")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert project.updates(STACK) == 2
 
 
 def test_a_round_that_finds_the_stack_locked_by_another_update_does_nothing_and_exits_75(
@@ -266,20 +248,6 @@ def test_compare_to_predicts_what_the_engine_previews_for_each_documented_tpu_vm
     assert not disagreements, json.dumps(disagreements, indent=1)
 
 
-def test_compare_to_predicts_what_the_engine_previews_for_each_documented_gke_edit(
-    programs: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
-) -> None:
-    with KubernetesApi() as kube:
-        project = _gke_project(tmp_path, cloud, kube, programs)
-        project.init(STACK, {**GKE_CONFIG, "tpu-training:checkpointing": {"costSeconds": 60}})
-        project.deploy(STACK)
-        disagreements, previews = compare_each(project, STACK, GKE_DOCUMENTED_EDITS, tmp_path / "base.json")
-        assert not disagreements, json.dumps(disagreements, indent=1)
-        # The tuning edit, by the engine's own preview: the Job is not replaced.
-        assert JOB_URN not in previews["costSeconds (tuning)"]
-        assert JOB_URN in previews["image"], "the Job's URN is not the one the engine previews"
-
-
 def test_the_policy_pack_is_enforced_by_the_real_cli(project: EngineProject, policy_python: Path) -> None:
     project.init(STACK, TPU_VM_CONFIG)
     pack = str(REPO / "policy")
@@ -315,79 +283,79 @@ def _policy_packs_of(project: EngineProject) -> list[int]:
 
 
 def test_a_failed_job_waits_for_a_pending_pool_edit_then_is_recreated_alone_by_recover(
-    programs: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
+    programs: str, cloud: tuple[CloudTpuApi, LoopbackGcs], kubernetes: ControlPlane, tmp_path: Path
 ) -> None:
-    with KubernetesApi() as kube:
-        project = _gke_project(tmp_path, cloud, kube, programs)
-        project.init(STACK, GKE_CONFIG)
-        project.deploy(STACK)
-        (deployed,) = kube.jobs["default"]
-        name, uid = deployed["metadata"]["name"], deployed["metadata"]["uid"]
-        before = project.resources(STACK)
-        kube.put(
-            "jobs",
-            "default",
-            dict(deployed, status=FAILED),
-        )
+    namespace = "engine-pool-edit"
+    project = kubernetes.project_with_the_real_provider(tmp_path, programs, cloud)
+    project.init(STACK, gke_stack(namespace))
+    project.deploy(STACK)
+    (deployed,) = kubernetes.workloads(namespace)
+    uid = deployed["metadata"]["uid"]
+    before = project.resources(STACK)
+    kubernetes.fail_pods_until_the_job_fails(namespace, JOB, WITHIN)
 
-        # First with an edit of the Job's pool in the stack file, not yet deployed: the Job is not
-        # recovered alone onto a pool that is about to change (the round is blocked, exit 1).
-        pool = GKE_CONFIG["tpu-training:nodePools"][0]
-        project.set_config(STACK, "tpu-training:nodePools", [dict(pool, maxRunDuration="72h")])
-        blocked = project.recover(STACK, "--once")
-        assert blocked.returncode == 1, blocked.stdout[-3000:] + blocked.stderr[-3000:]
-        (round_,) = [json.loads(line) for line in blocked.stdout.splitlines() if line.startswith("{")]
-        assert round_["up"]["status"] == "blocked", round_["up"]
-        pending = [(change["op"], change["urn"].rsplit("::", 1)[-1]) for change in round_["pendingChanges"]]
-        assert pending == [("replace", "v6e-4x4-pool")], pending
-        assert kube.jobs["default"][0]["metadata"]["uid"] == uid, "a blocked round changes nothing"
-        assert _changed_in_the_cloud(before, project.resources(STACK)) == []
+    # First with an edit of the Job's pool in the stack file, not yet deployed: the Job is not
+    # recovered alone onto a pool that is about to change (the round is blocked, exit 1).
+    pool = GKE_CONFIG["tpu-training:nodePools"][0]
+    project.set_config(STACK, "tpu-training:nodePools", [dict(pool, maxRunDuration="72h")])
+    blocked = project.recover(STACK, "--once")
+    assert blocked.returncode == 1, blocked.stdout[-3000:] + blocked.stderr[-3000:]
+    (round_,) = [json.loads(line) for line in blocked.stdout.splitlines() if line.startswith("{")]
+    assert round_["up"]["status"] == "blocked", round_["up"]
+    pending = [(change["op"], change["urn"].rsplit("::", 1)[-1]) for change in round_["pendingChanges"]]
+    assert pending == [("replace", "v6e-4x4-pool")], pending
+    assert [j["metadata"]["uid"] for j in kubernetes.workloads(namespace)] == [uid], (
+        "a blocked round changes nothing"
+    )
+    assert _changed_in_the_cloud(before, project.resources(STACK)) == []
 
-        # Without the pool edit, the round re-creates the Job alone.
-        project.set_config(STACK, "tpu-training:nodePools", [pool])
-        done = project.recover(STACK, "--once")
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        (job,) = kube.jobs["default"]
-        assert job["metadata"]["name"] == name and job["metadata"]["uid"] != uid, (
-            "the engine re-created the Job"
-        )
-        assert "status" not in job or not job["status"].get("conditions")
-        (last,) = project.json("stack", "history", "--stack", STACK, "--page-size", "1")
-        assert {k: v for k, v in last["resourceChanges"].items() if k != "same"} == {"replace": 1}
-        after = project.resources(STACK)
-        assert _changed_in_the_cloud(before, after) == [JOB_URN]
+    # Without the pool edit, the round re-creates the Job alone.
+    project.set_config(STACK, "tpu-training:nodePools", [pool])
+    done = project.recover(STACK, "--once")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (job,) = kubernetes.workloads(namespace)
+    assert job["metadata"]["name"] == JOB and job["metadata"]["uid"] != uid, "the engine re-created the Job"
+    assert not conditions_of(job), "a new Job, not failed"
+    assert project.last_update_changes(STACK) == {"replace": 1}
+    assert _changed_in_the_cloud(before, project.resources(STACK)) == [JOB_URN]
 
 
 def test_a_job_becomes_a_jobset_and_back_without_re_creating_the_runs_objects(
-    programs: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
+    programs: str, cloud: tuple[CloudTpuApi, LoopbackGcs], kubernetes: ControlPlane, tmp_path: Path
 ) -> None:
-    with KubernetesApi() as kube:
-        project = _gke_project(tmp_path, cloud, kube, programs)
-        pool = dict(GKE_CONFIG["tpu-training:nodePools"][0], slices=2)
-        job = GKE_CONFIG["tpu-training:jobs"][0]
-        project.init(STACK, {**GKE_CONFIG, "tpu-training:nodePools": [pool]})
-        project.deploy(STACK)
-        kept = {path: o["metadata"]["uid"] for path, o in kube.objects.items()}
-        assert any("/configmaps/" in path for path in kept) and any(
-            "/serviceaccounts/" in path for path in kept
-        )
+    namespace = "engine-job-to-jobset"
+    project = kubernetes.project_with_the_real_provider(tmp_path, programs, cloud)
+    pool = dict(GKE_CONFIG["tpu-training:nodePools"][0], slices=2)
+    (job,) = gke_stack(namespace)["tpu-training:jobs"]
+    # The control plane runs the JobSet controller: the stack installs no release of it.
+    cluster = dict(GKE_CONFIG["tpu-training:cluster"], installJobSet=False)
+    project.init(STACK, gke_stack(namespace, nodePools=[pool], cluster=cluster))
+    project.deploy(STACK)
+    kept = kubernetes.uids(namespace, "configmaps", "serviceaccounts", "services")
+    # The run's own three (beside what the cluster puts in every namespace).
+    runs = {path.split("/")[0] for path in kept if not path.endswith(("/default", "/kube-root-ca.crt"))}
+    assert runs == {"configmaps", "serviceaccounts", "services"}, kept
 
-        for slices, workloads in ((2, "jobsets"), (1, "jobs")):
-            base = tmp_path / f"base-{slices}.json"
-            write_base_plan(project, STACK, base)
-            project.set_config(STACK, "tpu-training:jobs", [dict(job, slices=slices)])
-            predicted, previewed = predicted_changes(project, STACK, base), previewed_changes(project, STACK)
-            assert predicted == previewed, (
-                f"slices -> {slices}: --compare-to {predicted}, the engine {previewed}"
-            )
-            replaced = sorted(urn.rsplit("::", 1)[-1] for urn, op in previewed.items() if op == "replace")
-            assert replaced == [f"train-v6e-{'jobset' if slices > 1 else 'job'}"], previewed
-            project.deploy(STACK)
-            assert [w["metadata"]["name"] for w in getattr(kube, workloads)["default"]] == ["train-v6e"]
-            other = kube.jobs if workloads == "jobsets" else kube.jobsets
-            assert not other.get("default"), "the old workload is gone"
-            # The run's ServiceAccount, ConfigMap and Service are the ones first deployed.
-            assert {path: o["metadata"]["uid"] for path, o in kube.objects.items()} == kept
+    for slices, workloads in ((2, "jobsets"), (1, "jobs")):
+        base = tmp_path / f"base-{slices}.json"
+        write_base_plan(project, STACK, base)
+        project.set_config(STACK, "tpu-training:jobs", [dict(job, slices=slices)])
+        predicted, previewed = predicted_changes(project, STACK, base), previewed_changes(project, STACK)
+        assert predicted == previewed, f"slices -> {slices}: --compare-to {predicted}, the engine {previewed}"
+        replaced = sorted(urn.rsplit("::", 1)[-1] for urn, op in previewed.items() if op == "replace")
+        assert replaced == [f"train-v6e-{'jobset' if slices > 1 else 'job'}"], previewed
+        project.deploy(STACK)
+        assert [w["metadata"]["name"] for w in kubernetes.workloads(namespace, workloads)] == [JOB]
+        # The old workload is gone (a JobSet's own Jobs, train-v6e-slice-N, are not it).
+        other = "jobs" if workloads == "jobsets" else "jobsets"
+        assert eventually(
+            lambda other=other: (
+                JOB not in [w["metadata"]["name"] for w in kubernetes.workloads(namespace, other)]
+            ),
+            WITHIN,
+        ), kubernetes.workloads(namespace, other)
+        # The run's ServiceAccount, ConfigMap and Service are the ones first deployed.
+        assert kubernetes.uids(namespace, "configmaps", "serviceaccounts", "services") == kept
 
 
 def test_two_stockouts_move_a_preempted_vm_one_rung_down_its_ladder(

@@ -1,16 +1,14 @@
-"""The engine tier on a real Kubernetes control plane (tests/support/harness/engine/control_plane.py):
-kube-apiserver v1.35.4 over etcd, the real Job controller of kube-controller-manager and the real
-JobSet controller v0.12.0 with its webhooks. The stack's Kubernetes objects are created in the
-real API server (through the `kubernetes` provider double, which writes them as pulumi-kubernetes
-does: POST, GET, PUT, DELETE in the background, awaited); a worker Pod is failed through its
-status subresource as a kubelet would report it, the real controllers do what they do with it
-(a Job failed per its `backoffLimit` and `podFailurePolicy`; a JobSet's gang restarted, counted or
-not, until `maxRestarts`), and `tpu-training recover` reads *their* status and has the engine
-re-create the spent workload alone.
+"""A multislice JobSet on the real Kubernetes control plane (tests/support/harness/engine/control_plane.py):
+kube-apiserver v1.35.4 over etcd and the real JobSet controller v0.12.0 with its webhooks, the
+stack's objects written by the real pulumi-kubernetes provider v4.32.0. A leader Pod is failed
+through its status subresource as a kubelet would report it; the real JobSet controller restarts
+the gang, counted or not, until `maxRestarts`, and `tpu-training recover` reads *its* status and has
+the engine re-create the spent JobSet alone. The stack installs no JobSet release
+(`cluster.installJobSet: false`): the control plane runs the controller, as a cluster with JobSet
+already installed does. The Job's scenario is test_engine_kube_provider.py's.
 
-Still ours here: the `kubernetes` provider (a double; the real pulumi-kubernetes is the next
-step), Kueue (its Workloads are the fake API server's in test_engine_workloads.py), and no kubelet
-or scheduler runs (a Pod stays Pending until the test writes its status)."""
+Still ours here: Kueue (its Workloads are the fake API server's in test_engine_workloads.py), and no
+kubelet or scheduler runs (a Pod stays Pending until the test writes its status)."""
 
 from __future__ import annotations
 
@@ -20,54 +18,13 @@ from typing import Any
 
 from support.fakes.loopback_gcs import LoopbackGcs
 from support.harness.engine.control_plane import ControlPlane, conditions_of
-from support.harness.engine.engine import EngineProject, endpoints
 from support.harness.engine.fakes import CloudTpuApi
 from support.harness.engine.stacks import GKE_CONFIG, JOB
 from support.harness.waiting import eventually
 
 STACK = "kube"
 FAILED_WITHIN = 120.0
-"""Seconds the Job controller may take to mark the Job failed on a loaded two-core machine."""
-
-
-def _project(folder: Path, kubernetes: ControlPlane, programs: str, cloud: Any) -> EngineProject:
-    """An engine project whose Kubernetes objects go to the control plane (the provider double)."""
-    return EngineProject(folder, {**endpoints(*cloud), **kubernetes.engine_environment()}, programs)
-
-
-def test_a_worker_failed_on_a_real_api_server_is_recovered_by_the_real_job_controller_and_the_engine(
-    programs: str, kubernetes: ControlPlane, tmp_path: Path
-) -> None:
-    namespace = "kube-engine-recovery"  # the stack declares it
-    job = dict(GKE_CONFIG["tpu-training:jobs"][0], namespace=namespace)
-    with CloudTpuApi() as tpu, LoopbackGcs() as storage:
-        project = _project(tmp_path, kubernetes, programs, (tpu, storage))
-        project.init(STACK, {**GKE_CONFIG, "tpu-training:jobs": [job]})
-        project.deploy(STACK)
-        deployed = kubernetes.job(namespace, JOB)
-        uid = deployed["metadata"]["uid"]
-        # The real Job controller made its Pods (Pending: no scheduler, no kubelet).
-        assert eventually(
-            lambda: kubernetes.request("GET", f"/api/v1/namespaces/{namespace}/pods")[1].get("items"), 60
-        )
-        round_ = project.recover_round(STACK)
-        assert round_["up"]["status"] == "not-run", round_
-        history = project.updates(STACK)
-
-        conditions = kubernetes.fail_pods_until_the_job_fails(namespace, JOB, FAILED_WITHIN)
-        # What the real controller writes, in its order: FailureTarget first, then Failed.
-        assert conditions.index(("FailureTarget", "BackoffLimitExceeded")) < conditions.index(
-            ("Failed", "BackoffLimitExceeded")
-        ), conditions
-
-        round_ = project.recover_round(STACK)
-        (decision,) = [d for d in round_["decisions"] if d["name"] == JOB]
-        assert (decision["action"], decision["cause"]) == ("replace", "failed"), decision
-        recreated = kubernetes.job(namespace, JOB)
-        assert recreated["metadata"]["uid"] != uid, "the engine re-created the Job"
-        assert not conditions_of(recreated), "a new Job, not failed"
-        assert project.updates(STACK) == history + 1
-        assert project.last_update_changes(STACK) == {"replace": 1}
+"""Seconds the JobSet controller may take to act on a loaded two-core machine."""
 
 
 def _jobset(kubernetes: ControlPlane, namespace: str) -> dict[str, Any]:
@@ -117,8 +74,18 @@ def test_the_real_jobset_controller_restarts_the_gang_until_its_budget_is_spent_
     pool = dict(GKE_CONFIG["tpu-training:nodePools"][0], slices=2)
     job = dict(GKE_CONFIG["tpu-training:jobs"][0], namespace=namespace, slices=2, maxRestarts=2)
     with CloudTpuApi() as tpu, LoopbackGcs() as storage:
-        project = _project(tmp_path, kubernetes, programs, (tpu, storage))
-        project.init(STACK, {**GKE_CONFIG, "tpu-training:nodePools": [pool], "tpu-training:jobs": [job]})
+        project = kubernetes.project_with_the_real_provider(tmp_path, programs, (tpu, storage))
+        project.init(
+            STACK,
+            {
+                **GKE_CONFIG,
+                # The control plane runs the JobSet controller itself: no Helm release of it (whose
+                # chart is fetched from registry.k8s.io, unreachable here).
+                "tpu-training:cluster": {**GKE_CONFIG["tpu-training:cluster"], "installJobSet": False},
+                "tpu-training:nodePools": [pool],
+                "tpu-training:jobs": [job],
+            },
+        )
         project.deploy(STACK)
         uid = _jobset(kubernetes, namespace)["metadata"]["uid"]
 

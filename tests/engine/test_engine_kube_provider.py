@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 from support.fakes.loopback_gcs import LoopbackGcs
 from support.harness.engine.compare import GKE_DOCUMENTED_EDITS, compare_each
-from support.harness.engine.control_plane import PROVIDER, ControlPlane
+from support.harness.engine.control_plane import PROVIDER, ControlPlane, conditions_of
 from support.harness.engine.engine import EngineProject
 from support.harness.engine.fakes import CloudTpuApi
 from support.harness.engine.stacks import GKE_CONFIG, JOB
+from support.harness.waiting import eventually
 
 STACK = "provider"
 JOB_TYPE = "tpu-training:gke:TpuTrainingJob$kubernetes:batch/v1:Job"
@@ -53,18 +54,28 @@ def test_the_real_provider_deploys_the_job_and_recovery_has_it_replace_the_faile
         # The provider's own marks: it applied the object server-side, as its field manager.
         managers = {entry["manager"] for entry in deployed["metadata"].get("managedFields", [])}
         assert any(manager.startswith("pulumi") for manager in managers), managers
+        # The real Job controller made its Pods (Pending: no scheduler, no kubelet).
+        assert eventually(
+            lambda: kubernetes.request("GET", f"/api/v1/namespaces/{namespace}/pods")[1].get("items"), WITHIN
+        )
         # Nothing to do while it runs: no update.
         history = project.updates(STACK)
         kept = project.recover_round(STACK)
         assert kept["up"]["status"] == "not-run", kept
         assert project.updates(STACK) == history
 
-        kubernetes.fail_pods_until_the_job_fails(namespace, JOB, WITHIN)
+        conditions = kubernetes.fail_pods_until_the_job_fails(namespace, JOB, WITHIN)
+        # What the real controller writes, in its order: FailureTarget first, then Failed.
+        assert conditions.index(("FailureTarget", "BackoffLimitExceeded")) < conditions.index(
+            ("Failed", "BackoffLimitExceeded")
+        ), conditions
         round_ = project.recover_round(STACK)
         (decision,) = [d for d in round_["decisions"] if d["name"] == JOB]
         assert (decision["action"], decision["cause"]) == ("replace", "failed"), decision
         recreated = kubernetes.job(namespace, JOB)
         assert recreated["metadata"]["uid"] != uid, "the provider re-created the Job"
+        assert not conditions_of(recreated), "a new Job, not failed"
+        assert project.updates(STACK) == history + 1
         assert project.last_update_changes(STACK) == {"replace": 1}
 
 

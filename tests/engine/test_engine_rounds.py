@@ -3,7 +3,8 @@ a removed Job, a Job never deployed and a pool edit pending targets the recoveri
 with secrets is read decrypted through the CLI; `status` reads the outputs through the CLI; a
 missing stack still prints its round; SIGTERM in the middle of an update lets the update finish.
 These ran against the stub CLI (tests/support/fakes/stub_pulumi.py) before; here every CLI call
-is the real CLI's, with the real language host."""
+is the real CLI's, with the real language host; the GKE round's Jobs are on the real control plane,
+written by the real pulumi-kubernetes provider and failed by the real Job controller."""
 
 from __future__ import annotations
 
@@ -15,56 +16,49 @@ from typing import Any, Iterator
 
 import pytest
 from support.fakes.loopback_gcs import LoopbackGcs
+from support.harness.engine.control_plane import ControlPlane
 from support.harness.engine.engine import EngineProject, endpoints
-from support.harness.engine.fakes import CloudTpuApi, KubernetesApi
-from support.harness.engine.providers import HOLD_AT_VARIABLE, HOLD_VARIABLE, KUBERNETES_API_VARIABLE
-from support.harness.engine.stacks import GKE_CONFIG, JOB, POOL, TPU_VM_CONFIG, VM, ZONE
+from support.harness.engine.fakes import CloudTpuApi
+from support.harness.engine.providers import HOLD_AT_VARIABLE, HOLD_VARIABLE
+from support.harness.engine.stacks import GKE_CONFIG, JOB, POOL, TPU_VM_CONFIG, VM, ZONE, gke_stack
 from support.harness.waiting import eventually
 
 from tpu_training import exit_codes
 
 STACK = "rounds"
 SECRET = "wandb-4f1e9c0d-not-a-real-key"
-FAILED = {"failed": 5, "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}
+WITHIN = 120.0
+"""Seconds the real Job controller may take to act on a loaded two-core machine."""
 
 
 @pytest.fixture
-def cloud() -> Iterator[tuple[CloudTpuApi, LoopbackGcs, KubernetesApi]]:
-    with CloudTpuApi() as tpu, LoopbackGcs() as storage, KubernetesApi() as kube:
-        yield tpu, storage, kube
+def cloud() -> Iterator[tuple[CloudTpuApi, LoopbackGcs]]:
+    with CloudTpuApi() as tpu, LoopbackGcs() as storage:
+        yield tpu, storage
 
 
 @pytest.fixture
-def project(
-    programs: str, cloud: tuple[CloudTpuApi, LoopbackGcs, KubernetesApi], tmp_path: Path
-) -> EngineProject:
-    tpu, storage, kube = cloud
-    return EngineProject(
-        tmp_path,
-        {
-            **endpoints(tpu, storage),
-            KUBERNETES_API_VARIABLE: kube.endpoint,
-            "KUBECONFIG": str(kube.kubeconfig(tmp_path)),
-        },
-        programs,
-    )
+def project(programs: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path) -> EngineProject:
+    return EngineProject(tmp_path, endpoints(*cloud), programs)
 
 
 def _rounds(done: Any) -> list[dict[str, Any]]:
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
-def _uid(kube: KubernetesApi, name: str) -> str:
-    (item,) = [j for j in kube.jobs.get("default", []) if j["metadata"]["name"] == name]
+def _uid(kubernetes: ControlPlane, namespace: str, name: str) -> str:
+    (item,) = [j for j in kubernetes.workloads(namespace) if j["metadata"]["name"] == name]
     return str(item["metadata"]["uid"])
 
 
 def test_a_round_beside_a_removed_job_a_new_job_and_a_pool_edit_targets_the_recoveries_alone(
-    project: EngineProject, cloud: tuple[CloudTpuApi, LoopbackGcs, KubernetesApi]
+    programs: str, cloud: tuple[CloudTpuApi, LoopbackGcs], kubernetes: ControlPlane, tmp_path: Path
 ) -> None:
-    tpu, _, kube = cloud
+    tpu, _ = cloud
+    namespace = "rounds-beside-edits"
+    project = kubernetes.project_with_the_real_provider(tmp_path, programs, cloud)
     pool_b = dict(GKE_CONFIG["tpu-training:nodePools"][0], name="v6e-b", slices=2)
-    train = GKE_CONFIG["tpu-training:jobs"][0]
+    (train,) = gke_stack(namespace)["tpu-training:jobs"]
     jobs = [
         train,
         dict(train, name="train-b", nodePool="v6e-b"),
@@ -72,15 +66,15 @@ def test_a_round_beside_a_removed_job_a_new_job_and_a_pool_edit_targets_the_reco
     ]
     project.init(
         STACK,
-        {
-            **GKE_CONFIG,
-            **{key: TPU_VM_CONFIG[key] for key in ("tpu-training:tpuVms",)},
-            "tpu-training:nodePools": [GKE_CONFIG["tpu-training:nodePools"][0], pool_b],
-            "tpu-training:jobs": jobs,
-        },
+        gke_stack(
+            namespace,
+            tpuVms=TPU_VM_CONFIG["tpu-training:tpuVms"],
+            nodePools=[GKE_CONFIG["tpu-training:nodePools"][0], pool_b],
+            jobs=jobs,
+        ),
     )
     project.deploy(STACK)
-    uids = {name: _uid(kube, name) for name in (JOB, "train-b", "old-job")}
+    uids = {name: _uid(kubernetes, namespace, name) for name in (JOB, "train-b", "old-job")}
     generations = project.json("stack", "output", "jobRecoveryGenerations", "--stack", STACK)
 
     # Edits in the stack file, not deployed: old-job removed, train-new added, JOB's pool edited.
@@ -95,8 +89,7 @@ def test_a_round_beside_a_removed_job_a_new_job_and_a_pool_edit_targets_the_reco
     # Then the faults: the VM preempted, JOB and train-b failed.
     tpu.set_state(ZONE, VM, "PREEMPTED")
     for name in (JOB, "train-b"):
-        (item,) = [j for j in kube.jobs["default"] if j["metadata"]["name"] == name]
-        kube.put("jobs", "default", dict(item, status=FAILED))
+        kubernetes.fail_pods_until_the_job_fails(namespace, name, WITHIN)
 
     done = project.recover(STACK, "--once")
     assert done.returncode == exit_codes.EXIT_OK, done.stdout[-3000:] + done.stderr[-3000:]
@@ -110,9 +103,12 @@ def test_a_round_beside_a_removed_job_a_new_job_and_a_pool_edit_targets_the_reco
     # Only the recoveries happened: the VM and train-b anew; JOB (blocked by its pool's edit) and
     # old-job (removed, left for the user's `up`) as they were; train-new not created.
     assert tpu.node(ZONE, VM)["state"] == "READY"  # type: ignore[index]
-    assert _uid(kube, "train-b") != uids["train-b"]
-    assert (_uid(kube, JOB), _uid(kube, "old-job")) == (uids[JOB], uids["old-job"])
-    assert not [j for j in kube.jobs["default"] if j["metadata"]["name"] == "train-new"]
+    assert _uid(kubernetes, namespace, "train-b") != uids["train-b"]
+    assert (_uid(kubernetes, namespace, JOB), _uid(kubernetes, namespace, "old-job")) == (
+        uids[JOB],
+        uids["old-job"],
+    )
+    assert "train-new" not in [j["metadata"]["name"] for j in kubernetes.workloads(namespace)]
     outputs = project.json("stack", "output", "jobRecoveryGenerations", "--stack", STACK)
     assert set(outputs) == {JOB, "train-b", "old-job"}, "train-new was never deployed"
     assert (outputs[JOB], outputs["old-job"]) == (generations[JOB], generations["old-job"])
@@ -120,9 +116,9 @@ def test_a_round_beside_a_removed_job_a_new_job_and_a_pool_edit_targets_the_reco
 
 
 def test_a_stack_with_secrets_is_recovered_with_them_and_status_reads_its_outputs_through_the_cli(
-    project: EngineProject, cloud: tuple[CloudTpuApi, LoopbackGcs, KubernetesApi]
+    project: EngineProject, cloud: tuple[CloudTpuApi, LoopbackGcs]
 ) -> None:
-    tpu, _, _ = cloud
+    tpu, _ = cloud
     project.init(STACK, TPU_VM_CONFIG)
     project.set_secret(STACK, "tpu-training:tpuVms[0].env.WANDB_API_KEY", SECRET)
     project.deploy(STACK)
@@ -161,9 +157,9 @@ def test_a_stack_with_secrets_is_recovered_with_them_and_status_reads_its_output
 
 
 def test_sigterm_during_an_update_lets_the_update_finish_then_ends_the_watch(
-    project: EngineProject, cloud: tuple[CloudTpuApi, LoopbackGcs, KubernetesApi], tmp_path: Path
+    project: EngineProject, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
 ) -> None:
-    tpu, _, _ = cloud
+    tpu, _ = cloud
     project.init(STACK, TPU_VM_CONFIG)
     project.deploy(STACK)
     tpu.set_state(ZONE, VM, "PREEMPTED")
@@ -195,9 +191,9 @@ def test_sigterm_during_an_update_lets_the_update_finish_then_ends_the_watch(
 
 
 def test_a_round_whose_stdout_is_closed_still_recovers_and_prints_no_traceback(
-    project: EngineProject, cloud: tuple[CloudTpuApi, LoopbackGcs, KubernetesApi]
+    project: EngineProject, cloud: tuple[CloudTpuApi, LoopbackGcs]
 ) -> None:
-    tpu, _, _ = cloud
+    tpu, _ = cloud
     project.init(STACK, TPU_VM_CONFIG)
     project.deploy(STACK)
     generation = tpu.node(ZONE, VM)["labels"]["recovery-generation"]  # type: ignore[index]

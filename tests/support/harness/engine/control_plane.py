@@ -321,6 +321,24 @@ class ControlPlane:
         assert status == 200, job
         return dict(job)
 
+    def workloads(self, namespace: str, kind: str = "jobs") -> list[dict[str, Any]]:
+        """The namespace's Jobs (``jobs``) or JobSets (``jobsets``), those not being deleted."""
+        group = {"jobs": "/apis/batch/v1", "jobsets": "/apis/jobset.x-k8s.io/v1alpha2"}[kind]
+        status, answer = self.request("GET", f"{group}/namespaces/{namespace}/{kind}")
+        assert status == 200, answer
+        return [item for item in answer["items"] if not item["metadata"].get("deletionTimestamp")]
+
+    def uids(self, namespace: str, *resources: str) -> dict[str, str]:
+        """``resource/name`` -> uid of the namespace's core objects of those resources
+        (``configmaps``, ``serviceaccounts``, ``services``)."""
+        found = {}
+        for resource in resources:
+            status, answer = self.request("GET", f"/api/v1/namespaces/{namespace}/{resource}")
+            assert status == 200, answer
+            for item in answer["items"]:
+                found[f"{resource}/{item['metadata']['name']}"] = item["metadata"]["uid"]
+        return found
+
     def report_failed(self, pod: dict[str, Any], disruption: bool = False) -> tuple[int, Any]:
         """Write ``pod``'s status as a kubelet reports a failed Pod (``failed_pod_status``), through
         the status subresource; the API server's answer."""

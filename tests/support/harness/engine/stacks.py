@@ -89,3 +89,12 @@ GKE_CONFIG: dict[str, Any] = {
     ],
     "tpu-training:trainerCode": TPU_VM_CONFIG["tpu-training:trainerCode"],
 }
+
+
+def gke_stack(namespace: str, **keys: Any) -> dict[str, Any]:
+    """GKE_CONFIG with its Jobs in ``namespace`` (the stack declares it) and ``keys`` (config keys
+    without the project prefix) set: each test of the engine tier's shared control plane has a
+    namespace of its own."""
+    config = {**GKE_CONFIG, **{f"tpu-training:{key}": value for key, value in keys.items()}}
+    config["tpu-training:jobs"] = [dict(job, namespace=namespace) for job in config["tpu-training:jobs"]]
+    return config
