@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import pytest
 from support.fakes import stub_pulumi
-from support.harness import policy_env, scheduling
+from support.harness import policy_env, scheduling, tiers
 from support.harness.engine.control_plane import ControlPlane, kube_version
 from support.harness.engine.engine import SHARED_PROGRAM_SERVER, engine_version, program_server
 from support.harness.generations import DECIDED_AT, FRESH
@@ -66,6 +66,14 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return 2 * cores
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Every test of tests/engine/ is the engine tier (marker ``engine``), which README command 2
+    leaves to its own command (`pytest -m engine`; pyproject.toml's addopts): marked here, before
+    ``-m`` selects, so that no module of the tier can forget its marker."""
+    if tiers.in_the_engine_tier(item.path):
+        item.add_marker(pytest.mark.engine)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest units of work first (support.harness.scheduling)."""
@@ -86,8 +94,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 def pytest_configure(config: pytest.Config) -> None:
     """One program server for the whole run (tests/support/harness/engine/program_server.py), started by
     the process that starts the workers, so every worker forks from the same warm process (one
-    each cost every worker its own cold start and preload). Only where the engine is built."""
+    each cost every worker its own cold start and preload). Only where the engine is built, and
+    for a run that selects the engine tier."""
     if hasattr(config, "workerinput") or engine_version() is None:
+        return
+    if not tiers.selects_the_engine_tier(config.getoption("markexpr")):
         return
     servers = contextlib.ExitStack()
     os.environ[SHARED_PROGRAM_SERVER] = servers.enter_context(program_server())

@@ -55,6 +55,7 @@ def _urns(steps: list[tuple[str, str]], op: str) -> list[str]:
     return sorted(urn for step_op, urn in steps if step_op == op)
 
 
+@pytest.mark.slow  # every process started cold: among the tier's longest
 def test_the_readme_deploy_steps_preview_up_output_and_destroy(
     programs: str, cloud: tuple[CloudTpuApi, LoopbackGcs], tmp_path: Path
 ) -> None:

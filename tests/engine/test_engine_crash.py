@@ -41,7 +41,7 @@ from support.harness.engine.stacks import (
 )
 from support.harness.waiting import eventually
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 STACK = "engine"
 URN = f"urn:pulumi:{STACK}::tpu-training::"

@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
 from support.harness.engine.engine import REPO
 
 BLOCK_HEADING = "### Under the real Pulumi engine, still offline"
@@ -90,6 +91,7 @@ def _tpu_node(env_file: Path, zone: str, name: str) -> Any:
         return json.load(answer)
 
 
+@pytest.mark.slow  # the tier's longest: started first
 def test_the_readme_lines_preview_up_recover_and_destroy_your_own_stack_offline(
     engine: str, tmp_path: Path
 ) -> None:

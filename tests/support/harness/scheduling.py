@@ -2,10 +2,12 @@
 whole modules, the longest first, so that no long module starts last and runs on alone while the
 other workers idle (on 2 cores the suite's wall time is its CPU time over two plus that tail). A
 module is one unit of work, as pytest-xdist's loadscope runs it, so each module's fixtures are set
-up once; the engine tier's tests are units of their own (each deploys its own stack and shares
-nothing but the session's engine, and together they are the longest module by far). How long a unit
-runs is told by what its tests start: the real Pulumi CLI (marker ``engine``), the real trainer's
-processes (fixture ``jax_compilation_cache``), or a long wait (marker ``slow``).
+up once; the engine tier's two largest modules have each test a unit of its own (each deploys its
+own stack and shares nothing but the session's engine; the kill points' three, 65 to 107 s each,
+were the tier's tail on one worker). How long a unit runs is told by
+what its tests start: the real Pulumi CLI (marker ``engine``; with ``slow`` too, the longest of
+the tier), the real trainer's processes (fixture ``jax_compilation_cache``), or a long wait
+(marker ``slow``).
 """
 
 from __future__ import annotations
@@ -14,13 +16,15 @@ from typing import Any
 
 import pytest
 
-SPLIT_PER_TEST = ("tests/engine/test_engine.py",)
-"""Modules whose tests are units of work of their own."""
+SPLIT_PER_TEST = ("tests/engine/test_engine.py", "tests/engine/test_engine_crash.py")
+"""Modules whose tests are units of work of their own. Not the tier's other modules: a module on
+one worker starts one control plane for its Kubernetes tests, where its tests spread over four
+started four (measured: 618 CPU-seconds for the tier against 586)."""
 
 
 def _tier(item: pytest.Item) -> int:
     if item.get_closest_marker("engine"):
-        return 3
+        return 4 if item.get_closest_marker("slow") else 3
     if "jax_compilation_cache" in getattr(item, "fixturenames", ()):
         return 2
     if item.get_closest_marker("slow"):

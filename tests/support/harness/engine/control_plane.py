@@ -367,6 +367,8 @@ class ControlPlane:
                 ):
                     continue
                 status, answer = self.report_failed(pod)
+                if status in (404, 409):  # deleted or changed meanwhile (the controller's): look again
+                    continue
                 assert status == 200, answer
                 failed.add(name)
             time.sleep(0.2)
