@@ -12,7 +12,8 @@ wall time and the load average at its start and end, then whether every run was 
 
 Exits 1 when any run was not green, so a script can use it; asserts nothing about time.
 `--smoke` runs one fast test module once under one competing process: a check that the benchmark
-works. Arguments after `--` go to pytest instead of its configured defaults' targets.
+works. Arguments after `--` go to pytest instead of its configured defaults' targets: `-- -m ""`
+runs the engine tier too, which README command 2 leaves to its own command (docs/tests.md).
 """
 
 from __future__ import annotations

@@ -67,10 +67,11 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    """Every test of tests/engine/ is the engine tier (marker ``engine``), which README command 2
+    """Every test that needs the built engine (the ``engine`` fixture, itself or through
+    ``programs`` or ``kubernetes``) is the engine tier, marker ``engine``, which README command 2
     leaves to its own command (`pytest -m engine`; pyproject.toml's addopts): marked here, before
-    ``-m`` selects, so that no module of the tier can forget its marker."""
-    if tiers.in_the_engine_tier(item.path):
+    ``-m`` selects, so that no test of the tier can forget its marker."""
+    if tiers.needs_the_engine(getattr(item, "fixturenames", ())):
         item.add_marker(pytest.mark.engine)
 
 
@@ -95,7 +96,14 @@ def pytest_configure(config: pytest.Config) -> None:
     """One program server for the whole run (tests/support/harness/engine/program_server.py), started by
     the process that starts the workers, so every worker forks from the same warm process (one
     each cost every worker its own cold start and preload). Only where the engine is built, and
-    for a run that selects the engine tier."""
+    for a run that selects the engine tier.
+
+    A command line that names only paths of tests/engine/, and no ``-m``, selects them all:
+    `pytest tests/engine/test_engine.py` runs that module, which addopts' `-m 'not engine'` would
+    deselect (the workers, started with the same arguments, decide the same)."""
+    named = config.args if config.args_source == pytest.Config.ArgsSource.ARGS else []
+    if tiers.names_only_the_engine_tier(config.invocation_params.args, named, config.invocation_params.dir):
+        config.option.markexpr = ""
     if hasattr(config, "workerinput") or engine_version() is None:
         return
     if not tiers.selects_the_engine_tier(config.getoption("markexpr")):

@@ -249,10 +249,11 @@ def test_a_cluster_that_runs_jobset_or_kueue_already_gets_no_release_of_it(confi
     assert installed <= set(component.options.get("dependsOn", [])), "a release there is comes first"
 
 
-def test_install_keys_take_only_booleans(config):
+@pytest.mark.parametrize("key", ["installJobSet", "installKueue"])
+def test_install_keys_take_only_booleans(config, key):
     config = copy.deepcopy(config)
-    config["tpu-training:cluster"] = {**config["tpu-training:cluster"], "installJobSet": "no"}
-    assert "tpu-training:cluster.installJobSet" in refused(config)
+    config["tpu-training:cluster"] = {**config["tpu-training:cluster"], key: "no"}
+    assert f"tpu-training:cluster.{key}" in refused(config)
 
 
 def test_one_multi_host_slice_as_a_jobset_on_request(config):

@@ -1,6 +1,7 @@
 """The engine tier: the real Pulumi CLI and Python language host (.ci/engine) deploy, recover and
-destroy a stack of this project, with the provider doubles of ``support.harness.engine`` as its
-plugins and the loopback fakes as the cloud. Every step, target, replacement, lock and output here is the real
+destroy a stack of this project, with the gcp provider double of ``support.harness.engine`` and the
+loopback fakes as the cloud, and, for its GKE scenarios, the real pulumi-kubernetes provider on the
+tier's real Kubernetes control plane. Every step, target, replacement, lock and output here is the real
 engine's; docs/engine-tests.md says what the doubles do not prove.
 
 Skipped, with the reason, where .ci/engine has not built the engine; never in CI (CI=true), where
@@ -346,7 +347,11 @@ def test_a_job_becomes_a_jobset_and_back_without_re_creating_the_runs_objects(
         replaced = sorted(urn.rsplit("::", 1)[-1] for urn, op in previewed.items() if op == "replace")
         assert replaced == [f"train-v6e-{'jobset' if slices > 1 else 'job'}"], previewed
         project.deploy(STACK)
-        assert [w["metadata"]["name"] for w in kubernetes.workloads(namespace, workloads)] == [JOB]
+        # The new workload, alone once a JobSet's own Jobs (train-v6e-slice-N), which the garbage
+        # collector deletes after it, are gone.
+        assert eventually(lambda kind=workloads: _names(kubernetes, namespace, kind) == [JOB], WITHIN), (
+            kubernetes.workloads(namespace, workloads)
+        )
         # The old workload is gone (a JobSet's own Jobs, train-v6e-slice-N, are not it).
         other = "jobs" if workloads == "jobsets" else "jobsets"
         assert eventually(
@@ -357,6 +362,10 @@ def test_a_job_becomes_a_jobset_and_back_without_re_creating_the_runs_objects(
         ), kubernetes.workloads(namespace, other)
         # The run's ServiceAccount, ConfigMap and Service are the ones first deployed.
         assert kubernetes.uids(namespace, "configmaps", "serviceaccounts", "services") == kept
+
+
+def _names(kubernetes: ControlPlane, namespace: str, kind: str) -> list[str]:
+    return [item["metadata"]["name"] for item in kubernetes.workloads(namespace, kind)]
 
 
 def test_two_stockouts_move_a_preempted_vm_one_rung_down_its_ladder(

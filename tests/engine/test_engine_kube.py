@@ -101,8 +101,10 @@ def test_the_real_jobset_controller_restarts_the_gang_until_its_budget_is_spent_
             assert eventually(
                 lambda counted=counted: _restarts(kubernetes, namespace)[1] == counted, FAILED_WITHIN
             ), _restarts(kubernetes, namespace)
+        updates = project.updates(STACK)
         round_ = project.recover_round(STACK)
         assert [(d["name"], d["action"]) for d in round_["decisions"]] == [(JOB, "keep")], round_["decisions"]
+        assert round_["up"]["status"] == "not-run" and project.updates(STACK) == updates, round_["up"]
         # The budget spent: the next failure fails the JobSet, and the round has it re-created.
         _fail_a_leader(kubernetes, namespace)
         assert eventually(
