@@ -354,12 +354,9 @@ def test_a_job_becomes_a_jobset_and_back_without_re_creating_the_runs_objects(
         )
         # The old workload is gone (a JobSet's own Jobs, train-v6e-slice-N, are not it).
         other = "jobs" if workloads == "jobsets" else "jobsets"
-        assert eventually(
-            lambda other=other: (
-                JOB not in [w["metadata"]["name"] for w in kubernetes.workloads(namespace, other)]
-            ),
-            WITHIN,
-        ), kubernetes.workloads(namespace, other)
+        assert eventually(lambda kind=other: JOB not in _names(kubernetes, namespace, kind), WITHIN), (
+            kubernetes.workloads(namespace, other)
+        )
         # The run's ServiceAccount, ConfigMap and Service are the ones first deployed.
         assert kubernetes.uids(namespace, "configmaps", "serviceaccounts", "services") == kept
 

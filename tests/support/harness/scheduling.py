@@ -19,7 +19,7 @@ import pytest
 SPLIT_PER_TEST = ("tests/engine/test_engine.py", "tests/engine/test_engine_crash.py")
 """Modules whose tests are units of work of their own. Not the tier's other modules: a module on
 one worker starts one control plane for its Kubernetes tests, where its tests spread over four
-started four (measured: 618 CPU-seconds for the tier against 586)."""
+started four (one run each: 618 CPU-seconds for the tier against 586)."""
 
 
 def _tier(item: pytest.Item) -> int:
