@@ -349,20 +349,15 @@ def test_a_job_becomes_a_jobset_and_back_without_re_creating_the_runs_objects(
         project.deploy(STACK)
         # The new workload, alone once a JobSet's own Jobs (train-v6e-slice-N), which the garbage
         # collector deletes after it, are gone.
-        assert eventually(lambda kind=workloads: _names(kubernetes, namespace, kind) == [JOB], WITHIN), (
-            kubernetes.workloads(namespace, workloads)
-        )
+        alone = eventually(lambda kind=workloads: kubernetes.workload_names(namespace, kind) == [JOB], WITHIN)
+        assert alone, kubernetes.workloads(namespace, workloads)
         # The old workload is gone (a JobSet's own Jobs, train-v6e-slice-N, are not it).
         other = "jobs" if workloads == "jobsets" else "jobsets"
-        assert eventually(lambda kind=other: JOB not in _names(kubernetes, namespace, kind), WITHIN), (
+        assert eventually(lambda kind=other: JOB not in kubernetes.workload_names(namespace, kind), WITHIN), (
             kubernetes.workloads(namespace, other)
         )
         # The run's ServiceAccount, ConfigMap and Service are the ones first deployed.
         assert kubernetes.uids(namespace, "configmaps", "serviceaccounts", "services") == kept
-
-
-def _names(kubernetes: ControlPlane, namespace: str, kind: str) -> list[str]:
-    return [item["metadata"]["name"] for item in kubernetes.workloads(namespace, kind)]
 
 
 def test_two_stockouts_move_a_preempted_vm_one_rung_down_its_ladder(

@@ -108,7 +108,7 @@ def test_a_round_beside_a_removed_job_a_new_job_and_a_pool_edit_targets_the_reco
         uids[JOB],
         uids["old-job"],
     )
-    assert "train-new" not in [j["metadata"]["name"] for j in kubernetes.workloads(namespace)]
+    assert "train-new" not in kubernetes.workload_names(namespace)
     outputs = project.json("stack", "output", "jobRecoveryGenerations", "--stack", STACK)
     assert set(outputs) == {JOB, "train-b", "old-job"}, "train-new was never deployed"
     assert (outputs[JOB], outputs["old-job"]) == (generations[JOB], generations["old-job"])

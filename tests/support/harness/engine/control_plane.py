@@ -328,6 +328,10 @@ class ControlPlane:
         assert status == 200, answer
         return [item for item in answer["items"] if not item["metadata"].get("deletionTimestamp")]
 
+    def workload_names(self, namespace: str, kind: str = "jobs") -> list[str]:
+        """The names of ``workloads(namespace, kind)``."""
+        return [item["metadata"]["name"] for item in self.workloads(namespace, kind)]
+
     def uids(self, namespace: str, *resources: str) -> dict[str, str]:
         """``resource/name`` -> uid of the namespace's core objects of those resources
         (``configmaps``, ``serviceaccounts``, ``services``)."""
