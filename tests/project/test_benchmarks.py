@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,111 @@ def test_the_busy_suite_benchmark_counts_a_green_run_and_a_run_with_nothing_pass
     )
     assert nothing.returncode == 1, nothing.stderr
     assert "run 1: RED: 0 passed" in nothing.stdout and "every run green: no" in nothing.stdout
+
+
+def _accounting_line(command: str, cpu_ticks: int, elapsed_ticks: int, started: float) -> str:
+    """One line as dump-acct prints a v3 record (its start in local time, the day space-padded)."""
+    start = time.strftime("%a %b %e %H:%M:%S %Y", time.localtime(started))
+    return (
+        f"{command:<16}|v3|{cpu_ticks:9.2f}|{0:9.2f}|{elapsed_ticks:9.2f}|     0|     0| 15336.00|"
+        f"     0.00|     1|     1|     |       0|__      |{start}"
+    )
+
+
+def test_the_ci_cpu_benchmark_gives_go_tools_to_the_build_and_the_rest_to_the_step_they_started_in(tmp_path):
+    """benchmarks/ci_cpu.py --analyse: a compile that starts while the tests run is the build's;
+    a python that starts in a step is that step's, the last one started by then; the build's end
+    is its last Go process's."""
+    started = float(int(time.time()) - 3600)
+    log = tmp_path / "ci.log"
+    log.write_text(
+        "== README command 1: set up, and the offline plan of the dev stack (at 0 s)\n"
+        "== types (at 100 s)\n"
+        "== README command 2: tests (at 300 s)\n"
+        "3572 passed\n"
+        "== the engine tier (at 1000 s)\n"
+        "== done (at 1400 s)\n"
+    )
+    dump = tmp_path / "dump.txt"
+    dump.write_text(
+        "\n".join(
+            [
+                _accounting_line("pip", 5000, 6000, started + 10),
+                _accounting_line("python", 2000, 2500, started + 100),
+                _accounting_line("compile", 9000, 9000, started + 350),  # beside command 2
+                _accounting_line("link", 1000, 1500, started + 950),  # ends at 965 s
+                _accounting_line("python", 30000, 60000, started + 301),
+                _accounting_line("pulumi", 4000, 4000, started + 1010),
+            ]
+        )
+        + "\n"
+    )
+    figures = tmp_path / "figures.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "ci_cpu.py"),
+            "--analyse",
+            str(dump),
+            "--log",
+            str(log),
+            "--started",
+            str(started),
+            "--json",
+            str(figures),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    document = json.loads(figures.read_text())
+    shares = {share["name"]: (share["cpu_seconds"], share["processes"]) for share in document["shares"]}
+    assert shares == {
+        "README command 1: set up, and the offline plan of the dev stack": (50.0, 1),
+        "types": (20.0, 1),
+        "README command 2: tests": (300.0, 1),
+        "the engine tier": (40.0, 1),
+        "done": (0.0, 0),
+        "the engine's Go build": (100.0, 2),
+    }
+    assert document["buildEnded"] == 965 and document["wall"] == 1400
+    assert done.stdout.splitlines()[-1].startswith("all: 510 CPU-s in 1400 s")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--analyse", "dump.txt"], "--analyse needs --log LOG and --started EPOCH too"),
+        (["--analyse", "missing.txt", "--log", "ci.log", "--started", "0"], "missing.txt: no such file"),
+    ],
+)
+def test_the_ci_cpu_benchmark_refuses_an_analysis_it_lacks_files_for(tmp_path, arguments, message):
+    (tmp_path / "dump.txt").write_text("")
+    (tmp_path / "ci.log").write_text("== lint (at 0 s)\n")
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "ci_cpu.py"), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.rstrip().endswith(f"error: {message}")
+
+
+def test_the_ci_cpu_benchmark_names_the_line_of_a_dump_it_cannot_read(tmp_path):
+    (tmp_path / "dump.txt").write_text(
+        "compile |v3| 1.00| 0.00| 2.00| 0| 0| 1.00| 0.00| 1| 1| | 0|__ |yesterday\n"
+    )
+    (tmp_path / "ci.log").write_text("== lint (at 0 s)\n")
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "ci_cpu.py"), "--analyse", "dump.txt", "--log", "ci.log"]
+        + ["--started", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith("error: dump-acct's output cannot be read: line 1: time data 'yesterday'")
