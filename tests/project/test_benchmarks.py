@@ -162,6 +162,17 @@ def test_the_busy_suite_benchmark_counts_a_green_run_and_a_run_with_nothing_pass
     assert "run 1: RED: 0 passed" in nothing.stdout and "every run green: no" in nothing.stdout
 
 
+def _ci_cpu(folder: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """``benchmarks/ci_cpu.py ARGUMENTS`` run in FOLDER, whatever its exit status."""
+    return subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "ci_cpu.py"), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=folder,
+    )
+
+
 def _accounting_line(command: str, cpu_ticks: int, elapsed_ticks: int, started: float) -> str:
     """One line as dump-acct prints a v3 record (its start in local time, the day space-padded)."""
     start = time.strftime("%a %b %e %H:%M:%S %Y", time.localtime(started))
@@ -200,22 +211,8 @@ def test_the_ci_cpu_benchmark_gives_go_tools_to_the_build_and_the_rest_to_the_st
         + "\n"
     )
     figures = tmp_path / "figures.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "benchmarks" / "ci_cpu.py"),
-            "--analyse",
-            str(dump),
-            "--log",
-            str(log),
-            "--started",
-            str(started),
-            "--json",
-            str(figures),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    done = _ci_cpu(
+        tmp_path, "--analyse", str(dump), "--log", str(log), "--started", str(started), "--json", str(figures)
     )
     assert done.returncode == 0, done.stderr
     document = json.loads(figures.read_text())
@@ -242,13 +239,7 @@ def test_the_ci_cpu_benchmark_gives_go_tools_to_the_build_and_the_rest_to_the_st
 def test_the_ci_cpu_benchmark_refuses_an_analysis_it_lacks_files_for(tmp_path, arguments, message):
     (tmp_path / "dump.txt").write_text("")
     (tmp_path / "ci.log").write_text("== lint (at 0 s)\n")
-    done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "ci_cpu.py"), *arguments],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-    )
+    done = _ci_cpu(tmp_path, *arguments)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.rstrip().endswith(f"error: {message}")
 
@@ -258,13 +249,6 @@ def test_the_ci_cpu_benchmark_names_the_line_of_a_dump_it_cannot_read(tmp_path):
         "compile |v3| 1.00| 0.00| 2.00| 0| 0| 1.00| 0.00| 1| 1| | 0|__ |yesterday\n"
     )
     (tmp_path / "ci.log").write_text("== lint (at 0 s)\n")
-    done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "ci_cpu.py"), "--analyse", "dump.txt", "--log", "ci.log"]
-        + ["--started", "0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-    )
+    done = _ci_cpu(tmp_path, "--analyse", "dump.txt", "--log", "ci.log", "--started", "0")
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith("error: dump-acct's output cannot be read: line 1: time data 'yesterday'")
